@@ -1,0 +1,1 @@
+"""Cost model: op, transfer and conversion costs with terms and intervals."""

@@ -1,0 +1,1 @@
+"""Workload graph: IR, importers, counting, fusion, zoo."""

@@ -1,0 +1,1 @@
+"""Hardware: machine specs, presets, probe of this machine."""

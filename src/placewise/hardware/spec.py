@@ -1,0 +1,329 @@
+"""Machine specs: devices, memory tiers, shared resources and links, validated on load.
+
+A spec is data (YAML), never code. Every number carries a ``source``: a datasheet title/URL,
+or "measured by placewise hw probe" with date and tags. Units are in the field names.
+
+>>> m = load_machine("h100-sxm-server")
+>>> m.device("gpu0").peak_flops_per_s[DType.BF16] > 1e14
+True
+>>> [l.name for l in m.route("cpu", "gpu0")]
+['pcie-gpu0']
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import deque
+from enum import Enum
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from placewise.errors import SpecError
+from placewise.graph.ir import OpKind
+from placewise.units import DType
+
+__all__ = [
+    "Device",
+    "DeviceKind",
+    "Link",
+    "Machine",
+    "MemoryTier",
+    "SharedResource",
+    "list_presets",
+    "load_machine",
+    "machine_json_schema",
+    "parse_machine",
+]
+
+PositiveFloat = Annotated[float, Field(gt=0)]
+PositiveInt = Annotated[int, Field(gt=0)]
+NonNegFloat = Annotated[float, Field(ge=0)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class DeviceKind(str, Enum):
+    GPU = "gpu"
+    CPU = "cpu"
+    NPU = "npu"
+    DLA = "dla"
+    ACCELERATOR = "accelerator"
+
+
+class MemoryTier(_Strict):
+    """A capacity with a bandwidth: HBM, DRAM, SRAM, host memory."""
+
+    name: str
+    capacity_bytes: PositiveInt
+    bandwidth_bytes_per_s: PositiveFloat
+    source: str = Field(min_length=1)
+    shared_with: str | None = None  # name of a SharedResource whose bandwidth this tier uses
+
+
+class Device(_Strict):
+    """Something that executes ops, with per-dtype peaks, launch overhead and memory tiers."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
+    kind: DeviceKind
+    model: str = ""
+    peak_flops_per_s: dict[DType, PositiveFloat]
+    peak_source: str = Field(min_length=1)
+    memory: list[MemoryTier] = Field(min_length=1)
+    launch_overhead_s: NonNegFloat
+    launch_source: str = Field(min_length=1)
+    compute_units: PositiveInt = 1  # SMs, cores, NPU tiles: the parallelism an op must fill
+    lanes: PositiveInt = 1  # concurrent streams/queues the scheduler may use
+    supported_kinds: list[OpKind] | None = None  # None: every kind
+    unsupported_kinds: list[OpKind] = Field(default_factory=list)
+    supported_dtypes: list[DType] | None = None  # None: the keys of peak_flops_per_s
+    resources: list[str] = Field(default_factory=list)  # shared resources it also occupies
+    cores: list[int] | None = None  # local devices: the OS CPU ids this device is pinned to
+    backend: str | None = None  # local devices: the runtime backend ("torch", "onnxruntime")
+
+    @field_validator("peak_flops_per_s", mode="before")
+    @classmethod
+    def _parse_dtype_keys(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            out = {}
+            for k, val in v.items():
+                out[DType.parse(k) if isinstance(k, str) else k] = val
+            return out
+        return v
+
+    @field_validator("supported_dtypes", mode="before")
+    @classmethod
+    def _parse_dtypes(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            return [DType.parse(x) if isinstance(x, str) else x for x in v]
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> Device:
+        if not self.peak_flops_per_s:
+            raise ValueError("peak_flops_per_s must name at least one dtype")
+        names = [t.name for t in self.memory]
+        if len(set(names)) != len(names):
+            raise ValueError(f"memory tier names repeat: {names}")
+        return self
+
+    @property
+    def dtypes(self) -> list[DType]:
+        if self.supported_dtypes is not None:
+            return list(self.supported_dtypes)
+        return list(self.peak_flops_per_s)
+
+    def supports(self, kind: OpKind, dtype: DType | None = None) -> bool:
+        if kind in self.unsupported_kinds:
+            return False
+        if self.supported_kinds is not None and kind not in self.supported_kinds:
+            return False
+        return dtype is None or dtype in self.dtypes
+
+    def peak(self, dtype: DType) -> float:
+        """Peak FLOP/s for ``dtype``; a dtype without its own peak runs at the fp32 one."""
+        if dtype in self.peak_flops_per_s:
+            return self.peak_flops_per_s[dtype]
+        if DType.FP32 in self.peak_flops_per_s:
+            return self.peak_flops_per_s[DType.FP32]
+        return max(self.peak_flops_per_s.values())
+
+    @property
+    def main_memory(self) -> MemoryTier:
+        """The tier that holds weights and activations by default (the first one listed)."""
+        return self.memory[0]
+
+    def tier(self, name: str) -> MemoryTier:
+        for t in self.memory:
+            if t.name == name:
+                return t
+        raise KeyError(f"device {self.name!r} has no memory tier {name!r}")
+
+
+class SharedResource(_Strict):
+    """Something several devices contend for, e.g. one memory controller."""
+
+    name: str
+    kind: str = "memory_controller"
+    bandwidth_bytes_per_s: PositiveFloat
+    source: str = Field(min_length=1)
+
+
+class Link(_Strict):
+    """A path between two devices' memories."""
+
+    name: str
+    endpoints: tuple[str, str]
+    bandwidth_bytes_per_s: PositiveFloat  # per direction
+    latency_s: NonNegFloat
+    duplex: bool = True  # True: the two directions do not contend
+    resource: str | None = None  # the resource a transfer occupies (defaults to the link)
+    source: str = Field(min_length=1)
+
+    @property
+    def resource_name(self) -> str:
+        return self.resource or f"link:{self.name}"
+
+
+class Machine(_Strict):
+    schema_version: int = 1
+    name: str
+    description: str = ""
+    tags: dict[str, str] = Field(default_factory=dict)
+    devices: list[Device] = Field(min_length=1)
+    shared_resources: list[SharedResource] = Field(default_factory=list)
+    links: list[Link] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _check(self) -> Machine:
+        names = [d.name for d in self.devices]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"device names repeat: {sorted(dup)}")
+        shared = {r.name for r in self.shared_resources}
+        for d in self.devices:
+            for r in d.resources:
+                if r not in shared:
+                    raise ValueError(f"device {d.name!r} names unknown shared resource {r!r}")
+            for t in d.memory:
+                if t.shared_with is not None and t.shared_with not in shared:
+                    raise ValueError(f"device {d.name!r} tier {t.name!r} names unknown shared "
+                                     f"resource {t.shared_with!r}")
+        for link in self.links:
+            for e in link.endpoints:
+                if e not in names:
+                    raise ValueError(f"link {link.name!r} names unknown device {e!r}")
+            if link.endpoints[0] == link.endpoints[1]:
+                raise ValueError(f"link {link.name!r} connects device {link.endpoints[0]!r} "
+                                 f"to itself")
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                if not self._path(a, b):
+                    raise ValueError(f"no route between devices {a!r} and {b!r}: add a link")
+        return self
+
+    def device(self, name: str) -> Device:
+        for d in self.devices:
+            if d.name == name:
+                return d
+        raise KeyError(f"machine {self.name!r} has no device {name!r}")
+
+    @property
+    def device_names(self) -> list[str]:
+        return [d.name for d in self.devices]
+
+    def shared(self, name: str) -> SharedResource:
+        for r in self.shared_resources:
+            if r.name == name:
+                return r
+        raise KeyError(name)
+
+    def _path(self, a: str, b: str) -> list[Link]:
+        prev: dict[str, tuple[str, Link] | None] = {a: None}
+        q = deque([a])
+        while q:
+            u = q.popleft()
+            if u == b:
+                break
+            for link in self.links:
+                if u in link.endpoints:
+                    v = link.endpoints[1] if link.endpoints[0] == u else link.endpoints[0]
+                    if v not in prev:
+                        prev[v] = (u, link)
+                        q.append(v)
+        if b not in prev:
+            return []
+        path: list[Link] = []
+        node = b
+        while prev[node] is not None:
+            u, link = prev[node]  # type: ignore[misc]
+            path.append(link)
+            node = u
+        path.reverse()
+        return path
+
+    def route(self, src: str, dst: str) -> list[Link]:
+        """Links a tensor crosses from ``src`` to ``dst`` (fewest hops); [] if same device."""
+        if src == dst:
+            return []
+        return self._path(src, dst)
+
+    def fingerprint(self) -> str:
+        payload = self.model_dump(mode="json", exclude={"description"})
+        return "sha256:" + hashlib.sha256(
+            json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def machine_json_schema() -> dict[str, Any]:
+    """The published JSON Schema of the YAML machine spec."""
+    return Machine.model_json_schema()
+
+
+def list_presets() -> list[str]:
+    folder = resources.files("placewise.hardware") / "presets"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def _loc(err: dict[str, Any], data: Any) -> str:
+    """Render a pydantic error location with device/link names instead of bare indices."""
+    parts: list[str] = []
+    node = data
+    for key in err.get("loc", ()):
+        if isinstance(key, int) and isinstance(node, list) and 0 <= key < len(node):
+            item = node[key]
+            label = item.get("name") if isinstance(item, dict) else None
+            parts.append(f"[{key}]" + (f"({label})" if label else ""))
+            node = item
+        else:
+            parts.append(f".{key}" if parts else str(key))
+            node = node.get(key) if isinstance(node, dict) else None
+    return "".join(parts) or "top level"
+
+
+def parse_machine(data: Any, *, file: str) -> Machine:
+    """Validate already-parsed YAML/JSON data into a ``Machine`` or raise ``SpecError``."""
+    if not isinstance(data, dict):
+        raise SpecError("expected a mapping at the top level", file=file, place="top level")
+    try:
+        return Machine.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        msg = err.get("msg", "invalid").removeprefix("Value error, ")
+        raise SpecError(msg + (f" (got {err['input']!r})" if "input" in err and
+                               not isinstance(err["input"], dict | list) else ""),
+                        file=file, place=_loc(err, data)) from None
+
+
+def load_machine(ref: str | Path) -> Machine:
+    """Load a machine from a preset name or a YAML path (``local`` is handled by probe)."""
+    text: str
+    ref_s = str(ref)
+    path = Path(ref_s)
+    if ref_s in list_presets():
+        file = f"preset:{ref_s}"
+        text = (resources.files("placewise.hardware") / "presets" / f"{ref_s}.yaml").read_text()
+    elif path.suffix.lower() in (".yaml", ".yml", ".json") or path.exists():
+        file = ref_s
+        if not path.is_file():
+            raise SpecError("no such file", file=file)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SpecError(f"cannot read: {exc}", file=file) from None
+    else:
+        raise SpecError(f"not a preset ({', '.join(list_presets())}), a YAML file or 'local'",
+                        file=ref_s)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        place = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise SpecError(f"invalid YAML: {problem}", file=file, place=place) from None
+    return parse_machine(data, file=file)

@@ -1,0 +1,156 @@
+"""Data types, layouts, sizes and unit parsing/formatting.
+
+>>> DType.INT4.nbytes(10)
+5
+>>> DType.FP32.nbytes(3)
+12
+>>> parse_bytes("1.5 GiB")
+1610612736
+>>> format_bytes(1536)
+'1.50 KiB'
+>>> format_seconds(0.0000125)
+'12.5 us'
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from enum import Enum
+
+__all__ = [
+    "DType",
+    "Layout",
+    "format_bytes",
+    "format_flops",
+    "format_seconds",
+    "parse_bytes",
+    "parse_dims",
+]
+
+
+class DType(Enum):
+    """Element types, with their storage width in bits (int4 is packed two per byte)."""
+
+    BOOL = "bool"
+    INT4 = "int4"
+    UINT4 = "uint4"
+    INT8 = "int8"
+    UINT8 = "uint8"
+    INT16 = "int16"
+    INT32 = "int32"
+    INT64 = "int64"
+    FP8_E4M3 = "fp8_e4m3"
+    FP8_E5M2 = "fp8_e5m2"
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP32 = "fp32"
+    FP64 = "fp64"
+
+    @property
+    def bits(self) -> int:
+        return _BITS[self]
+
+    @property
+    def is_float(self) -> bool:
+        return self in _FLOATS
+
+    def nbytes(self, numel: int) -> int:
+        """Bytes to store ``numel`` elements (sub-byte types are packed, rounded up)."""
+        return (numel * self.bits + 7) // 8
+
+    @classmethod
+    def parse(cls, text: str) -> DType:
+        key = text.strip().lower()
+        key = _ALIASES.get(key, key)
+        try:
+            return cls(key)
+        except ValueError:
+            known = ", ".join(d.value for d in cls)
+            raise ValueError(f"unknown dtype {text!r} (known: {known})") from None
+
+
+_BITS = {
+    DType.BOOL: 8, DType.INT4: 4, DType.UINT4: 4, DType.INT8: 8, DType.UINT8: 8,
+    DType.INT16: 16, DType.INT32: 32, DType.INT64: 64, DType.FP8_E4M3: 8, DType.FP8_E5M2: 8,
+    DType.BF16: 16, DType.FP16: 16, DType.FP32: 32, DType.FP64: 64,
+}
+_FLOATS = {DType.FP8_E4M3, DType.FP8_E5M2, DType.BF16, DType.FP16, DType.FP32, DType.FP64}
+_ALIASES = {
+    "float32": "fp32", "float": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16",
+    "float64": "fp64", "double": "fp64", "fp8": "fp8_e4m3", "float8_e4m3fn": "fp8_e4m3",
+    "float8_e5m2": "fp8_e5m2", "long": "int64", "int": "int32",
+}
+
+
+class Layout(Enum):
+    """How a tensor's elements are ordered in memory."""
+
+    ROW_MAJOR = "row_major"  # plain contiguous (C order); the default for non-image tensors
+    NCHW = "nchw"
+    NHWC = "nhwc"
+
+
+_BYTE_UNITS = {
+    "": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+
+
+def parse_bytes(text: str | int | float) -> int:
+    """Parse ``"16 GiB"``, ``"512MB"`` or a plain number of bytes."""
+    if isinstance(text, int | float):
+        return int(text)
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", text)
+    if not m or m.group(2).lower() not in _BYTE_UNITS:
+        raise ValueError(f"cannot parse byte size {text!r}")
+    return int(float(m.group(1)) * _BYTE_UNITS[m.group(2).lower()])
+
+
+def parse_dims(text: str) -> tuple[int, ...]:
+    """Parse ``"1x3x224x224"`` or ``"1,3,224,224"`` into a shape.
+
+    >>> parse_dims("2x128")
+    (2, 128)
+    """
+    parts = [p for p in re.split(r"[x,\s]+", text.strip()) if p]
+    if not parts:
+        raise ValueError(f"empty shape {text!r}")
+    dims: list[int] = []
+    for p in parts:
+        if not p.isdigit():
+            raise ValueError(f"shape {text!r}: dimension {p!r} is not a non-negative integer")
+        dims.append(int(p))
+    return tuple(dims)
+
+
+def format_bytes(n: float) -> str:
+    if n < 1024:
+        return f"{int(n)} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        n /= 1024.0
+        if n < 1024 or unit == "TiB":
+            return f"{n:.2f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def format_seconds(s: float) -> str:
+    if s == 0:
+        return "0 s"
+    a = abs(s)
+    if a >= 1:
+        return f"{s:.3g} s"
+    if a >= 1e-3:
+        return f"{s * 1e3:.3g} ms"
+    if a >= 1e-6:
+        return f"{s * 1e6:.3g} us"
+    return f"{s * 1e9:.3g} ns"
+
+
+def format_flops(f: float) -> str:
+    if f == 0 or not math.isfinite(f):
+        return f"{f:g}"
+    for unit, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(f) >= scale:
+            return f"{f / scale:.3g} {unit}"
+    return f"{f:.3g} "
