@@ -410,37 +410,37 @@ class Graph:
             if op.name in seen_ops:
                 raise GraphError("op name used twice", file=file, place=f"op {op.name!r}")
             seen_ops.add(op.name)
-            for t in op.outputs:
-                if t not in index:
-                    raise GraphError(f"output tensor {t!r} has no shape/dtype",
+            for tn in op.outputs:
+                if tn not in index:
+                    raise GraphError(f"output tensor {tn!r} has no shape/dtype",
                                      file=file, place=op.where())
-                if t in producer:
+                if tn in producer:
                     raise GraphError(
-                        f"tensor {t!r} is produced by both {producer[t].name!r} and {op.name!r}",
-                        file=file, place=f"tensor {t!r}")
-                if index[t].role in (Role.INPUT, Role.PARAM):
-                    raise GraphError(f"tensor {t!r} is a graph {index[t].role.value} but is "
+                        f"tensor {tn!r} is produced by both {producer[tn].name!r} and {op.name!r}",
+                        file=file, place=f"tensor {tn!r}")
+                if index[tn].role in (Role.INPUT, Role.PARAM):
+                    raise GraphError(f"tensor {tn!r} is a graph {index[tn].role.value} but is "
                                      f"also produced by an op", file=file, place=op.where())
-                producer[t] = op
+                producer[tn] = op
         for op in olist:
-            for t in op.inputs:
-                if not t:
+            for tn in op.inputs:
+                if not tn:
                     continue
-                if t not in index:
-                    raise GraphError(f"input tensor {t!r} is not defined", file=file,
+                if tn not in index:
+                    raise GraphError(f"input tensor {tn!r} is not defined", file=file,
                                      place=op.where())
-                if t not in producer and index[t].role not in (Role.INPUT, Role.PARAM):
-                    raise GraphError(f"input tensor {t!r} has no producer and is neither a "
+                if tn not in producer and index[tn].role not in (Role.INPUT, Role.PARAM):
+                    raise GraphError(f"input tensor {tn!r} has no producer and is neither a "
                                      f"graph input nor a parameter", file=file, place=op.where())
         ordered = _toposort(olist, producer, file)
         if inputs is None:
-            inputs = [t.name for t in tlist if t.role is Role.INPUT]
+            inputs = [tn.name for tn in tlist if tn.role is Role.INPUT]
         if outputs is None:
-            outputs = [t.name for t in tlist if t.role is Role.OUTPUT]
+            outputs = [tn.name for tn in tlist if tn.role is Role.OUTPUT]
         inputs, outputs = tuple(inputs), tuple(outputs)
-        for t in outputs:
-            if t not in producer and t not in index:
-                raise GraphError("graph output is not defined", file=file, place=f"tensor {t!r}")
+        for tn in outputs:
+            if tn not in producer and tn not in index:
+                raise GraphError("graph output is not defined", file=file, place=f"tensor {tn!r}")
         g = cls(name, tuple(tlist), tuple(ordered), inputs, outputs)
         if require_concrete:
             g.check_concrete(file=file)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import deque
-from enum import Enum
+from enum import Enum, StrEnum
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
@@ -49,7 +49,7 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
-class DeviceKind(str, Enum):
+class DeviceKind(StrEnum):
     GPU = "gpu"
     CPU = "cpu"
     NPU = "npu"
@@ -270,7 +270,7 @@ def list_presets() -> list[str]:
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
-def _loc(err: dict[str, Any], data: Any) -> str:
+def _loc(err: Any, data: Any) -> str:
     """Render a pydantic error location with device/link names instead of bare indices."""
     parts: list[str] = []
     node = data
