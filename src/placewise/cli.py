@@ -1,0 +1,328 @@
+"""The command line. The only module that prints.
+
+Exit status: 0 ok; 2 bad input (one line on stderr: file, place, problem); 3 infeasible
+(nothing fits: names the tier and the amount); 1 internal error (set PLACEWISE_DEBUG=1 for
+the traceback); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import click
+import typer
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from placewise.errors import Infeasible, InputError, PlacewiseError
+from placewise.units import format_bytes, format_flops, parse_dims
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Place ML workload graphs on heterogeneous hardware and prove what "
+                       "the placement will do.")
+hw_app = typer.Typer(no_args_is_help=True, help="Machine specs: presets, show, probe.")
+zoo_app = typer.Typer(no_args_is_help=True, help="Built-in models.")
+app.add_typer(hw_app, name="hw")
+app.add_typer(zoo_app, name="zoo")
+
+out = Console(highlight=False, soft_wrap=False)
+err = Console(stderr=True, highlight=False)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
+
+
+# ---- helpers -----------------------------------------------------------------------------
+def _print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, sort_keys=True, default=_json_default) + "\n")
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "value"):
+        return o.value
+    if isinstance(o, tuple | set):
+        return list(o)
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+def _parse_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]] | None:
+    if not items:
+        return None
+    shapes: dict[str, tuple[int, ...]] = {}
+    for item in items:
+        name, sep, dims = item.partition("=")
+        if not sep or not name:
+            raise InputError(f"expected NAME=DIMS (e.g. input=1x3x224x224), got {item!r}",
+                             place="--shape")
+        try:
+            shapes[name.strip()] = parse_dims(dims)
+        except ValueError as exc:
+            raise InputError(str(exc), place=f"--shape {name}") from None
+    return shapes
+
+
+def _load_graph(model: str, shape: list[str] | None = None, batch: int | None = None) -> Any:
+    from placewise.graph.load import load_model
+
+    if batch is not None and batch <= 0:
+        raise InputError(f"batch must be a positive integer, got {batch}", place="--batch")
+    graph = load_model(model, shapes=_parse_shapes(shape), batch=batch)
+    graph.check_concrete(file=model)
+    return graph
+
+
+def resolve_machine(ref: str, *, refresh: bool = False) -> Any:
+    """A preset name, a YAML path, or ``local`` (this machine, probed once and cached)."""
+    if ref == "local":
+        from placewise.hardware.probe import load_local
+
+        with _progress("probing this machine") as cb:
+            return load_local(refresh=refresh, progress=cb)
+    from placewise.hardware.spec import load_machine
+
+    return load_machine(ref)
+
+
+@contextmanager
+def _progress(what: str) -> Iterator[Callable[[str, float], None]]:
+    """A rich progress bar on stderr driven by ``callback(label, fraction_done)``."""
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+               TimeElapsedColumn())
+    with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as bar:
+        task = bar.add_task(what, total=1.0)
+
+        def cb(label: str, fraction: float) -> None:
+            bar.update(task, description=f"{what}: {label}", completed=max(0.0, min(1.0, fraction)))
+
+        yield cb
+
+
+def _table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
+    t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    for i, c in enumerate(columns):
+        t.add_column(c, justify="left" if i == 0 else "right")
+    for r in rows:
+        t.add_row(*[str(x) for x in r])
+    return t
+
+
+# ---- inspect -------------------------------------------------------------------------------
+@app.command()
+def inspect(
+    model: Annotated[str, typer.Argument(help="MODEL: .onnx, .pt2, task graph .json, or zoo:NAME")],
+    shape: Annotated[list[str] | None, typer.Option("--shape", help="Bind an input: NAME=DIMS")] = None,
+    batch: Annotated[int | None, typer.Option(help="Bind the batch dimension of every input")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Graph summary: ops, tensors, FLOPs, bytes, params, by kind, uncounted kinds."""
+    from placewise.graph.summary import summarize
+
+    s = summarize(_load_graph(model, shape, batch))
+    if as_json:
+        _print_json(s)
+        return
+    _render_summary(s)
+
+
+def _render_summary(s: dict[str, Any]) -> None:
+    out.print(f"[bold]{s['name']}[/bold]  {s['ops']} ops, {s['tensors']} tensors, "
+              f"{s['regions']} fused regions")
+    out.print(f"  FLOPs {format_flops(s['flops'])}FLOP   bytes moved {format_bytes(s['bytes_moved'])}"
+              f"   params {s['params']:,} ({format_bytes(s['param_bytes'])})"
+              f"   activations {format_bytes(s['activation_bytes'])}")
+    for io in ("inputs", "outputs"):
+        for t in s[io]:
+            out.print(f"  {io[:-1]:6} {t['name']}: {t['dtype']}[{','.join(map(str, t['shape']))}]")
+    rows = [[k, v["count"], format_flops(v["flops"]), format_bytes(v["bytes_moved"])]
+            for k, v in sorted(s["by_kind"].items(), key=lambda kv: -kv[1]["flops"])]
+    out.print(_table("by kind", ["kind", "ops", "FLOPs", "bytes moved"], rows))
+    cov = f"{100 * s['coverage']:.1f}%"
+    if s["uncounted"]:
+        out.print(f"counting coverage {cov}; uncounted: {', '.join(s['uncounted'])}")
+    else:
+        out.print(f"counting coverage {cov}; every op kind counted")
+
+
+# ---- hw --------------------------------------------------------------------------------------
+@hw_app.command("list")
+def hw_list(as_json: JsonOpt = False) -> None:
+    """List the machine presets."""
+    from placewise.hardware.spec import list_presets, load_machine
+
+    rows = []
+    for name in list_presets():
+        m = load_machine(name)
+        rows.append({"name": name, "description": m.description,
+                     "devices": [f"{d.name}:{d.kind.value}" for d in m.devices]})
+    if as_json:
+        _print_json({"presets": rows})
+        return
+    out.print(_table("presets", ["preset", "devices", "description"],
+                     [[r["name"], " ".join(r["devices"]), r["description"][:60]] for r in rows]))
+
+
+def _machine_json(m: Any) -> dict[str, Any]:
+    data: dict[str, Any] = m.model_dump(mode="json")
+    data["fingerprint"] = m.fingerprint()
+    return data
+
+
+@hw_app.command("show")
+def hw_show(hw: Annotated[str, typer.Argument(help="preset, YAML path, or 'local'")],
+            as_json: JsonOpt = False) -> None:
+    """Show a machine spec."""
+    m = resolve_machine(hw)
+    if as_json:
+        _print_json(_machine_json(m))
+        return
+    _render_machine(m)
+
+
+def _render_machine(m: Any) -> None:
+    out.print(f"[bold]{m.name}[/bold]  {m.description}")
+    for k, v in sorted(m.tags.items()):
+        out.print(f"  {k}: {v}")
+    rows = []
+    for d in m.devices:
+        peaks = ", ".join(f"{k.value} {format_flops(v)}FLOP/s" for k, v in d.peak_flops_per_s.items())
+        mem = ", ".join(f"{t.name} {format_bytes(t.capacity_bytes)} @ "
+                        f"{format_bytes(t.bandwidth_bytes_per_s)}/s" for t in d.memory)
+        rows.append([d.name, d.kind.value, peaks, mem, f"{d.launch_overhead_s * 1e6:.1f} us"])
+    out.print(_table("devices", ["device", "kind", "peak", "memory", "launch"], rows))
+    if m.links:
+        out.print(_table("links", ["link", "between", "bandwidth", "latency", "resource"], [
+            [ln.name, " <-> ".join(ln.endpoints), f"{format_bytes(ln.bandwidth_bytes_per_s)}/s",
+             f"{ln.latency_s * 1e6:.2f} us", ln.resource_name] for ln in m.links]))
+    if m.shared_resources:
+        out.print(_table("shared resources", ["resource", "kind", "bandwidth"], [
+            [r.name, r.kind, f"{format_bytes(r.bandwidth_bytes_per_s)}/s"]
+            for r in m.shared_resources]))
+
+
+@hw_app.command("probe")
+def hw_probe(
+    out_file: Annotated[Path | None, typer.Option("--out", help="Write the spec here (YAML)")] = None,
+    quick: Annotated[bool, typer.Option(help="Fewer repeats, smaller sizes")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Measure this machine and write a spec (also refreshes the --hw local cache)."""
+    from placewise.hardware.probe import load_local, probe
+
+    with _progress("probing this machine") as cb:
+        m = probe(progress=cb, quick=quick) if quick else load_local(refresh=True, progress=cb)
+    if out_file is not None:
+        from placewise.io import atomic_write_text
+
+        atomic_write_text(out_file, yaml.safe_dump(m.model_dump(mode="json"), sort_keys=False))
+    if as_json:
+        _print_json(_machine_json(m))
+    else:
+        _render_machine(m)
+        if out_file is not None:
+            out.print(f"wrote {out_file}")
+
+
+# ---- zoo -------------------------------------------------------------------------------------
+@zoo_app.command("list")
+def zoo_list(as_json: JsonOpt = False) -> None:
+    """List the built-in models and their options."""
+    from placewise.graph.zoo import list_models
+
+    entries = list_models()
+    if as_json:
+        _print_json({"models": [{"name": e.name, "description": e.description,
+                                 "options": dict(e.default_options)} for e in entries]})
+        return
+    out.print(_table("zoo", ["model", "options (defaults)", "description"], [
+        [e.name, " ".join(f"{k}={v}" for k, v in dict(e.default_options).items()), e.description]
+        for e in entries]))
+
+
+@zoo_app.command("export")
+def zoo_export(
+    name: Annotated[str, typer.Argument(help="NAME or NAME?opt=val&...")],
+    fmt: Annotated[str, typer.Option("--format", help="onnx or pt2")],
+    out_file: Annotated[Path, typer.Option("--out", help="Output file")],
+) -> None:
+    """Export a built-in model to ONNX or a torch.export program (.pt2)."""
+    from placewise.graph.zoo import export_onnx, export_pt2, parse_zoo_ref
+
+    ref = name if name.startswith("zoo:") else f"zoo:{name}"
+    model_name, options = parse_zoo_ref(ref)
+    if fmt not in ("onnx", "pt2"):
+        raise InputError(f"unknown format {fmt!r} (onnx or pt2)", place="--format")
+    with _progress(f"exporting {model_name}") as cb:
+        cb("export", 0.1)
+        (export_onnx if fmt == "onnx" else export_pt2)(model_name, options, out_file)
+        cb("done", 1.0)
+    out.print(f"wrote {out_file}")
+
+
+# ---- demo ------------------------------------------------------------------------------------
+@app.command()
+def demo(
+    model: Annotated[str, typer.Option(help="The built-in model to tell the story on")] = "zoo:bert",
+) -> None:
+    """The whole story on a built-in model and this machine."""
+    from placewise.graph.summary import summarize
+
+    out.rule("1. the model as a graph")
+    out.print(f"$ placewise inspect {model}")
+    _render_summary(summarize(_load_graph(model)))
+    out.rule("2. this machine, measured (cached after the first time)")
+    out.print("$ placewise hw show local")
+    _render_machine(resolve_machine("local"))
+
+
+# ---- entry point -----------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: maps errors to exit statuses and one-line messages."""
+    debug = os.environ.get("PLACEWISE_DEBUG") == "1"
+    try:
+        rv = app(args=argv, prog_name="placewise", standalone_mode=False)
+    except click.exceptions.UsageError as exc:
+        ctx = exc.ctx
+        where = ctx.command_path if ctx is not None else "placewise"
+        sys.stderr.write(f"{where}: {exc.format_message()}\n")
+        sys.exit(2)
+    except click.exceptions.Abort:
+        sys.stderr.write("placewise: interrupted\n")
+        sys.exit(130)
+    except KeyboardInterrupt:
+        sys.stderr.write("placewise: interrupted\n")
+        sys.exit(130)
+    except InputError as exc:
+        sys.stderr.write(_one_line(str(exc)) + "\n")
+        sys.exit(2)
+    except Infeasible as exc:
+        sys.stderr.write("infeasible: " + _one_line(str(exc)) + "\n")
+        sys.exit(3)
+    except PlacewiseError as exc:
+        sys.stderr.write(_one_line(str(exc)) + "\n")
+        sys.exit(2)
+    except click.exceptions.ClickException as exc:
+        sys.stderr.write(_one_line(exc.format_message()) + "\n")
+        sys.exit(exc.exit_code)
+    except Exception as exc:
+        if debug:
+            traceback.print_exc()
+        sys.stderr.write(f"placewise: internal error: {type(exc).__name__}: "
+                         f"{_one_line(str(exc))} (set PLACEWISE_DEBUG=1 for the traceback)\n")
+        sys.exit(1)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+if __name__ == "__main__":
+    main()

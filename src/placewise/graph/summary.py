@@ -1,0 +1,64 @@
+"""Graph summary behind ``placewise inspect``: ops, tensors, FLOPs, bytes, params, coverage.
+
+>>> from placewise.graph.ir import Graph, Op, OpKind, Role, Tensor
+>>> from placewise.units import DType
+>>> g = Graph.build("t", [Tensor("x", (2, 4), DType.FP32, role=Role.INPUT),
+...                       Tensor("w", (4, 3), DType.FP32, role=Role.PARAM),
+...                       Tensor("y", (2, 3), DType.FP32, role=Role.OUTPUT)],
+...                 [Op("mm", OpKind.MATMUL, ("x", "w"), ("y",))])
+>>> s = summarize(g)
+>>> s["ops"], s["flops"], s["param_bytes"], s["uncounted"]
+(1, 48.0, 48, [])
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from placewise.graph.count import count_graph
+from placewise.graph.fuse import fuse
+from placewise.graph.ir import Graph, OpCategory, Role
+
+__all__ = ["summarize"]
+
+
+def summarize(graph: Graph) -> dict[str, Any]:
+    """Everything ``inspect`` reports, as plain JSON-ready data (units in the keys)."""
+    counts = count_graph(graph)
+    view_outputs = {
+        t for op in graph.ops if op.kind.category is OpCategory.VIEW for t in op.outputs
+    }
+    produced = [t for t in graph.tensors if t.role in (Role.ACTIVATION, Role.OUTPUT)]
+    activation_bytes = sum(t.nbytes for t in produced if t.name not in view_outputs)
+    by_kind = {
+        kind.value: {"count": kc.count, "flops": kc.flops, "bytes_moved": kc.bytes_moved}
+        for kind, kc in sorted(counts.by_kind.items(), key=lambda kv: kv[0].value)
+    }
+    partition = fuse(graph)
+    patterns: dict[str, int] = {}
+    for r in partition.regions:
+        patterns[r.pattern] = patterns.get(r.pattern, 0) + 1
+    return {
+        "name": graph.name,
+        "fingerprint": graph.fingerprint(),
+        "ops": len(graph.ops),
+        "tensors": len(graph.tensors),
+        "flops": counts.flops,
+        "bytes_moved": counts.bytes_moved,
+        "params": sum(t.numel for t in graph.params),
+        "param_bytes": graph.param_bytes,
+        "activation_bytes": activation_bytes,
+        "inputs": [_tensor_json(graph, n) for n in graph.inputs],
+        "outputs": [_tensor_json(graph, n) for n in graph.outputs],
+        "by_kind": by_kind,
+        "uncounted": list(counts.uncounted),
+        "coverage": counts.coverage,
+        "regions": len(partition.regions),
+        "regions_by_pattern": dict(sorted(patterns.items())),
+    }
+
+
+def _tensor_json(graph: Graph, name: str) -> dict[str, Any]:
+    t = graph.tensor(name)
+    return {"name": t.name, "shape": list(t.shape), "dtype": t.dtype.value,
+            "bytes": t.nbytes if t.is_concrete else None}
