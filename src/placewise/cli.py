@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 import yaml
 from rich.console import Console
@@ -24,6 +23,18 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from placewise.errors import Infeasible, InputError, PlacewiseError
+
+try:  # typer >= 0.29 vendors click
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+    from typer.exceptions import Abort
+except ImportError:  # pragma: no cover - older typer on top of click
+    from click.exceptions import (  # type: ignore[no-redef]
+        Abort,
+        ClickException,
+        UsageError,
+    )
+
+    NoArgsIsHelpError = None  # type: ignore[assignment,misc]
 from placewise.units import format_bytes, format_flops, parse_dims
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -105,10 +116,13 @@ def _progress(what: str) -> Iterator[Callable[[str, float], None]]:
         yield cb
 
 
-def _table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
+def _table(title: str, columns: list[str], rows: list[list[Any]], *,
+           right: tuple[int, ...] | None = None) -> Table:
+    """A plain table; columns listed in ``right`` (default: all but the first) align right."""
     t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
     for i, c in enumerate(columns):
-        t.add_column(c, justify="left" if i == 0 else "right")
+        is_right = (i > 0) if right is None else (i in right)
+        t.add_column(c, justify="right" if is_right else "left")
     for r in rows:
         t.add_row(*[str(x) for x in r])
     return t
@@ -166,7 +180,13 @@ def hw_list(as_json: JsonOpt = False) -> None:
         _print_json({"presets": rows})
         return
     out.print(_table("presets", ["preset", "devices", "description"],
-                     [[r["name"], " ".join(r["devices"]), r["description"][:60]] for r in rows]))
+                     [[r["name"], " ".join(r["devices"]), _first_sentence(str(r["description"]))]
+                      for r in rows], right=()))
+
+
+def _first_sentence(text: str) -> str:
+    head = " ".join(text.split()).split(". ")[0]
+    return head if len(head) <= 70 else head[:67] + "..."
 
 
 def _machine_json(m: Any) -> dict[str, Any]:
@@ -243,7 +263,7 @@ def zoo_list(as_json: JsonOpt = False) -> None:
         return
     out.print(_table("zoo", ["model", "options (defaults)", "description"], [
         [e.name, " ".join(f"{k}={v}" for k, v in dict(e.default_options).items()), e.description]
-        for e in entries]))
+        for e in entries], right=()))
 
 
 @zoo_app.command("export")
@@ -288,12 +308,15 @@ def main(argv: list[str] | None = None) -> None:
     debug = os.environ.get("PLACEWISE_DEBUG") == "1"
     try:
         rv = app(args=argv, prog_name="placewise", standalone_mode=False)
-    except click.exceptions.UsageError as exc:
+    except UsageError as exc:
+        if NoArgsIsHelpError is not None and isinstance(exc, NoArgsIsHelpError):
+            sys.stdout.write(exc.format_message() + "\n")
+            sys.exit(0)
         ctx = exc.ctx
         where = ctx.command_path if ctx is not None else "placewise"
         sys.stderr.write(f"{where}: {exc.format_message()}\n")
         sys.exit(2)
-    except click.exceptions.Abort:
+    except Abort:
         sys.stderr.write("placewise: interrupted\n")
         sys.exit(130)
     except KeyboardInterrupt:
@@ -308,7 +331,7 @@ def main(argv: list[str] | None = None) -> None:
     except PlacewiseError as exc:
         sys.stderr.write(_one_line(str(exc)) + "\n")
         sys.exit(2)
-    except click.exceptions.ClickException as exc:
+    except ClickException as exc:
         sys.stderr.write(_one_line(exc.format_message()) + "\n")
         sys.exit(exc.exit_code)
     except Exception as exc:

@@ -32,7 +32,10 @@ def atomic_writer(path: str | Path, write: Callable[[Path], None]) -> None:
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    atomic_writer(path, lambda p: p.write_bytes(data))
+    def write(p: Path) -> None:
+        p.write_bytes(data)
+
+    atomic_writer(path, write)
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections import deque
 from enum import Enum, StrEnum
 from importlib import resources
@@ -37,12 +38,21 @@ __all__ = [
     "list_presets",
     "load_machine",
     "machine_json_schema",
+    "machine_json_schema_text",
     "parse_machine",
 ]
 
 PositiveFloat = Annotated[float, Field(gt=0)]
 PositiveInt = Annotated[int, Field(gt=0)]
 NonNegFloat = Annotated[float, Field(ge=0)]
+
+
+class _PlacedError(ValueError):
+    """A cross-reference problem found after field validation, with the place it concerns."""
+
+    def __init__(self, problem: str, place: str):
+        super().__init__(problem)
+        self.place = place
 
 
 class _Strict(BaseModel):
@@ -172,6 +182,8 @@ class Link(_Strict):
 
 
 class Machine(_Strict):
+    """A machine: devices, the shared resources they contend for, and links between them."""
+
     schema_version: int = 1
     name: str
     description: str = ""
@@ -183,29 +195,46 @@ class Machine(_Strict):
     @model_validator(mode="after")
     def _check(self) -> Machine:
         names = [d.name for d in self.devices]
-        dup = {n for n in names if names.count(n) > 1}
-        if dup:
-            raise ValueError(f"device names repeat: {sorted(dup)}")
-        shared = {r.name for r in self.shared_resources}
-        for d in self.devices:
-            for r in d.resources:
-                if r not in shared:
-                    raise ValueError(f"device {d.name!r} names unknown shared resource {r!r}")
-            for t in d.memory:
+        for i, d in enumerate(self.devices):
+            if d.name in names[:i]:
+                raise _PlacedError(f"device name {d.name!r} repeats",
+                                   f"devices[{i}]({d.name}).name")
+        shared = [r.name for r in self.shared_resources]
+        for i, r in enumerate(self.shared_resources):
+            if r.name in shared[:i]:
+                raise _PlacedError(f"shared resource name {r.name!r} repeats",
+                                   f"shared_resources[{i}]({r.name}).name")
+        for i, d in enumerate(self.devices):
+            for j, res in enumerate(d.resources):
+                if res not in shared:
+                    raise _PlacedError(
+                        f"device {d.name!r} names unknown shared resource {res!r} "
+                        f"(known: {', '.join(shared) or 'none'})",
+                        f"devices[{i}]({d.name}).resources[{j}]")
+            for j, t in enumerate(d.memory):
                 if t.shared_with is not None and t.shared_with not in shared:
-                    raise ValueError(f"device {d.name!r} tier {t.name!r} names unknown shared "
-                                     f"resource {t.shared_with!r}")
-        for link in self.links:
-            for e in link.endpoints:
+                    raise _PlacedError(
+                        f"device {d.name!r} tier {t.name!r} names unknown shared resource "
+                        f"{t.shared_with!r} (known: {', '.join(shared) or 'none'})",
+                        f"devices[{i}]({d.name}).memory[{j}]({t.name}).shared_with")
+        link_names = [link.name for link in self.links]
+        for i, link in enumerate(self.links):
+            where = f"links[{i}]({link.name})"
+            if link.name in link_names[:i]:
+                raise _PlacedError(f"link name {link.name!r} repeats", f"{where}.name")
+            for j, e in enumerate(link.endpoints):
                 if e not in names:
-                    raise ValueError(f"link {link.name!r} names unknown device {e!r}")
+                    raise _PlacedError(f"link {link.name!r} names unknown device {e!r} "
+                                       f"(devices: {', '.join(names)})",
+                                       f"{where}.endpoints[{j}]")
             if link.endpoints[0] == link.endpoints[1]:
-                raise ValueError(f"link {link.name!r} connects device {link.endpoints[0]!r} "
-                                 f"to itself")
+                raise _PlacedError(f"link {link.name!r} connects device {link.endpoints[0]!r} "
+                                   f"to itself", f"{where}.endpoints")
         for i, a in enumerate(names):
             for b in names[i + 1:]:
                 if not self._path(a, b):
-                    raise ValueError(f"no route between devices {a!r} and {b!r}: add a link")
+                    raise _PlacedError(f"no route between devices {a!r} and {b!r}: add a link",
+                                       "links")
         return self
 
     def device(self, name: str) -> Device:
@@ -261,13 +290,28 @@ class Machine(_Strict):
 
 
 def machine_json_schema() -> dict[str, Any]:
-    """The published JSON Schema of the YAML machine spec."""
-    return Machine.model_json_schema()
+    """The published JSON Schema (draft 2020-12) of the YAML machine spec.
+
+    >>> machine_json_schema()["title"]
+    'Machine'
+    """
+    schema = Machine.model_json_schema()
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
+
+
+def machine_json_schema_text() -> str:
+    """The schema as the text of ``placewise/schemas/machine.schema.json`` (regenerate that
+    file with ``python -c "from placewise.hardware.spec import machine_json_schema_text as t;
+    open('src/placewise/schemas/machine.schema.json', 'w').write(t())"``)."""
+    return json.dumps(machine_json_schema(), indent=2, sort_keys=True) + "\n"
 
 
 def list_presets() -> list[str]:
     folder = resources.files("placewise.hardware") / "presets"
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+_ENUM_REPR = re.compile(r"<\w+\.\w+: '([^']*)'>")
 
 
 def _loc(err: Any, data: Any) -> str:
@@ -280,30 +324,66 @@ def _loc(err: Any, data: Any) -> str:
             label = item.get("name") if isinstance(item, dict) else None
             parts.append(f"[{key}]" + (f"({label})" if label else ""))
             node = item
+        elif key == "[key]":
+            parts.append(" (the key)")
+            node = None
         else:
-            parts.append(f".{key}" if parts else str(key))
-            node = node.get(key) if isinstance(node, dict) else None
+            text = key.value if isinstance(key, Enum) else str(key)
+            enum_repr = _ENUM_REPR.fullmatch(text)  # pydantic renders enum dict keys by repr
+            if enum_repr:
+                text = enum_repr.group(1)
+            parts.append(f".{text}" if parts else text)
+            node = node.get(text, node.get(key)) if isinstance(node, dict) else None
     return "".join(parts) or "top level"
 
 
+def _problem(err: Any) -> str:
+    """One readable sentence for one pydantic error."""
+    msg: str = err.get("msg", "invalid").removeprefix("Value error, ")
+    ctx = err.get("ctx") or {}
+    if err.get("type") == "enum" and "expected" in ctx:
+        expected = [x.strip() for x in str(ctx["expected"]).replace(" or ", ", ").split(",")]
+        if len(expected) > 16:
+            msg = (f"unknown value; expected one of {', '.join(expected[:10])}, ... "
+                   f"({len(expected)} values)")
+    value = err.get("input")
+    if "input" in err and not isinstance(value, dict | list) and err.get("type") != "missing":
+        msg += f" (got {value!r})"
+    return msg
+
+
 def parse_machine(data: Any, *, file: str) -> Machine:
-    """Validate already-parsed YAML/JSON data into a ``Machine`` or raise ``SpecError``."""
+    """Validate already-parsed YAML/JSON data into a ``Machine`` or raise ``SpecError``.
+
+    >>> parse_machine([], file="m.yaml")
+    Traceback (most recent call last):
+    ...
+    placewise.errors.SpecError: m.yaml: top level: expected a mapping at the top level
+    """
     if not isinstance(data, dict):
         raise SpecError("expected a mapping at the top level", file=file, place="top level")
     try:
         return Machine.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        msg = err.get("msg", "invalid").removeprefix("Value error, ")
-        raise SpecError(msg + (f" (got {err['input']!r})" if "input" in err and
-                               not isinstance(err["input"], dict | list) else ""),
-                        file=file, place=_loc(err, data)) from None
+        cause = (err.get("ctx") or {}).get("error")
+        if isinstance(cause, _PlacedError):
+            raise SpecError(str(cause), file=file, place=cause.place) from None
+        raise SpecError(_problem(err), file=file, place=_loc(err, data)) from None
 
 
 def load_machine(ref: str | Path) -> Machine:
-    """Load a machine from a preset name or a YAML path (``local`` is handled by probe)."""
+    """Load a machine from a preset name, a YAML/JSON path, or ``local``.
+
+    ``local`` is this machine, measured by :func:`placewise.hardware.probe.load_local` the
+    first time and read from its cache afterwards.
+    """
     text: str
     ref_s = str(ref)
+    if ref_s == "local":
+        from placewise.hardware.probe import load_local  # deferred: probe imports this module
+
+        return load_local()
     path = Path(ref_s)
     if ref_s in list_presets():
         file = f"preset:{ref_s}"

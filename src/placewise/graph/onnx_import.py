@@ -1,0 +1,935 @@
+"""Read an ONNX model file into a placewise ``Graph``.
+
+The importer never trusts the file: unreadable bytes, a truncated file, a model whose nodes
+read undefined values, or an external-data reference that leaves the model's folder all end
+in ``ModelFormatError`` naming the file, the place and the problem. Input dims can be bound
+before shape inference (``shapes=`` per input, ``batch=`` for symbolic leading dims), so that
+ONNX shape inference propagates concrete sizes through the graph.
+
+Initializers and the outputs of ``Constant`` nodes become ``Role.PARAM`` tensors (no op);
+every other node becomes one ``Op`` whose kind comes from a table keyed by ONNX op type
+(unknown types become ``OpKind.UNKNOWN`` with ``Provenance.source_op = "onnx::Type"``).
+
+>>> import onnx, tempfile, os
+>>> from onnx import TensorProto, helper
+>>> node = helper.make_node("Relu", ["x"], ["y"])
+>>> graph = helper.make_graph([node], "g",
+...     [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+...     [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])])
+>>> model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+>>> path = os.path.join(tempfile.mkdtemp(), "relu.onnx")
+>>> onnx.save(model, path)
+>>> g = load_onnx(path, batch=4)
+>>> [(o.kind.value, o.provenance.source_op) for o in g.ops], g.tensor("y").shape
+([('relu', 'onnx::Relu')], (4, 8))
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from placewise.errors import GraphError, InputError, ModelFormatError
+from placewise.graph.ir import (
+    Attrs,
+    Dim,
+    Graph,
+    Op,
+    OpKind,
+    Provenance,
+    Role,
+    Tensor,
+    eval_dim,
+)
+from placewise.units import DType
+
+if TYPE_CHECKING:
+    import numpy as np
+    from onnx import GraphProto, ModelProto, NodeProto, TensorProto, TypeProto
+
+__all__ = ["MIN_OPSET", "load_onnx", "onnx_dtype"]
+
+MIN_OPSET = 13
+# external tensors up to this size are read in (shape inference may need their values);
+# larger ones are only checked, never loaded: their dims and dtype are in the model proto
+_LOAD_EXTERNAL_MAX_BYTES = 1 << 16
+
+# ---- dtypes ----------------------------------------------------------------------------------
+
+# ONNX TensorProto.DataType -> DType. Unsigned 16/32/64-bit ints have no DType of their own;
+# they map to the signed type of the same width (bytes are what placewise counts).
+_DTYPES: dict[int, DType] = {
+    1: DType.FP32, 2: DType.UINT8, 3: DType.INT8, 4: DType.INT16, 5: DType.INT16,
+    6: DType.INT32, 7: DType.INT64, 9: DType.BOOL, 10: DType.FP16, 11: DType.FP64,
+    12: DType.INT32, 13: DType.INT64, 16: DType.BF16, 17: DType.FP8_E4M3,
+    18: DType.FP8_E4M3, 19: DType.FP8_E5M2, 20: DType.FP8_E5M2, 21: DType.UINT4,
+    22: DType.INT4,
+}
+
+
+def onnx_dtype(elem_type: int) -> DType | None:
+    """The placewise dtype of an ONNX element type, or None if placewise has none.
+
+    >>> onnx_dtype(1), onnx_dtype(7), onnx_dtype(8)
+    (<DType.FP32: 'fp32'>, <DType.INT64: 'int64'>, None)
+    """
+    return _DTYPES.get(elem_type)
+
+
+def _type_name(elem_type: int) -> str:
+    from onnx import TensorProto
+
+    try:
+        return str(TensorProto.DataType.Name(elem_type))
+    except ValueError:
+        return f"type #{elem_type}"
+
+
+# ---- reading the file --------------------------------------------------------------------
+
+
+def _read_model(path: str) -> ModelProto:
+    import onnx
+
+    if not os.path.exists(path):
+        raise ModelFormatError("no such file", file=path)
+    if os.path.isdir(path):
+        raise ModelFormatError("is a directory, not an ONNX model file", file=path)
+    try:
+        model = onnx.load(path, load_external_data=False)
+    except OSError as e:
+        raise ModelFormatError(f"cannot read the file ({e.strerror or e})", file=path) from None
+    except Exception as e:  # protobuf DecodeError and friends: never a raw traceback
+        raise ModelFormatError(
+            f"not a readable ONNX model (truncated or corrupt protobuf: {type(e).__name__}: "
+            f"{_short(str(e))})", file=path, place="ModelProto") from None
+    if model.ir_version <= 0 or not model.HasField("graph") or not model.opset_import:
+        raise ModelFormatError(
+            "not an ONNX model (no ir_version, graph or opset_import; truncated or not an "
+            "ONNX file?)", file=path)
+    if not model.graph.output:
+        raise ModelFormatError("the graph has no outputs (truncated file?)", file=path,
+                               place=f"graph {model.graph.name!r}")
+    return model
+
+
+def _short(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _default_opset(model: ModelProto, path: str) -> int:
+    versions = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
+    if not versions:
+        raise ModelFormatError("the model imports no default-domain (ai.onnx) opset",
+                               file=path, place="opset_import")
+    version = int(versions[0])
+    if version < MIN_OPSET:
+        raise ModelFormatError(
+            f"opset {version} is too old: placewise reads opset {MIN_OPSET} or newer "
+            f"(upgrade it with onnx.version_converter.convert_version(model, {MIN_OPSET}))",
+            file=path, place="opset_import")
+    return version
+
+
+# ---- external data ---------------------------------------------------------------------------
+
+
+def _all_tensors(graph: GraphProto) -> Iterable[TensorProto]:
+    """Every TensorProto in the graph that may carry external data, subgraphs included."""
+    yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield sparse.values
+        yield sparse.indices
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+            if attr.HasField("g"):
+                yield from _all_tensors(attr.g)
+            for sub in attr.graphs:
+                yield from _all_tensors(sub)
+
+
+def _is_absolute(location: str) -> bool:
+    return (os.path.isabs(location) or location.startswith(("/", "\\"))
+            or re.match(r"^[A-Za-z]:", location) is not None)
+
+
+def _resolve_external(model: ModelProto, path: str) -> None:
+    """Check every external-data reference; read small external tensors in place.
+
+    A ``location`` that is absolute, or that resolves (after symlinks and ``..``) outside
+    the model's folder, is refused, as is a missing file or one too short for the tensor.
+    """
+    from onnx import TensorProto
+
+    base = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    for tensor in _all_tensors(model.graph):
+        if tensor.data_location != TensorProto.EXTERNAL:
+            continue
+        place = f"initializer {tensor.name!r}"
+        info = {e.key: e.value for e in tensor.external_data}
+        location = info.get("location", "")
+        if not location:
+            raise ModelFormatError("external data has no location", file=path, place=place)
+        if "\x00" in location or _is_absolute(location):
+            raise ModelFormatError(
+                f"external data location {location!r} is an absolute path; placewise only "
+                f"reads external data inside the model's folder", file=path, place=place)
+        target = os.path.realpath(os.path.join(base, location))
+        if os.path.commonpath([base, target]) != base or target == base:
+            raise ModelFormatError(
+                f"external data location {location!r} escapes the model's folder "
+                f"(resolves to {target!r}); refused", file=path, place=place)
+        if not os.path.isfile(target):
+            raise ModelFormatError(f"external data file {location!r} does not exist",
+                                   file=path, place=place)
+        try:
+            offset = int(info.get("offset", "0"))
+            length = int(info["length"]) if "length" in info else None
+        except ValueError:
+            raise ModelFormatError("external data offset/length is not an integer",
+                                   file=path, place=place) from None
+        dtype = onnx_dtype(tensor.data_type)
+        expected = dtype.nbytes(math.prod(tensor.dims)) if dtype is not None else None
+        if length is None:
+            length = expected
+        if offset < 0 or (length is not None and length < 0):
+            raise ModelFormatError("external data offset/length is negative", file=path,
+                                   place=place)
+        if expected is not None and length is not None and length < expected:
+            raise ModelFormatError(
+                f"external data holds {length} bytes but the tensor needs {expected}",
+                file=path, place=place)
+        size = os.path.getsize(target)
+        need = offset + (length if length is not None else 0)
+        if need > size:
+            raise ModelFormatError(
+                f"external data file {location!r} is too short ({size} bytes, needs "
+                f"{need}); truncated?", file=path, place=place)
+        if length is not None and length <= _LOAD_EXTERNAL_MAX_BYTES:
+            with open(target, "rb") as fh:
+                fh.seek(offset)
+                tensor.raw_data = fh.read(length)
+            del tensor.external_data[:]
+            tensor.data_location = TensorProto.DEFAULT
+
+
+# ---- binding input dims ----------------------------------------------------------------------
+
+
+def _bind_inputs(model: ModelProto, path: str, shapes: Mapping[str, Sequence[int]] | None,
+                 batch: int | None) -> dict[str, int]:
+    """Write the requested input dims into the graph inputs; return symbol -> size.
+
+    A symbol bound on one input is bound everywhere it appears (other inputs, outputs,
+    value_info), so that inference and the exporter's annotations agree.
+    """
+    graph = model.graph
+    init_names = {t.name for t in graph.initializer}
+    real_inputs = [vi for vi in graph.input if vi.name not in init_names]
+    by_name = {vi.name: vi for vi in real_inputs}
+    env: dict[str, int] = {}
+
+    def bind_symbol(symbol: str, value: int, place: str) -> None:
+        if env.get(symbol, value) != value:
+            raise InputError(f"symbol {symbol!r} bound to both {env[symbol]} and {value}",
+                             file=path, place=place)
+        env[symbol] = value
+
+    for name, dims in (shapes or {}).items():
+        if name not in by_name:
+            known = ", ".join(repr(n) for n in by_name) or "none"
+            raise InputError(f"the model has no input {name!r} (inputs: {known})",
+                             file=path, place="--shape")
+        place = f"input {name!r}"
+        req = tuple(int(d) for d in dims)
+        if any(d < 0 for d in req):
+            raise InputError(f"negative dimension in {list(req)}", file=path, place=place)
+        ttype = by_name[name].type.tensor_type
+        if not by_name[name].type.HasField("tensor_type"):
+            raise InputError("not a tensor input; cannot bind a shape", file=path, place=place)
+        if ttype.HasField("shape"):
+            have = ttype.shape.dim
+            if len(have) != len(req):
+                raise InputError(f"shape {list(req)} has rank {len(req)} but the input has "
+                                 f"rank {len(have)} ({_dims_text(have)})", file=path,
+                                 place=place)
+            for i, (d, want) in enumerate(zip(have, req, strict=True)):
+                if d.HasField("dim_value") and d.dim_value != want:
+                    raise InputError(f"dimension {i} is {d.dim_value} in the model but "
+                                     f"{want} was requested", file=path, place=place)
+                if d.HasField("dim_param"):
+                    bind_symbol(d.dim_param, want, place)
+                d.dim_value = want
+        else:
+            for want in req:
+                ttype.shape.dim.add().dim_value = want
+    if batch is not None:
+        if batch <= 0:
+            raise InputError(f"batch must be a positive integer, got {batch}", file=path,
+                             place="--batch")
+        bound_any = False
+        fixed: list[str] = []
+        for vi in real_inputs:
+            if vi.name in (shapes or {}) or not vi.type.HasField("tensor_type"):
+                continue
+            ttype = vi.type.tensor_type
+            if not ttype.HasField("shape") or not ttype.shape.dim:
+                continue
+            d0 = ttype.shape.dim[0]
+            if d0.HasField("dim_value"):
+                if d0.dim_value != batch:
+                    fixed.append(f"{vi.name!r} {_dims_text(ttype.shape.dim)}")
+                continue
+            if d0.HasField("dim_param"):
+                bind_symbol(d0.dim_param, batch, f"input {vi.name!r}")
+            d0.dim_value = batch
+            bound_any = True
+        if not bound_any and fixed:
+            raise InputError(f"batch {batch} cannot be applied: the model's inputs have a "
+                             f"fixed leading dim ({', '.join(fixed)}); export it with a "
+                             f"dynamic batch", file=path, place="--batch")
+    if env:
+        for vi in [*graph.input, *graph.output, *graph.value_info]:
+            if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+                for d in vi.type.tensor_type.shape.dim:
+                    if d.HasField("dim_param") and d.dim_param in env:
+                        d.dim_value = env[d.dim_param]
+    return env
+
+
+def _dims_text(dims: Iterable[Any]) -> str:
+    parts = []
+    for d in dims:
+        if d.HasField("dim_value"):
+            parts.append(str(d.dim_value))
+        else:
+            parts.append(d.dim_param or "?")
+    return "[" + ",".join(parts) + "]"
+
+
+# ---- shapes and dtypes ---------------------------------------------------------------------
+
+
+def _symbol(text: str) -> str:
+    s = re.sub(r"\W", "_", text)
+    return s if s and not s[0].isdigit() else "t_" + s
+
+
+@dataclass(frozen=True, slots=True)
+class _TypeInfo:
+    shape: tuple[Dim, ...]
+    dtype: DType | None
+    elem_type: int  # the ONNX element type (0 when unknown)
+    rank_known: bool = True  # False: ``shape`` is one symbolic dim standing for numel
+
+
+def _tensor_type_info(name: str, tp: TypeProto, env: Mapping[str, int]) -> _TypeInfo | None:
+    """Shape and dtype from a TypeProto; sequences/optionals use their element type with a
+    symbolic leading length."""
+    which = tp.WhichOneof("value")
+    if which == "tensor_type" or which == "sparse_tensor_type":
+        tt = tp.tensor_type if which == "tensor_type" else tp.sparse_tensor_type
+        if not tt.elem_type:
+            return None
+        dtype = onnx_dtype(tt.elem_type)
+        if not tt.HasField("shape"):
+            return _TypeInfo((f"{_symbol(name)}_numel",), dtype, tt.elem_type, False)
+        else:
+            dims: list[Dim] = []
+            for i, d in enumerate(tt.shape.dim):
+                if d.HasField("dim_value"):
+                    dims.append(int(d.dim_value))
+                elif d.dim_param:
+                    dims.append(eval_dim(d.dim_param, env))
+                else:
+                    dims.append(f"{_symbol(name)}_d{i}")
+            shape = tuple(dims)
+        return _TypeInfo(shape, dtype, tt.elem_type)
+    if which == "sequence_type":
+        inner = _tensor_type_info(name, tp.sequence_type.elem_type, env)
+        if inner is None:
+            return None
+        return _TypeInfo((f"{_symbol(name)}_len", *inner.shape), inner.dtype, inner.elem_type,
+                         inner.rank_known)
+    if which == "optional_type":
+        return _tensor_type_info(name, tp.optional_type.elem_type, env)
+    return None
+
+
+def _constant_node_info(node: NodeProto) -> _TypeInfo | None:
+    for attr in node.attribute:
+        if attr.name == "value":
+            return _TypeInfo(tuple(int(d) for d in attr.t.dims), onnx_dtype(attr.t.data_type),
+                             attr.t.data_type)
+        if attr.name == "sparse_value":
+            sv = attr.sparse_tensor
+            return _TypeInfo(tuple(int(d) for d in sv.dims), onnx_dtype(sv.values.data_type),
+                             sv.values.data_type)
+        if attr.name == "value_float":
+            return _TypeInfo((), DType.FP32, 1)
+        if attr.name == "value_floats":
+            return _TypeInfo((len(attr.floats),), DType.FP32, 1)
+        if attr.name == "value_int":
+            return _TypeInfo((), DType.INT64, 7)
+        if attr.name == "value_ints":
+            return _TypeInfo((len(attr.ints),), DType.INT64, 7)
+        if attr.name in ("value_string", "value_strings"):
+            return _TypeInfo((), None, 8)
+    return None
+
+
+def _constant_node_value(node: NodeProto) -> TensorProto | None:
+    from onnx import TensorProto, helper
+
+    for attr in node.attribute:
+        if attr.name == "value":
+            return attr.t
+        if attr.name == "value_int":
+            return helper.make_tensor("v", TensorProto.INT64, (), [attr.i])
+        if attr.name == "value_ints":
+            return helper.make_tensor("v", TensorProto.INT64, (len(attr.ints),),
+                                      list(attr.ints))
+    return None
+
+
+# ---- op table ------------------------------------------------------------------------------
+
+_KINDS: dict[str, OpKind] = {
+    # contractions
+    "Conv": OpKind.CONV, "ConvInteger": OpKind.CONV, "ConvTranspose": OpKind.CONV_TRANSPOSE,
+    "MatMul": OpKind.MATMUL, "MatMulInteger": OpKind.MATMUL, "Gemm": OpKind.GEMM,
+    "LSTM": OpKind.LSTM, "GRU": OpKind.GRU, "Attention": OpKind.ATTENTION,
+    # normalization
+    "LayerNormalization": OpKind.LAYER_NORM, "RMSNormalization": OpKind.RMS_NORM,
+    "BatchNormalization": OpKind.BATCH_NORM, "GroupNormalization": OpKind.GROUP_NORM,
+    "InstanceNormalization": OpKind.INSTANCE_NORM, "Softmax": OpKind.SOFTMAX,
+    "LogSoftmax": OpKind.LOG_SOFTMAX,
+    # unary elementwise
+    "Relu": OpKind.RELU, "LeakyRelu": OpKind.LEAKY_RELU, "Gelu": OpKind.GELU,
+    "Sigmoid": OpKind.SIGMOID, "HardSigmoid": OpKind.HARD_SIGMOID,
+    "HardSwish": OpKind.HARD_SWISH, "Tanh": OpKind.TANH, "Elu": OpKind.ELU,
+    "Softplus": OpKind.SOFTPLUS, "Exp": OpKind.EXP, "Log": OpKind.LOG, "Sqrt": OpKind.SQRT,
+    "Reciprocal": OpKind.RECIPROCAL, "Neg": OpKind.NEG, "Abs": OpKind.ABS, "Erf": OpKind.ERF,
+    "Sin": OpKind.SIN, "Cos": OpKind.COS, "Clip": OpKind.CLIP, "Not": OpKind.NOT,
+    "Dropout": OpKind.DROPOUT,
+    # binary / ternary elementwise
+    "Add": OpKind.ADD, "Sum": OpKind.ADD, "Sub": OpKind.SUB, "Mul": OpKind.MUL,
+    "Div": OpKind.DIV, "Pow": OpKind.POW, "Max": OpKind.MAXIMUM, "Min": OpKind.MINIMUM,
+    "Equal": OpKind.EQUAL, "Less": OpKind.LESS, "LessOrEqual": OpKind.LESS,
+    "Greater": OpKind.GREATER, "GreaterOrEqual": OpKind.GREATER, "And": OpKind.AND,
+    "Or": OpKind.OR, "Where": OpKind.WHERE,
+    # reductions
+    "ReduceSum": OpKind.REDUCE_SUM, "ReduceSumSquare": OpKind.REDUCE_SUM,
+    "ReduceL1": OpKind.REDUCE_SUM, "ReduceL2": OpKind.REDUCE_SUM,
+    "ReduceLogSum": OpKind.REDUCE_SUM, "ReduceLogSumExp": OpKind.REDUCE_SUM,
+    "ReduceMean": OpKind.REDUCE_MEAN, "ReduceMax": OpKind.REDUCE_MAX,
+    "ReduceMin": OpKind.REDUCE_MIN, "ReduceProd": OpKind.REDUCE_PROD,
+    "ArgMax": OpKind.ARGMAX, "ArgMin": OpKind.ARGMAX, "CumSum": OpKind.CUMSUM,
+    "TopK": OpKind.TOPK,
+    # pooling
+    "MaxPool": OpKind.MAX_POOL, "AveragePool": OpKind.AVG_POOL,
+    "GlobalAveragePool": OpKind.GLOBAL_AVG_POOL, "GlobalMaxPool": OpKind.GLOBAL_MAX_POOL,
+    # data movement
+    "Gather": OpKind.GATHER, "GatherElements": OpKind.GATHER, "GatherND": OpKind.GATHER,
+    "Scatter": OpKind.SCATTER, "ScatterElements": OpKind.SCATTER, "ScatterND": OpKind.SCATTER,
+    "Concat": OpKind.CONCAT, "Split": OpKind.SPLIT, "Slice": OpKind.SLICE,
+    "Transpose": OpKind.TRANSPOSE, "Pad": OpKind.PAD, "Expand": OpKind.EXPAND,
+    "Tile": OpKind.TILE,
+    # views
+    "Reshape": OpKind.RESHAPE, "Flatten": OpKind.FLATTEN, "Squeeze": OpKind.SQUEEZE,
+    "Unsqueeze": OpKind.UNSQUEEZE, "Identity": OpKind.IDENTITY,
+    # conversions
+    "QuantizeLinear": OpKind.QUANTIZE, "DynamicQuantizeLinear": OpKind.QUANTIZE,
+    "DequantizeLinear": OpKind.DEQUANTIZE, "Cast": OpKind.CAST, "CastLike": OpKind.CAST,
+    # plumbing
+    "Shape": OpKind.SHAPE, "Size": OpKind.SHAPE, "ConstantOfShape": OpKind.CONSTANT,
+    "Range": OpKind.RANGE,
+}
+
+# a few widely used non-default-domain ops whose meaning matches a kind exactly
+_DOMAIN_KINDS: dict[tuple[str, str], OpKind] = {
+    ("com.microsoft", "Gelu"): OpKind.GELU,
+    ("com.microsoft", "SimplifiedLayerNormalization"): OpKind.RMS_NORM,
+}
+
+_REDUCE_VARIANT = {"ReduceSumSquare": "sum_square", "ReduceL1": "l1", "ReduceL2": "l2",
+                   "ReduceLogSum": "log_sum", "ReduceLogSumExp": "log_sum_exp"}
+
+
+class _Ctx:
+    """What attribute canonicalizers may look at: shapes, dtypes and constant values."""
+
+    def __init__(self, infos: Mapping[str, _TypeInfo], consts: Mapping[str, TensorProto]):
+        self.infos = infos
+        self.consts = consts
+
+    def rank(self, name: str) -> int | None:
+        info = self.infos.get(name) if name else None
+        return len(info.shape) if info is not None and info.rank_known else None
+
+    def shape(self, name: str) -> tuple[Dim, ...] | None:
+        info = self.infos.get(name) if name else None
+        return info.shape if info is not None and info.rank_known else None
+
+    def value(self, name: str) -> np.ndarray | None:
+        from onnx import TensorProto, numpy_helper
+
+        t = self.consts.get(name) if name else None
+        if t is None or t.data_location == TensorProto.EXTERNAL:
+            return None
+        try:
+            return numpy_helper.to_array(t)
+        except Exception:
+            return None
+
+    def ints(self, name: str) -> tuple[int, ...] | None:
+        v = self.value(name)
+        if v is None or v.dtype.kind not in "iu":
+            return None
+        return tuple(int(x) for x in v.reshape(-1))
+
+
+def _attr_dict(node: NodeProto) -> dict[str, Any]:
+    from onnx import helper
+
+    out: dict[str, Any] = {}
+    for attr in node.attribute:
+        try:
+            out[attr.name] = helper.get_attribute_value(attr)
+        except Exception:
+            continue
+    return out
+
+
+def _norm_axis(axis: int, rank: int | None) -> int:
+    return axis + rank if axis < 0 and rank is not None else axis
+
+
+def _spatial_attrs(node: NodeProto, a: Mapping[str, Any], ctx: _Ctx, *, pool: bool
+                   ) -> dict[str, Any]:
+    x = node.input[0] if node.input else ""
+    kernel = a.get("kernel_shape")
+    if kernel is None and not pool and len(node.input) > 1:
+        wshape = ctx.shape(node.input[1])
+        if wshape is not None and len(wshape) > 2 and all(isinstance(d, int)
+                                                          for d in wshape[2:]):
+            kernel = [int(d) for d in wshape[2:]]
+    xshape = ctx.shape(x)
+    nsp = len(kernel) if kernel is not None else (len(xshape) - 2 if xshape else 0)
+    out: dict[str, Any] = {
+        "strides": tuple(a.get("strides", [1] * nsp)),
+        "dilations": tuple(a.get("dilations", [1] * nsp)),
+        "pads": tuple(a.get("pads", [0] * (2 * nsp))),
+    }
+    if kernel is not None:
+        out["kernel_shape"] = tuple(int(k) for k in kernel)
+    auto_pad = a.get("auto_pad", b"NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER") and kernel is not None:
+        spatial = xshape[2:] if xshape is not None else ()
+        if len(spatial) == nsp and all(isinstance(d, int) for d in spatial):
+            begin, end = [], []
+            for size, k, s, dil in zip(spatial, kernel, out["strides"], out["dilations"],
+                                       strict=True):
+                target = -(-int(size) // int(s))
+                total = max(0, (target - 1) * s + (k - 1) * dil + 1 - int(size))
+                small, big = total // 2, total - total // 2
+                begin.append(small if auto_pad == "SAME_UPPER" else big)
+                end.append(big if auto_pad == "SAME_UPPER" else small)
+            out["pads"] = (*begin, *end)
+        else:
+            out["auto_pad"] = auto_pad
+    elif auto_pad == "VALID":
+        out["pads"] = (0,) * (2 * nsp)
+    if not pool:
+        out["group"] = int(a.get("group", 1))
+    if "output_padding" in a or node.op_type == "ConvTranspose":
+        out["output_padding"] = tuple(a.get("output_padding", [0] * nsp))
+    if pool:
+        if a.get("ceil_mode"):
+            out["ceil_mode"] = True
+        if node.op_type == "AveragePool":
+            out["count_include_pad"] = bool(a.get("count_include_pad", 0))
+    return out
+
+
+def _reduce_attrs(node: NodeProto, a: Mapping[str, Any], ctx: _Ctx) -> dict[str, Any]:
+    rank = ctx.rank(node.input[0]) if node.input else None
+    axes: Sequence[int] | None = a.get("axes")
+    out: dict[str, Any] = {"keepdims": bool(a.get("keepdims", 1))}
+    if axes is None and len(node.input) > 1 and node.input[1]:
+        axes = ctx.ints(node.input[1])
+        if axes is None:
+            out["axes_from_input"] = True  # runtime axes; shapes tell the result
+    out["axes"] = tuple(sorted(_norm_axis(int(x), rank) for x in (axes or ())))
+    if a.get("noop_with_empty_axes"):
+        out["noop_with_empty_axes"] = True
+    if node.op_type in _REDUCE_VARIANT:
+        out["variant"] = _REDUCE_VARIANT[node.op_type]
+    return out
+
+
+def _canonical_attrs(kind: OpKind, node: NodeProto, ctx: _Ctx) -> dict[str, Any]:
+    a = _attr_dict(node)
+    x = node.input[0] if node.input else ""
+    rank = ctx.rank(x)
+    t = node.op_type
+    if kind in (OpKind.CONV, OpKind.CONV_TRANSPOSE):
+        return _spatial_attrs(node, a, ctx, pool=False)
+    if kind in (OpKind.MAX_POOL, OpKind.AVG_POOL):
+        return _spatial_attrs(node, a, ctx, pool=True)
+    if kind is OpKind.GEMM:
+        return {"trans_a": bool(a.get("transA", 0)), "trans_b": bool(a.get("transB", 0)),
+                "alpha": float(a.get("alpha", 1.0)), "beta": float(a.get("beta", 1.0))}
+    if kind is OpKind.ATTENTION:
+        out: dict[str, Any] = {"is_causal": bool(a.get("is_causal", 0))}
+        if "scale" in a:
+            out["scale"] = float(a["scale"])
+        for key in ("q_num_heads", "kv_num_heads"):
+            if key in a:
+                out[key] = int(a[key])
+        return out
+    if kind in (OpKind.LSTM, OpKind.GRU):
+        direction = a.get("direction", b"forward")
+        return {"hidden_size": int(a.get("hidden_size", 0)),
+                "direction": direction.decode() if isinstance(direction, bytes)
+                else str(direction), "layout": int(a.get("layout", 0))}
+    if kind in (OpKind.LAYER_NORM, OpKind.RMS_NORM):
+        return {"axis": _norm_axis(int(a.get("axis", -1)), rank),
+                "epsilon": float(a.get("epsilon", 1e-5))}
+    if kind is OpKind.BATCH_NORM:
+        return {"axis": 1, "epsilon": float(a.get("epsilon", 1e-5))}
+    if kind is OpKind.GROUP_NORM:
+        return {"axis": 1, "epsilon": float(a.get("epsilon", 1e-5)),
+                "num_groups": int(a.get("num_groups", 1))}
+    if kind is OpKind.INSTANCE_NORM:
+        return {"axis": 2, "epsilon": float(a.get("epsilon", 1e-5))}
+    if kind in (OpKind.SOFTMAX, OpKind.LOG_SOFTMAX):
+        return {"axis": _norm_axis(int(a.get("axis", -1)), rank)}
+    if kind in (OpKind.REDUCE_SUM, OpKind.REDUCE_MEAN, OpKind.REDUCE_MAX, OpKind.REDUCE_MIN,
+                OpKind.REDUCE_PROD):
+        return _reduce_attrs(node, a, ctx)
+    if kind is OpKind.ARGMAX:
+        out = {"axes": (_norm_axis(int(a.get("axis", 0)), rank),),
+               "keepdims": bool(a.get("keepdims", 1))}
+        if t == "ArgMin":
+            out["variant"] = "argmin"
+        return out
+    if kind is OpKind.CUMSUM:
+        axis = ctx.ints(node.input[1]) if len(node.input) > 1 else None
+        return {} if not axis else {"axis": _norm_axis(axis[0], rank)}
+    if kind is OpKind.TOPK:
+        out = {"axis": _norm_axis(int(a.get("axis", -1)), rank)}
+        k = ctx.ints(node.input[1]) if len(node.input) > 1 else None
+        if k:
+            out["k"] = k[0]
+        return out
+    if kind in (OpKind.GATHER, OpKind.CONCAT, OpKind.SPLIT, OpKind.FLATTEN):
+        out = {"axis": _norm_axis(int(a.get("axis", 1 if kind is OpKind.FLATTEN else 0)),
+                                  rank)}
+        if t == "GatherND":
+            out = {"batch_dims": int(a.get("batch_dims", 0))}
+        if t != "Gather" and kind is OpKind.GATHER:
+            out["variant"] = "elements" if t == "GatherElements" else "nd"
+        return out
+    if kind is OpKind.TRANSPOSE:
+        perm = a.get("perm")
+        if perm is None and rank is not None:
+            perm = list(range(rank))[::-1]
+        return {} if perm is None else {"perm": tuple(int(p) for p in perm)}
+    if kind is OpKind.PAD:
+        mode = a.get("mode", b"constant")
+        return {"mode": mode.decode() if isinstance(mode, bytes) else str(mode)}
+    if kind in (OpKind.QUANTIZE, OpKind.DEQUANTIZE):
+        scale_shape = ctx.shape(node.input[1]) if len(node.input) > 1 else None
+        if scale_shape is not None and len(scale_shape) >= 1 and scale_shape != (1,):
+            return {"axis": _norm_axis(int(a.get("axis", 1)), rank)}
+        return {}
+    if kind is OpKind.CAST:
+        if t == "CastLike":
+            info = ctx.infos.get(node.input[1]) if len(node.input) > 1 else None
+            dt = info.dtype if info is not None else None
+        else:
+            dt = onnx_dtype(int(a.get("to", 0)))
+        return {} if dt is None else {"to": dt.value}
+    if kind is OpKind.LEAKY_RELU:
+        return {"alpha": float(a.get("alpha", 0.01))}
+    if kind is OpKind.ELU:
+        return {"alpha": float(a.get("alpha", 1.0))}
+    if kind is OpKind.GELU:
+        approx = a.get("approximate", b"none")
+        return {"approximate": approx.decode() if isinstance(approx, bytes) else str(approx)}
+    if kind is OpKind.HARD_SIGMOID:
+        return {"alpha": float(a.get("alpha", 0.2)), "beta": float(a.get("beta", 0.5))}
+    return {}
+
+
+def _subgraph_refs(node: NodeProto) -> list[str]:
+    """Outer-scope values a node's subgraphs (If/Loop/Scan bodies) read."""
+    refs: list[str] = []
+
+    def walk(g: GraphProto, outer_defined: set[str]) -> None:
+        defined = set(outer_defined)
+        defined.update(vi.name for vi in g.input)
+        defined.update(t.name for t in g.initializer)
+        for n in g.node:
+            for name in n.input:
+                if name and name not in defined and name not in refs:
+                    refs.append(name)
+            for attr in n.attribute:
+                if attr.HasField("g"):
+                    walk(attr.g, defined)
+                for sub in attr.graphs:
+                    walk(sub, defined)
+            defined.update(n.output)
+
+    for attr in node.attribute:
+        if attr.HasField("g"):
+            walk(attr.g, set())
+        for sub in attr.graphs:
+            walk(sub, set())
+    return refs
+
+
+def _module_path(node: NodeProto) -> str:
+    """The innermost torch module path, when the torch exporter left its name scopes."""
+    for prop in node.metadata_props:
+        if prop.key == "pkg.torch.onnx.name_scopes":
+            try:
+                scopes = ast.literal_eval(prop.value)
+            except (ValueError, SyntaxError):
+                return ""
+            if isinstance(scopes, list) and len(scopes) >= 2:
+                inner = str(scopes[-2])
+                return "" if inner.startswith("_empty") else inner
+    return ""
+
+
+# ---- the importer ---------------------------------------------------------------------------
+
+
+def load_onnx(path: str | os.PathLike[str], *,
+              shapes: Mapping[str, Sequence[int]] | None = None,
+              batch: int | None = None) -> Graph:
+    """Read the ONNX model at ``path`` into a ``Graph``.
+
+    ``shapes`` maps graph input names to concrete dims; ``batch`` binds the first dim of
+    every other graph input whose first dim is symbolic or unknown. Both are applied before
+    ONNX shape inference, so concrete sizes propagate. Dims that stay unknown are kept as
+    symbolic names (``str``).
+
+    Raises ``ModelFormatError`` for a missing, unreadable, truncated or invalid file (or an
+    unsafe external-data reference), ``InputError`` for a binding that conflicts with the
+    model, ``GraphError`` for a value whose dtype cannot be inferred.
+    """
+    import onnx
+
+    file = os.fspath(path)
+    model = _read_model(file)
+    _default_opset(model, file)  # refuses opsets older than MIN_OPSET
+    _resolve_external(model, file)
+    env = _bind_inputs(model, file, shapes, batch)
+    inference_problem = ""
+    try:
+        model = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except Exception as e:  # non-strict inference rarely raises; fall back to annotations
+        inference_problem = f" (ONNX shape inference failed: {_short(str(e))})"
+    return _build_graph(model, file, env, inference_problem)
+
+
+def _build_graph(model: ModelProto, file: str, env: Mapping[str, int],
+                 inference_problem: str) -> Graph:
+    graph = model.graph
+    infos: dict[str, _TypeInfo] = {}
+    for vi in [*graph.value_info, *graph.input, *graph.output]:
+        info = _tensor_type_info(vi.name, vi.type, env)
+        if info is not None and (vi.name not in infos or infos[vi.name].dtype is None):
+            infos[vi.name] = info
+    consts: dict[str, TensorProto] = {}
+    params: list[str] = []
+    for t in graph.initializer:
+        if not t.name:
+            raise ModelFormatError("an initializer has no name", file=file, place="initializer")
+        infos[t.name] = _TypeInfo(tuple(int(d) for d in t.dims), onnx_dtype(t.data_type),
+                                  t.data_type)
+        consts[t.name] = t
+        if t.name not in params:
+            params.append(t.name)
+    for sp in graph.sparse_initializer:
+        name = sp.values.name
+        infos[name] = _TypeInfo(tuple(int(d) for d in sp.dims), onnx_dtype(sp.values.data_type),
+                                sp.values.data_type)
+        params.append(name)
+    constant_nodes: set[int] = set()
+    for i, node in enumerate(graph.node):
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and \
+                len(node.output) == 1:
+            info = _constant_node_info(node)
+            if info is None:
+                raise ModelFormatError("Constant node has no value attribute", file=file,
+                                       place=f"node {node.name or node.output[0]!r}")
+            infos[node.output[0]] = info
+            value = _constant_node_value(node)
+            if value is not None:
+                consts[node.output[0]] = value
+            params.append(node.output[0])
+            constant_nodes.add(i)
+    param_set = set(params)
+    input_names = [vi.name for vi in graph.input if vi.name not in param_set]
+    output_names = [vi.name for vi in graph.output]
+    _solve_view_symbols(graph.node, infos, dict(env))
+    ctx = _Ctx(infos, consts)
+
+    # every value a node reads must be defined before it (ONNX requires topological order)
+    defined = set(param_set) | set(input_names)
+    ops: list[Op] = []
+    used_names: set[str] = set()
+    produced: dict[str, str] = {}
+    for i, node in enumerate(graph.node):
+        if i in constant_nodes:
+            continue
+        name = _op_name(node, i, used_names)
+        for inp in node.input:
+            if inp and inp not in defined:
+                raise ModelFormatError(
+                    f"input {inp!r} is not produced by any earlier node, initializer or graph "
+                    f"input (truncated or corrupt model?)", file=file,
+                    place=f"node {name!r} ({node.op_type})")
+        extra = [r for r in _subgraph_refs(node) if r in defined and r not in node.input]
+        outputs = tuple(o for o in node.output if o)
+        for o in outputs:
+            if o in produced or o in param_set or o in input_names:
+                raise ModelFormatError(f"value {o!r} is defined twice", file=file,
+                                       place=f"node {name!r} ({node.op_type})")
+            produced[o] = name
+        defined.update(outputs)
+        ops.append(_make_op(node, name, (*node.input, *extra), outputs, ctx))
+    for o in output_names:
+        if o not in defined:
+            raise ModelFormatError(f"graph output {o!r} is not produced by any node "
+                                   f"(truncated or corrupt model?)", file=file,
+                                   place=f"output {o!r}")
+
+    tensors: list[Tensor] = []
+    outputs_set = set(output_names)
+    for tname in [*input_names, *params, *produced]:
+        info = infos.get(tname)
+        producer = produced.get(tname)
+        place = f"node {producer!r}" if producer else f"tensor {tname!r}"
+        if info is None or not info.elem_type:
+            raise GraphError(f"the dtype of {tname!r} is unknown: shape inference gave it no "
+                             f"type{inference_problem}", file=file, place=place)
+        if info.dtype is None:
+            raise GraphError(f"value {tname!r} has element type {_type_name(info.elem_type)}, "
+                             f"which placewise cannot size", file=file, place=place)
+        if tname in param_set:
+            role = Role.PARAM
+        elif tname in input_names:
+            role = Role.INPUT
+        elif tname in outputs_set:
+            role = Role.OUTPUT
+        else:
+            role = Role.ACTIVATION
+        tensors.append(Tensor(tname, info.shape, info.dtype, role=role))
+    return Graph.build(graph.name or os.path.splitext(os.path.basename(file))[0], tensors,
+                       ops, input_names, output_names, file=file)
+
+
+_SIZE_PRESERVING = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}
+
+
+def _solve_view_symbols(nodes: Iterable[NodeProto], infos: dict[str, _TypeInfo],
+                        env: dict[str, int]) -> None:
+    """Recover sizes ONNX inference left symbolic behind a reshape-like node.
+
+    Such a node keeps the element count, so when its output has exactly one symbol its
+    input lacks, and otherwise the same symbols as its input, that symbol is the quotient of
+    the concrete parts. (This is what inference misses for a ``Reshape`` whose target shape
+    is computed with ``Div`` on shape values.) ``infos`` is updated in place.
+    """
+    from collections import Counter
+
+    solved = False
+    for node in nodes:
+        if node.op_type not in _SIZE_PRESERVING or node.domain not in ("", "ai.onnx"):
+            continue
+        if not node.input or not node.output:
+            continue
+        src, dst = infos.get(node.input[0]), infos.get(node.output[0])
+        if src is None or dst is None or not src.rank_known or not dst.rank_known:
+            continue
+        in_dims = [eval_dim(d, env) for d in src.shape]
+        out_dims = [eval_dim(d, env) for d in dst.shape]
+        in_syms = Counter(d for d in in_dims if isinstance(d, str))
+        out_syms = Counter(d for d in out_dims if isinstance(d, str))
+        fresh = [d for d in out_syms if d not in in_syms]
+        if len(fresh) != 1 or out_syms[fresh[0]] != 1 or not fresh[0].isidentifier():
+            continue
+        del out_syms[fresh[0]]
+        if out_syms != in_syms:
+            continue
+        known = math.prod(d for d in out_dims if isinstance(d, int))
+        total = math.prod(d for d in in_dims if isinstance(d, int))
+        if known > 0 and total % known == 0:
+            env[fresh[0]] = total // known
+            solved = True
+    if not solved:
+        return
+    for name, info in list(infos.items()):
+        shape = tuple(eval_dim(d, env) for d in info.shape)
+        if shape != info.shape:
+            infos[name] = _TypeInfo(shape, info.dtype, info.elem_type, info.rank_known)
+
+
+def _op_name(node: NodeProto, index: int, used: set[str]) -> str:
+    base = node.name or f"{node.op_type}_{index}"
+    name, k = base, 1
+    while name in used:
+        name = f"{base}_{k}"
+        k += 1
+    used.add(name)
+    return name
+
+
+def _make_op(node: NodeProto, name: str, inputs: Sequence[str], outputs: tuple[str, ...],
+             ctx: _Ctx) -> Op:
+    domain = node.domain if node.domain not in ("", "ai.onnx") else ""
+    source_op = f"onnx::{domain}::{node.op_type}" if domain else f"onnx::{node.op_type}"
+    kind = (_DOMAIN_KINDS.get((domain, node.op_type), OpKind.UNKNOWN) if domain
+            else _KINDS.get(node.op_type, OpKind.UNKNOWN))
+    attrs: dict[str, Any] = {}
+    if kind is not OpKind.UNKNOWN:
+        try:
+            attrs = _canonical_attrs(kind, node, ctx)
+        except (TypeError, ValueError, AttributeError):
+            # malformed attributes: an honest UNKNOWN beats guessed attributes
+            kind, attrs = OpKind.UNKNOWN, {}
+    if kind is OpKind.GATHER and node.op_type == "Gather" and _is_embedding(node, ctx):
+        kind = OpKind.EMBEDDING
+        attrs = {}
+    return Op(name, kind, tuple(inputs), outputs, Attrs.of(attrs),
+              Provenance(source=name, source_op=source_op, module_path=_module_path(node)))
+
+
+def _is_embedding(node: NodeProto, ctx: _Ctx) -> bool:
+    """A Gather along axis 0 of a 2-D parameter table by run-time integer indices."""
+    if len(node.input) != 2:
+        return False
+    axis = 0
+    for attr in node.attribute:
+        if attr.name == "axis":
+            axis = int(attr.i)
+    table, idx = node.input
+    tshape = ctx.shape(table)
+    return (axis == 0 and table in ctx.consts and tshape is not None and len(tshape) == 2
+            and idx not in ctx.consts)
+

@@ -1,0 +1,180 @@
+"""The command line end to end: reporting commands, golden output, bad input -> exit 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+GOLDEN = Path(__file__).parent / "golden"
+UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
+
+
+def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, COLUMNS="120", TERM="dumb", PYTHONHASHSEED="0")
+    return subprocess.run([sys.executable, "-m", "placewise.cli", *args], capture_output=True,
+                          text=True, cwd=cwd, env=env, timeout=600)
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if UPDATE or not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        if not UPDATE:
+            pytest.fail(f"golden file {path} was missing and has been written; rerun")
+    assert text == path.read_text(), f"output differs from {path} (UPDATE_GOLDEN=1 to accept)"
+
+
+def assert_bad_input(proc: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+
+
+# ---- golden inspect ----------------------------------------------------------------------------
+@pytest.mark.parametrize("model,golden", [
+    ("zoo:mlp", "inspect_mlp.txt"),
+    ("zoo:bert", "inspect_bert.txt"),
+])
+def test_inspect_golden(model: str, golden: str) -> None:
+    proc = run("inspect", model)
+    assert proc.returncode == 0, proc.stderr
+    check_golden(golden, proc.stdout)
+
+
+def test_inspect_json_keys() -> None:
+    proc = run("inspect", "zoo:resnet", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    for key in ("ops", "tensors", "flops", "param_bytes", "activation_bytes", "by_kind",
+                "uncounted"):
+        assert key in data
+    assert data["flops"] > 0 and data["ops"] > 10
+    assert all({"count", "flops"} <= set(v) for v in data["by_kind"].values())
+    assert data["by_kind"]["conv"]["count"] >= 3
+
+
+def test_inspect_onnx_with_batch(tmp_path: Path) -> None:
+    f = tmp_path / "mlp.onnx"
+    proc = run("zoo", "export", "mlp", "--format", "onnx", "--out", str(f))
+    assert proc.returncode == 0, proc.stderr
+    # the exported batch dimension is symbolic: inspect refuses to guess it
+    assert_bad_input(run("inspect", str(f)), str(f), "symbolic", "--batch")
+    one = json.loads(run("inspect", str(f), "--batch", "1", "--json").stdout)
+    proc = run("inspect", str(f), "--shape", "input=4x64", "--json")
+    assert proc.returncode == 0, proc.stderr
+    four = json.loads(proc.stdout)
+    assert four["inputs"][0]["shape"] == [4, 64]
+    # every op here is per-row, so FLOPs scale exactly with the batch
+    assert four["flops"] == pytest.approx(one["flops"] * 4, rel=1e-9)
+
+
+def test_hw_list_and_show_json() -> None:
+    proc = run("hw", "list", "--json")
+    assert proc.returncode == 0, proc.stderr
+    names = [p["name"] for p in json.loads(proc.stdout)["presets"]]
+    assert len(names) >= 5
+    proc = run("hw", "show", names[0], "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["devices"]
+
+
+def test_zoo_list_json() -> None:
+    data = json.loads(run("zoo", "list", "--json").stdout)
+    assert {"mlp", "resnet", "bert", "gpt", "inception"} <= {m["name"] for m in data["models"]}
+
+
+# ---- bad input ---------------------------------------------------------------------------------
+def test_missing_file() -> None:
+    assert_bad_input(run("inspect", "nope.onnx"), "nope.onnx")
+
+
+def test_truncated_onnx(tmp_path: Path) -> None:
+    f = tmp_path / "m.onnx"
+    assert run("zoo", "export", "mlp", "--format", "onnx", "--out", str(f)).returncode == 0
+    data = f.read_bytes()
+    f.write_bytes(data[: len(data) // 3])
+    assert_bad_input(run("inspect", str(f)), str(f))
+
+
+def test_random_bytes_onnx(tmp_path: Path) -> None:
+    f = tmp_path / "r.onnx"
+    f.write_bytes(random.Random(0).randbytes(4096))
+    assert_bad_input(run("inspect", str(f)), str(f))
+
+
+def test_random_bytes_pt2(tmp_path: Path) -> None:
+    f = tmp_path / "r.pt2"
+    f.write_bytes(random.Random(1).randbytes(4096))
+    assert_bad_input(run("inspect", str(f)), str(f))
+
+
+def test_cyclic_taskgraph(tmp_path: Path) -> None:
+    f = tmp_path / "cyc.json"
+    f.write_text(json.dumps({
+        "schema_version": 1, "name": "cyc",
+        "tasks": [{"name": "a", "flops": 1e6}, {"name": "b", "flops": 1e6}],
+        "edges": [{"src": "a", "dst": "b", "bytes": 8}, {"src": "b", "dst": "a", "bytes": 8}],
+    }))
+    assert_bad_input(run("inspect", str(f)), str(f), "cycle")
+
+
+def test_bad_yaml_spec_wrong_type(tmp_path: Path) -> None:
+    f = tmp_path / "m.yaml"
+    f.write_text("""name: bad
+devices:
+  - name: gpu0
+    kind: gpu
+    peak_flops_per_s: {fp32: "fast"}
+    peak_source: me
+    launch_overhead_s: 1.0e-6
+    launch_source: me
+    memory: [{name: hbm, capacity_bytes: 100, bandwidth_bytes_per_s: 1.0e+9, source: me}]
+""")
+    assert_bad_input(run("hw", "show", str(f)), str(f), "peak_flops_per_s")
+
+
+def test_bad_yaml_spec_negative_capacity(tmp_path: Path) -> None:
+    f = tmp_path / "m.yaml"
+    f.write_text("""name: bad
+devices:
+  - name: gpu0
+    kind: gpu
+    peak_flops_per_s: {fp32: 1.0e+12}
+    peak_source: me
+    launch_overhead_s: 1.0e-6
+    launch_source: me
+    memory: [{name: hbm, capacity_bytes: -5, bandwidth_bytes_per_s: 1.0e+9, source: me}]
+""")
+    assert_bad_input(run("hw", "show", str(f)), str(f), "capacity_bytes")
+
+
+def test_yaml_syntax_error(tmp_path: Path) -> None:
+    f = tmp_path / "m.yaml"
+    f.write_text("name: [unclosed\n  devices: {\n")
+    assert_bad_input(run("hw", "show", str(f)), str(f), "line")
+
+
+def test_unknown_zoo_model() -> None:
+    assert_bad_input(run("inspect", "zoo:nosuch"), "nosuch")
+
+
+def test_bad_shape_flag() -> None:
+    assert_bad_input(run("inspect", "zoo:mlp", "--shape", "x=1xA"), "--shape")
+
+
+def test_export_failure_leaves_no_file(tmp_path: Path) -> None:
+    f = tmp_path / "x.onnx"
+    proc = run("zoo", "export", "nosuch", "--format", "onnx", "--out", str(f))
+    assert proc.returncode == 2
+    assert not f.exists()
+    assert list(tmp_path.iterdir()) == []
