@@ -35,7 +35,7 @@ except ImportError:  # pragma: no cover - older typer on top of click
     )
 
     NoArgsIsHelpError = None  # type: ignore[assignment,misc]
-from placewise.units import format_bytes, format_flops, parse_dims
+from placewise.units import format_bytes, format_flops, format_seconds, parse_dims
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Place ML workload graphs on heterogeneous hardware and prove what "
@@ -286,20 +286,306 @@ def zoo_export(
     out.print(f"wrote {out_file}")
 
 
+# ---- profile ----------------------------------------------------------------------------------
+@app.command()
+def profile(
+    model: Annotated[str, typer.Argument(help="MODEL: .onnx, .pt2, or zoo:NAME")],
+    hw: Annotated[str, typer.Option("--hw", help="Must be 'local': ops are measured here")] = "local",
+    out_file: Annotated[Path | None, typer.Option("--out", help="Write the calibration (JSON)")] = None,
+    shape: Annotated[list[str] | None, typer.Option("--shape", help="Bind an input: NAME=DIMS")] = None,
+    batch: Annotated[int | None, typer.Option(help="Bind the batch dimension")] = None,
+    device: Annotated[list[str] | None, typer.Option("--device", help="Only these devices")] = None,
+    max_time: Annotated[float, typer.Option(help="Time cap per op and device (s)")] = 2.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Measure every distinct op of MODEL at its real shape on this machine's devices."""
+    from placewise.cost.profile import profile_model
+    from placewise.runtime.opexec import load_source
+
+    if hw != "local":
+        raise InputError("profiling measures this machine: use --hw local", place="--hw")
+    machine = resolve_machine("local")
+    if batch is not None and batch <= 0:
+        raise InputError(f"batch must be a positive integer, got {batch}", place="--batch")
+    source = load_source(model, shapes=_parse_shapes(shape), batch=batch)
+    graph = source.graph
+    if graph is None:
+        raise InputError("the model has no graph to profile", file=model)
+    with _progress("profiling") as cb:
+        cal = profile_model(graph, source, machine, devices=device, max_time_s=max_time,
+                            progress=lambda done, total, msg: cb(msg, done / max(total, 1)))
+    data = cal.to_json()
+    if out_file is not None:
+        from placewise.io import atomic_write_json
+
+        atomic_write_json(out_file, data)
+    if as_json:
+        _print_json({"measurements": len(cal.measurements), "fits": len(cal.fits),
+                     "failures": [f.model_dump(mode="json") for f in cal.failures],
+                     "out": str(out_file) if out_file else None})
+        return
+    rows = [[m.device, f"{m.kind} {m.signature[:50]}", f"{m.median_s * 1e6:.1f}", f"{m.p10_s * 1e6:.1f}",
+             f"{m.p90_s * 1e6:.1f}", m.n] for m in cal.measurements]
+    out.print(_table(f"measured on {machine.name}", ["device", "op", "median us", "p10 us",
+                                                     "p90 us", "n"], rows[:60]))
+    if len(rows) > 60:
+        out.print(f"... and {len(rows) - 60} more measurements")
+    out.print(f"{len(cal.measurements)} measurements, {len(cal.fits)} fits, "
+              f"{len(cal.failures)} failures" + (f"; wrote {out_file}" if out_file else ""))
+
+
+# ---- plan ----------------------------------------------------------------------------------
+def _build_problem(model: str, hw: str, shape: list[str] | None, batch: int | None,
+                   calibration: Path | None, fuse_ops: bool) -> tuple[Any, Any]:
+    from placewise.cost.load import load_cost_model
+    from placewise.graph.fuse import fuse
+    from placewise.schedule.placement import Problem
+
+    graph = _load_graph(model, shape, batch)
+    machine = resolve_machine(hw)
+    if calibration is not None and not calibration.is_file():
+        raise InputError("no such file", file=str(calibration))
+    cost_model = load_cost_model(machine, calibration)
+    partition = fuse(graph) if fuse_ops else None
+    return Problem(graph, partition, machine, cost_model, batch=batch or 1), machine
+
+
+@app.command()
+def plan(
+    model: Annotated[str, typer.Argument(help="MODEL: .onnx, .pt2, task graph .json, or zoo:NAME")],
+    hw: Annotated[str, typer.Option("--hw", help="preset, YAML path, or 'local'")],
+    out_file: Annotated[Path, typer.Option("--out", help="Write the plan here (JSON)")],
+    batch: Annotated[int | None, typer.Option(help="Bind the batch dimension")] = None,
+    shape: Annotated[list[str] | None, typer.Option("--shape", help="Bind an input: NAME=DIMS")] = None,
+    objective: Annotated[str, typer.Option(help="latency or throughput")] = "latency",
+    strategy: Annotated[str, typer.Option(help="single:DEVICE, greedy, heft, dp, cpsat, local, auto")] = "auto",
+    time_limit: Annotated[float, typer.Option("--time-limit", help="Search budget (s)")] = 10.0,
+    calibration: Annotated[Path | None, typer.Option(help="Calibration JSON from `profile`")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of randomized searches")] = 0,
+    no_fuse: Annotated[bool, typer.Option("--no-fuse", help="One vertex per op")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Search placements and write a plan."""
+    from placewise.plan import build_plan, save_plan
+    from placewise.search.api import plan_search
+
+    if objective not in ("latency", "throughput"):
+        raise InputError(f"unknown objective {objective!r} (latency or throughput)",
+                         place="--objective")
+    if time_limit <= 0:
+        raise InputError(f"time limit must be positive, got {time_limit}", place="--time-limit")
+    problem, machine = _build_problem(model, hw, shape, batch, calibration, not no_fuse)
+    with _progress(f"searching ({strategy})") as cb:
+        result = plan_search(problem, strategy=strategy, objective=objective,
+                             time_limit_s=time_limit, seed=seed, progress=cb)
+    p = build_plan(problem, result, model_ref=model, objective=objective, strategy=strategy,
+                   seed=seed)
+    save_plan(p, out_file)
+    summary = {
+        "out": str(out_file),
+        "strategy": result.strategy,
+        "chosen": result.chosen,
+        "objective": result.objective.value,
+        "makespan_s": result.makespan_s,
+        "throughput_rps": result.throughput_rps,
+        "lower_bound_s": result.lower_bound_s,
+        "search_time_s": result.search_time_s,
+        "feasible": result.feasible,
+        "devices_used": result.devices_used,
+        "baselines": {label: value for label, value in result.baselines},
+        "candidates_evaluated": result.candidates_evaluated,
+        "cpsat_bound_s": result.cpsat_bound_s,
+        "gap": result.gap,
+        "machine": machine.name,
+    }
+    if as_json:
+        _print_json(summary)
+        return
+    unit = "makespan" if result.objective.value == "latency" else "period"
+    out.print(f"[bold]plan[/bold] {model} on {machine.name}: {result.strategy} chose "
+              f"{result.chosen}; devices {', '.join(result.devices_used)}")
+    out.print(f"  latency {format_seconds(result.makespan_s)}   throughput "
+              f"{result.throughput_rps:.4g} req/s   lower bound ({unit}) "
+              f"{format_seconds(result.lower_bound_s)}   feasible {result.feasible}")
+    out.print(_table("baselines", ["baseline", f"{unit}"], [
+        [label, format_seconds(v)] for label, v in result.baselines]))
+    out.print(f"searched {result.candidates_evaluated} placements in "
+              f"{result.search_time_s:.2f} s; wrote {out_file}")
+
+
+# ---- explain / trace / check --------------------------------------------------------------------
+@app.command()
+def explain(
+    plan_file: Annotated[Path, typer.Argument(metavar="PLAN", help="Plan JSON")],
+    op: Annotated[str | None, typer.Option("--op", help="Zoom in on an op or vertex")] = None,
+    edge: Annotated[str | None, typer.Option("--edge", help="Zoom in on a tensor")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Why the plan is what it is."""
+    from placewise.explain import explain as explain_plan
+    from placewise.explain import render_explain
+    from placewise.plan import load_plan
+
+    data = explain_plan(load_plan(plan_file), op=op, edge=edge)
+    if as_json:
+        _print_json(data)
+        return
+    sys.stdout.write(render_explain(data))
+
+
+@app.command()
+def trace(
+    plan_file: Annotated[Path, typer.Argument(metavar="PLAN", help="Plan JSON")],
+    out_file: Annotated[Path, typer.Option("--out", help="Chrome/Perfetto trace JSON")],
+) -> None:
+    """Write a Chrome/Perfetto trace of the plan's schedule."""
+    from placewise.io import atomic_write_text
+    from placewise.plan import load_plan
+    from placewise.trace import to_chrome_trace
+
+    data = to_chrome_trace(load_plan(plan_file))
+    atomic_write_text(out_file, json.dumps(data, sort_keys=True) + "\n")
+    out.print(f"wrote {out_file} ({len(data.get('traceEvents', []))} events); open it in "
+              f"https://ui.perfetto.dev or chrome://tracing")
+
+
+@app.command()
+def check(
+    plan_file: Annotated[Path, typer.Argument(metavar="PLAN", help="Plan JSON")],
+    model: Annotated[str | None, typer.Option(help="Also check against this MODEL")] = None,
+    hw: Annotated[str | None, typer.Option("--hw", help="Also check against this machine")] = None,
+    batch: Annotated[int | None, typer.Option(help="Batch the model was planned with")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check a plan independently: precedence, exclusivity, memory, support. Exit 1 if broken."""
+    from placewise.check import check_plan, checks_run, findings_json, render_findings
+    from placewise.plan import load_plan
+
+    p = load_plan(plan_file)
+    graph = _load_graph(model, None, batch) if model else None
+    machine = resolve_machine(hw) if hw else None
+    findings = check_plan(p, graph, machine, file=str(plan_file))
+    checks = checks_run(graph=graph is not None, machine=machine is not None)
+    data = findings_json(findings, checks=checks)
+    if as_json:
+        _print_json(data)
+    else:
+        sys.stdout.write(render_findings(findings, checks=checks) + "\n")
+    if not data["ok"]:
+        raise typer.Exit(1)
+
+
+# ---- validate ----------------------------------------------------------------------------------
+@app.command()
+def validate(
+    plan_file: Annotated[Path, typer.Argument(metavar="PLAN", help="Plan JSON (planned for --hw local)")],
+    requests: Annotated[int, typer.Option(help="Isolated requests to time")] = 30,
+    no_baseline: Annotated[bool, typer.Option("--no-baseline", help="Skip the onnxruntime baseline")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run the plan for real on this machine and compare it with its prediction, term by term."""
+    from placewise.validate import render_validation, validate_plan
+
+    if requests <= 0:
+        raise InputError(f"requests must be a positive integer, got {requests}", place="--requests")
+    machine = resolve_machine("local")
+    with _progress("validating") as cb:
+        report = validate_plan(str(plan_file), requests=requests, machine=machine, progress=cb,
+                               baseline=not no_baseline)
+    if as_json:
+        _print_json(report.to_json())
+        return
+    sys.stdout.write(render_validation(report))
+
+
 # ---- demo ------------------------------------------------------------------------------------
 @app.command()
 def demo(
     model: Annotated[str, typer.Option(help="The built-in model to tell the story on")] = "zoo:bert",
+    preset: Annotated[str, typer.Option(help="The preset to plan for besides this machine")] = "jetson-agx-orin",
+    workdir: Annotated[Path | None, typer.Option(help="Keep the artifacts here")] = None,
+    requests: Annotated[int, typer.Option(help="Requests to time in validation")] = 20,
 ) -> None:
-    """The whole story on a built-in model and this machine."""
-    from placewise.graph.summary import summarize
+    """The whole story on a built-in model and this machine: inspect, probe, profile, plan on a
+    preset and on this machine, explain, validate, and predicted vs measured."""
+    import tempfile
 
-    out.rule("1. the model as a graph")
+    from placewise.cost.load import load_cost_model
+    from placewise.cost.profile import profile_model
+    from placewise.explain import explain as explain_plan
+    from placewise.explain import render_explain
+    from placewise.graph.fuse import fuse
+    from placewise.graph.summary import summarize
+    from placewise.io import atomic_write_json
+    from placewise.plan import build_plan, save_plan
+    from placewise.runtime.opexec import load_source
+    from placewise.schedule.placement import Problem
+    from placewise.search.api import plan_search
+    from placewise.validate import render_validation, validate_plan
+
+    folder = workdir or Path(tempfile.mkdtemp(prefix="placewise-demo-"))
+    folder.mkdir(parents=True, exist_ok=True)
+
+    out.rule(f"1. the model as a graph: {model}")
     out.print(f"$ placewise inspect {model}")
-    _render_summary(summarize(_load_graph(model)))
-    out.rule("2. this machine, measured (cached after the first time)")
+    graph = _load_graph(model)
+    _render_summary(summarize(graph))
+
+    out.rule("2. this machine, measured once and cached")
     out.print("$ placewise hw show local")
-    _render_machine(resolve_machine("local"))
+    local = resolve_machine("local")
+    _render_machine(local)
+
+    out.rule(f"3. plan for a machine that is not here: {preset} (analytic roofline costs)")
+    out.print(f"$ placewise plan {model} --hw {preset} --out {folder / 'plan-preset.json'}")
+    machine = resolve_machine(preset)
+    problem = Problem(graph, fuse(graph), machine, load_cost_model(machine, None))
+    with _progress("searching") as cb:
+        res = plan_search(problem, strategy="auto", time_limit_s=5.0, progress=cb)
+    save_plan(build_plan(problem, res, model_ref=model), folder / "plan-preset.json")
+    _render_search(res, machine.name)
+
+    out.rule("4. measure this model's ops on this machine's devices")
+    cal_file = folder / "calibration.json"
+    out.print(f"$ placewise profile {model} --hw local --out {cal_file}")
+    source = load_source(model)
+    with _progress("profiling") as cb:
+        cal = profile_model(graph, source, local, max_time_s=0.5,
+                            progress=lambda d, t, msg: cb(msg, d / max(t, 1)))
+    atomic_write_json(cal_file, cal.to_json())
+    out.print(f"{len(cal.measurements)} measurements on {len(local.devices)} devices, "
+              f"{len(cal.fits)} fitted models, {len(cal.failures)} failures")
+
+    out.rule("5. plan for this machine with the measured costs")
+    plan_file = folder / "plan-local.json"
+    out.print(f"$ placewise plan {model} --hw local --calibration {cal_file} --out {plan_file}")
+    problem = Problem(graph, fuse(graph), local, load_cost_model(local, cal_file))
+    with _progress("searching") as cb:
+        res = plan_search(problem, strategy="auto", time_limit_s=5.0, progress=cb)
+    local_plan = build_plan(problem, res, model_ref=model)
+    save_plan(local_plan, plan_file)
+    _render_search(res, local.name)
+
+    out.rule("6. why the plan is what it is")
+    out.print(f"$ placewise explain {plan_file}")
+    sys.stdout.write(render_explain(explain_plan(local_plan), max_rows=12))
+
+    out.rule("7. run it for real and compare, term by term")
+    out.print(f"$ placewise validate {plan_file} --requests {requests}")
+    with _progress("validating") as cb:
+        report = validate_plan(local_plan, requests=requests, machine=local, progress=cb)
+    sys.stdout.write(render_validation(report))
+    out.rule("done")
+    out.print(f"artifacts in {folder}")
+
+
+def _render_search(res: Any, machine_name: str) -> None:
+    out.print(f"{res.strategy} chose {res.chosen} on {machine_name}: devices "
+              f"{', '.join(res.devices_used)}; latency {format_seconds(res.makespan_s)}, "
+              f"throughput {res.throughput_rps:.4g} req/s, lower bound "
+              f"{format_seconds(res.lower_bound_s)}")
+    out.print("  baselines: " + ", ".join(f"{label} {format_seconds(v)}"
+                                          for label, v in res.baselines))
 
 
 # ---- entry point -----------------------------------------------------------------------------

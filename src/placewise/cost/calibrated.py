@@ -1,0 +1,1007 @@
+"""The calibrated cost model: measured op times at real shapes, fits for unseen shapes.
+
+A ``Calibration`` (a versioned JSON file, never pickle) holds what ``placewise profile``
+measured on the devices of one machine: for each distinct (op kind, precision, input and
+output shapes/dtypes, attributes) a median time with its p10..p90 spread, and per (device,
+op kind, precision) a fit of time against shape features, with the quantiles of its
+leave-one-out residuals.
+
+``CalibratedModel`` answers the ``CostModel`` questions from it:
+
+- an op whose exact key was measured on that device: the measurement (``Source.PROFILED``),
+  interval = the measured p10..p90;
+- an op measured on that device at other batch sizes (same ``op_series``): that op's own
+  fit (``Source.CALIBRATED``, level ``series``), time linear in its work;
+- an op of a kind fitted on that device: the kind's fit (``Source.CALIBRATED``), else its
+  category's, else the device's pooled fit;
+- anything else (another device, nothing measured there): the roofline model
+  (``Source.ROOFLINE``) with an assumption saying why.
+
+Fitted intervals are the fit's central estimate times ``exp`` of leave-one-out residual
+quantiles (p10, p90; widened by ``1 + 1.5/sqrt(n)`` for small samples, never narrower than
+±5%): what the fit achieved on shapes it had not seen.
+
+Fits (``fit_measurements``): time = sum_i c_i * feature_i with c_i >= 0, least squares on
+*relative* error, over a few candidate feature sets per op category (``one`` is the
+per-call overhead; ``flops``; ``eff_flops`` = flops over the shape's parallel/tile
+efficiency; ``bytes`` moved at the precision; ``io_bytes`` of every input and output,
+views included; ``elems`` written); the set with the lowest leave-one-out error wins. A
+kind with fewer than ``MIN_FIT_POINTS`` distinct shapes on a device is fitted together with
+its category, then with every op of the device. Ops of different source formats (torch
+fx vs onnxruntime, ``op_family``) are measured and fitted apart.
+
+Measured times are what the op costs when run alone by the local backend (op by op, one
+dispatch each), so a fused region costs the sum of its ops here: local backends do not fuse.
+
+>>> cal = Calibration.empty("local")
+>>> Calibration.from_json(cal.to_json(), file="<mem>").version
+1
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import hashlib
+import itertools
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from placewise.cost.model import Bottleneck, Cost, Representation, Source, Term
+from placewise.cost.roofline import (
+    GemmDims,
+    RooflineModel,
+    contraction_efficiency,
+    gemm_dims,
+    op_work,
+)
+from placewise.errors import SpecError, UnsupportedError
+from placewise.graph.ir import Graph, Op, OpCategory, OpKind, Role, Tensor
+from placewise.hardware.spec import Device, Machine
+from placewise.units import DType
+
+__all__ = [
+    "CALIBRATION_FORMAT",
+    "CALIBRATION_VERSION",
+    "FEATURES",
+    "MIN_FIT_POINTS",
+    "CalibratedModel",
+    "Calibration",
+    "DeviceRecord",
+    "Failure",
+    "Fit",
+    "Measurement",
+    "conversion_features",
+    "conversion_key",
+    "device_identity",
+    "device_record",
+    "fit_estimate",
+    "fit_measurements",
+    "load_calibration",
+    "merge_calibrations",
+    "op_family",
+    "op_features",
+    "op_key",
+    "op_series",
+    "predict",
+]
+
+CALIBRATION_FORMAT = "placewise-calibration"
+CALIBRATION_VERSION = 1
+#: shape features a fit may use (all >= 0)
+FEATURES = ("one", "flops", "eff_flops", "bytes", "io_bytes", "elems")
+#: fewest distinct shapes for a per-kind fit (fewer: pooled with its category)
+MIN_FIT_POINTS = 3
+_MAX_FILE_BYTES = 256 * 1024 * 1024
+# residual quantile floor: a fit never claims to be tighter than this (log-ratio)
+_MIN_HALF_WIDTH = 0.05
+
+_CANDIDATES: dict[str, tuple[tuple[str, ...], ...]] = {
+    "contraction": (("one", "eff_flops", "bytes"), ("one", "flops", "bytes"),
+                    ("one", "eff_flops"), ("one", "flops"), ("one", "io_bytes")),
+    "other": (("one", "bytes"), ("one", "io_bytes"), ("one", "elems"),
+              ("one", "bytes", "flops"), ("one",)),
+    "conversion": (("one", "bytes"), ("one", "elems")),
+}
+
+
+# ---- the file format (pydantic validates untrusted JSON) ----------------------------------
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _finite_nonneg(v: float) -> float:
+    if not math.isfinite(v) or v < 0:
+        raise ValueError(f"must be a finite number >= 0, got {v!r}")
+    return v
+
+
+class Measurement(_Strict):
+    """One (device, key) measured: median time and spread over ``n`` repeats."""
+
+    device: str
+    key: str = Field(min_length=1, max_length=200)
+    kind: str = Field(min_length=1, max_length=200)
+    dtype: str
+    signature: str = Field(default="", max_length=100_000)
+    median_s: float
+    p10_s: float
+    p90_s: float
+    n: int = Field(ge=1)
+    rel_ci: float = 0.0
+    backend: str = ""
+    family: str = ""  # the source format's ops: "torch" (fx/aten), "onnx", "" (other)
+    series: str = ""  # the same op at other batch sizes shares this (see ``op_series``)
+    source_node: str = ""
+    # "contention": the time is other processes', not the op's (see profile.flag_contention);
+    # flagged measurements are kept for the record but neither used nor fitted
+    flags: list[str] = Field(default_factory=list, max_length=8)
+    features: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("median_s", "p10_s", "p90_s", "rel_ci")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        return _finite_nonneg(v)
+
+    @field_validator("features")
+    @classmethod
+    def _features(cls, v: dict[str, float]) -> dict[str, float]:
+        for k, x in v.items():
+            if k not in FEATURES:
+                raise ValueError(f"unknown feature {k!r} (known: {', '.join(FEATURES)})")
+            _finite_nonneg(x)
+        return v
+
+    @model_validator(mode="after")
+    def _order(self) -> Measurement:
+        if self.median_s <= 0:
+            raise ValueError(f"median_s must be > 0, got {self.median_s!r}")
+        if not self.p10_s <= self.median_s <= self.p90_s:
+            raise ValueError(f"need p10_s <= median_s <= p90_s, got {self.p10_s!r}, "
+                             f"{self.median_s!r}, {self.p90_s!r}")
+        return self
+
+
+class Fit(_Strict):
+    """time = sum(coef_i * feature_i) for one (device, kind, dtype) group, with the
+    quantiles of its leave-one-out log residuals log(measured / predicted)."""
+
+    device: str
+    kind: str  # an OpKind value, "category:<name>", "*" (every op) or "convert:<src>><dst>"
+    dtype: str
+    family: str = ""  # ops of which source format were fitted (see ``op_family``)
+    level: str = "kind"  # series | kind | category | device | conversion
+    series: str = ""  # for level "series": the ``op_series`` key it covers
+    features: list[str] = Field(min_length=1)
+    coef: list[float]
+    n: int = Field(ge=1)
+    resid_q10: float
+    resid_q50: float
+    resid_q90: float
+    loo_median_abs_pct: float = 0.0
+
+    @field_validator("features")
+    @classmethod
+    def _known(cls, v: list[str]) -> list[str]:
+        for k in v:
+            if k not in FEATURES:
+                raise ValueError(f"unknown feature {k!r} (known: {', '.join(FEATURES)})")
+        return v
+
+    @field_validator("coef")
+    @classmethod
+    def _coef(cls, v: list[float]) -> list[float]:
+        return [_finite_nonneg(x) for x in v]
+
+    @model_validator(mode="after")
+    def _check(self) -> Fit:
+        if len(self.coef) != len(self.features):
+            raise ValueError(f"{len(self.coef)} coefficients for {len(self.features)} features")
+        for q in (self.resid_q10, self.resid_q50, self.resid_q90):
+            if not math.isfinite(q) or abs(q) > 50:
+                raise ValueError(f"residual quantile {q!r} is not a finite log-ratio")
+        if not self.resid_q10 <= self.resid_q50 <= self.resid_q90:
+            raise ValueError("need resid_q10 <= resid_q50 <= resid_q90")
+        if not any(c > 0 for c in self.coef):
+            raise ValueError("every coefficient is zero")
+        return self
+
+
+class DeviceRecord(_Strict):
+    """Which device was measured: its identity must match the machine it is used with."""
+
+    name: str
+    kind: str
+    model: str = ""
+    cores: list[int] | None = None
+    backend: str | None = None
+    threads: int = Field(default=1, ge=1)
+    identity: str = ""
+    # precisions the device runs only for some op kinds, e.g. {"int8": ["linear", ...]}
+    dtype_kinds: dict[str, list[str]] = Field(default_factory=dict)
+
+
+class Failure(_Strict):
+    """An op key that could not be measured on a device, and why. ``unsupported``: the
+    device has no kernel for it (the model refuses the op too), otherwise a failed run."""
+
+    device: str
+    key: str
+    kind: str
+    dtype: str
+    reason: str = Field(default="", max_length=10_000)
+    unsupported: bool = True
+    source_node: str = ""
+
+
+class Calibration(_Strict):
+    """What ``placewise profile`` measured, and the fits made from it."""
+
+    format: str = CALIBRATION_FORMAT
+    version: int = CALIBRATION_VERSION
+    created: str = ""
+    model: str = ""
+    machine: str = ""
+    machine_fingerprint: str = ""
+    tags: dict[str, str] = Field(default_factory=dict)
+    settings: dict[str, float] = Field(default_factory=dict)
+    devices: list[DeviceRecord] = Field(default_factory=list)
+    measurements: list[Measurement] = Field(default_factory=list)
+    fits: list[Fit] = Field(default_factory=list)
+    failures: list[Failure] = Field(default_factory=list)
+
+    @field_validator("format")
+    @classmethod
+    def _format(cls, v: str) -> str:
+        if v != CALIBRATION_FORMAT:
+            raise ValueError(f"not a placewise calibration (format {v!r}, expected "
+                             f"{CALIBRATION_FORMAT!r})")
+        return v
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, v: int) -> int:
+        if v != CALIBRATION_VERSION:
+            raise ValueError(f"calibration version {v} is not supported (this placewise "
+                             f"reads version {CALIBRATION_VERSION}); profile again")
+        return v
+
+    @model_validator(mode="after")
+    def _refs(self) -> Calibration:
+        names = {d.name for d in self.devices}
+        if len(names) != len(self.devices):
+            raise ValueError("device names repeat")
+        for i, m in enumerate(self.measurements):
+            if m.device not in names:
+                raise ValueError(f"measurements[{i}] names device {m.device!r}, which is not "
+                                 f"among devices {sorted(names)}")
+        for i, f in enumerate(self.fits):
+            if f.device not in names:
+                raise ValueError(f"fits[{i}] names device {f.device!r}, which is not among "
+                                 f"devices {sorted(names)}")
+        return self
+
+    @classmethod
+    def empty(cls, machine: str) -> Calibration:
+        return cls(machine=machine)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_json(cls, data: Any, *, file: str) -> Calibration:
+        """Validate parsed JSON into a ``Calibration`` or raise ``SpecError``."""
+        if not isinstance(data, dict):
+            raise SpecError("expected a JSON object at the top level", file=file,
+                            place="top level")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+            loc = "".join(f"[{k}]" if isinstance(k, int) else (f".{k}" if i else str(k))
+                          for i, k in enumerate(err.get("loc", ()))) or "top level"
+            raise SpecError(msg, file=file, place=loc) from None
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the calibration as JSON (atomically: the file appears only when complete)."""
+        import tempfile
+
+        dest = Path(path)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(self.to_json(), f, indent=1, sort_keys=True, allow_nan=False)
+                f.write("\n")
+            os.replace(tmp, dest)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        return dest
+
+    def fingerprint(self) -> str:
+        payload = json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
+        return "calibration:sha256:" + hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+    def with_fits(self, fits: Sequence[Fit]) -> Calibration:
+        return self.model_copy(update={"fits": list(fits)})
+
+
+def _reject_constant(token: str) -> Any:
+    raise ValueError(f"{token} is not a number JSON allows")
+
+
+def load_calibration(path: str | os.PathLike[str]) -> Calibration:
+    """Read and validate a calibration file; ``SpecError`` naming file, place and problem
+    for anything missing, unreadable, corrupt or hostile (NaN, negative times, unknown
+    fields, absurd nesting or size)."""
+    file = os.fspath(path)
+    p = Path(file)
+    if not p.is_file():
+        raise SpecError("no such calibration file", file=file)
+    try:
+        size = p.stat().st_size
+        if size > _MAX_FILE_BYTES:
+            raise SpecError(f"file is {size} bytes, more than a calibration may hold "
+                            f"({_MAX_FILE_BYTES})", file=file)
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"not UTF-8 text: {exc.reason} at byte {exc.start}", file=file) from None
+    except OSError as exc:
+        raise SpecError(f"cannot read: {exc.strerror or exc}", file=file) from None
+    try:
+        data = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"invalid JSON: {exc.msg}", file=file,
+                        place=f"line {exc.lineno}, column {exc.colno}") from None
+    except (ValueError, RecursionError) as exc:
+        raise SpecError(f"invalid JSON: {exc}", file=file) from None
+    return Calibration.from_json(data, file=file)
+
+
+# ---- keys and features ---------------------------------------------------------------------
+
+
+def _tensor_sig(t: Tensor) -> list[Any]:
+    return [list(t.concrete_shape), t.dtype.value, t.layout.value,
+            1 if t.role is Role.PARAM else 0]
+
+
+def op_key(graph: Graph, op: Op, dtype: DType) -> tuple[str, str]:
+    """(key, signature): the identity of an op measurement. Ops with the same kind,
+    precision, input/output shapes, dtypes, layouts, parameter-ness and attributes share
+    a key.
+
+    >>> from placewise.graph.ir import Graph, Op, OpKind, Role, Tensor
+    >>> g = Graph.build("r", [Tensor("x", (2, 3), DType.FP32, role=Role.INPUT),
+    ...                       Tensor("y", (2, 3), DType.FP32, role=Role.OUTPUT)],
+    ...                 [Op("r", OpKind.RELU, ("x",), ("y",))])
+    >>> key, sig = op_key(g, g.op("r"), DType.FP32)
+    >>> key.startswith("relu:fp32:"), sig
+    (True, '{"attrs":{},"family":"","in":[[[2,3],"fp32","row_major",0]],"out":[[[2,3],"fp32","row_major",0]]}')
+    """
+    payload = {
+        "family": op_family(op),
+        "in": [_tensor_sig(graph.tensor(t)) if t else None for t in op.inputs],
+        "out": [_tensor_sig(graph.tensor(t)) for t in op.outputs],
+        "attrs": op.attrs.to_json(),
+    }
+    sig = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha256(f"{op.kind.value}|{dtype.value}|{sig}".encode()).hexdigest()[:20]
+    return f"{op.kind.value}:{dtype.value}:{digest}", sig
+
+
+def op_series(graph: Graph, op: Op, dtype: DType) -> str:
+    """The key an op shares with *itself at other batch sizes*: like ``op_key`` but each
+    activation's leading dim (the batch, for every layout the importers produce) is left
+    out; parameters keep their exact shapes. A series of measurements of one op at several
+    batch sizes is fitted on its own (``Fit.level == "series"``), which captures what
+    shape features cannot (a transpose's permutation, a convolution's algorithm).
+
+    >>> from placewise.graph.ir import Graph, Op, OpKind, Role, Tensor
+    >>> def g(b):
+    ...     return Graph.build("r", [Tensor("x", (b, 3), DType.FP32, role=Role.INPUT),
+    ...                              Tensor("y", (b, 3), DType.FP32, role=Role.OUTPUT)],
+    ...                        [Op("r", OpKind.RELU, ("x",), ("y",))])
+    >>> op_series(g(1), g(1).op("r"), DType.FP32) == op_series(g(8), g(8).op("r"), DType.FP32)
+    True
+    """
+    def sig(name: str) -> list[Any] | None:
+        if not name:
+            return None
+        t = graph.tensor(name)
+        shape = list(t.concrete_shape)
+        if t.role is Role.PARAM:
+            return ["param", shape, t.dtype.value]
+        return [len(shape), shape[1:], t.dtype.value, t.layout.value]
+
+    payload = {"family": op_family(op), "in": [sig(t) for t in op.inputs],
+               "out": [sig(t) for t in op.outputs], "attrs": op.attrs.to_json()}
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha256(f"{op.kind.value}|{dtype.value}|{text}".encode()).hexdigest()[:20]
+    return f"{op.kind.value}:{dtype.value}:s{digest}"
+
+
+def op_family(op: Op) -> str:
+    """Which source format an op comes from, as its provenance says: ``"onnx"`` (run by
+    onnxruntime), ``"torch"`` (an fx/aten node, run by torch) or ``""``. The same kind and
+    shape costs differently in each, so keys and fits keep them apart.
+
+    >>> from placewise.graph.ir import Provenance
+    >>> op_family(Op("r", OpKind.RELU, ("x",), ("y",), provenance=Provenance(source_op="onnx::Relu")))
+    'onnx'
+    """
+    src = op.provenance.source_op
+    if src.startswith("onnx::"):
+        return "onnx"
+    if src.startswith(("aten.", "aten::", "quantized", "torch.")) or src == "getitem":
+        return "torch"
+    return ""
+
+
+def conversion_key(numel: int, src: Representation, dst: Representation) -> tuple[str, str]:
+    """(key, group kind) of a conversion measurement.
+
+    >>> conversion_key(8, Representation(DType.FP32), Representation(DType.INT8))
+    ('convert:fp32/row_major>int8/row_major:8', 'convert:fp32/row_major>int8/row_major')
+    """
+    kind = f"convert:{src}>{dst}"
+    return f"{kind}:{numel}", kind
+
+
+def op_features(graph: Graph, op: Op, dtype: DType, device: Device) -> dict[str, float]:
+    """Shape features of ``op`` at ``dtype`` on ``device`` (see ``FEATURES``). They depend
+    on the device only through its number of compute units, never on measured peaks."""
+    try:
+        work = op_work(graph, op, dtype)
+        flops, nbytes = work.flops, work.bytes
+    except Exception:  # a kind the counter rejects still has tensor bytes
+        flops, nbytes = 0.0, 0
+    io = 0
+    for t in [*graph.in_tensors(op), *graph.out_tensors(op)]:
+        io += dtype.nbytes(t.numel) if t.dtype.is_float else t.nbytes
+    elems = sum(t.numel for t in graph.out_tensors(op))
+    eff_flops = flops
+    dims = gemm_dims(graph, op)
+    if dims is not None and flops > 0:
+        eff, _ = contraction_efficiency(device, dims, dtype)
+        base = contraction_efficiency(device, GemmDims(1, 4096, 4096, 4096), dtype)[0]
+        eff_flops = flops * base / max(eff, 1e-9)
+    return {"one": 1.0, "flops": float(flops), "eff_flops": float(eff_flops),
+            "bytes": float(nbytes), "io_bytes": float(io), "elems": float(elems)}
+
+
+def conversion_features(numel: int, src: Representation, dst: Representation) -> dict[str, float]:
+    nbytes = src.dtype.nbytes(numel) + dst.dtype.nbytes(numel)
+    return {"one": 1.0, "flops": float(numel), "eff_flops": float(numel),
+            "bytes": float(nbytes), "io_bytes": float(nbytes), "elems": float(numel)}
+
+
+def device_identity(dev: Device) -> str:
+    """What must not change for a calibration to stay valid on ``dev``."""
+    payload = json.dumps({"name": dev.name, "kind": str(dev.kind.value), "model": dev.model,
+                          "cores": dev.cores, "backend": dev.backend,
+                          "compute_units": dev.compute_units}, sort_keys=True)
+    return "sha256:" + hashlib.sha256(payload.encode()).hexdigest()[:24]
+
+
+def device_record(dev: Device) -> DeviceRecord:
+    return DeviceRecord(name=dev.name, kind=str(dev.kind.value), model=dev.model,
+                        cores=list(dev.cores) if dev.cores is not None else None,
+                        backend=dev.backend, threads=len(dev.cores or [0]),
+                        identity=device_identity(dev))
+
+
+# ---- fitting --------------------------------------------------------------------------------
+
+
+def _category_of(kind: str) -> str:
+    if kind.startswith("convert:"):
+        return "conversion"
+    try:
+        k = OpKind(kind)
+    except ValueError:
+        return "other"
+    return "contraction" if k.category is OpCategory.CONTRACTION else "other"
+
+
+def _solve_rel(x: np.ndarray[Any, Any], t: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Non-negative least squares on relative error: min sum(((x @ c) - t) / t)^2, c >= 0,
+    by trying every subset of columns (there are at most three)."""
+    p = x.shape[1]
+    a = x / t[:, None]
+    b = np.ones_like(t)
+    scale = np.maximum(np.abs(a).max(axis=0), 1e-300)
+    a_s = a / scale
+    best: tuple[float, np.ndarray[Any, Any]] | None = None
+    for r in range(1, p + 1):
+        for cols in itertools.combinations(range(p), r):
+            sol, *_ = np.linalg.lstsq(a_s[:, cols], b, rcond=None)
+            if np.any(sol < 0):
+                continue
+            c = np.zeros(p)
+            c[list(cols)] = sol
+            err = float(np.sum((a_s @ c - b) ** 2))
+            if best is None or err < best[0] - 1e-12:
+                best = (err, c)
+    if best is None:
+        return np.zeros(p)
+    return best[1] / scale
+
+
+def _loo_residuals(x: np.ndarray[Any, Any], t: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    n = len(t)
+    res = np.empty(n)
+    for i in range(n):
+        keep = np.arange(n) != i
+        c = _solve_rel(x[keep], t[keep])
+        pred = float(x[i] @ c)
+        res[i] = math.log(t[i] / pred) if pred > 0 else math.log(t[i] / max(t[keep].min(), 1e-12))
+    return res
+
+
+def _fit_group(rows: Sequence[Measurement], device: str, family: str, kind: str, dtype: str,
+               level: str) -> Fit | None:
+    # one point per distinct feature vector (repeated keys average in log space)
+    by_feat: dict[tuple[float, ...], list[float]] = {}
+    for m in rows:
+        fv = tuple(m.features.get(f, 0.0) for f in FEATURES)
+        by_feat.setdefault(fv, []).append(m.median_s)
+    if not by_feat:
+        return None
+    feats = list(by_feat)
+    t = np.array([math.exp(float(np.mean(np.log(v)))) for v in by_feat.values()])
+    full = np.array(feats)
+    n = len(t)
+    best: tuple[float, tuple[str, ...], np.ndarray[Any, Any], np.ndarray[Any, Any]] | None = None
+    for cand in _CANDIDATES[_category_of(kind) if level != "device" else "other"]:
+        cols = [FEATURES.index(f) for f in cand]
+        x = full[:, cols]
+        if n < len(cand) + 1 and cand != ("one",):
+            continue
+        if any(np.all(x[:, j] == 0) for j in range(x.shape[1])):
+            continue
+        res = _loo_residuals(x, t) if n >= 2 else np.zeros(1)
+        score = float(np.mean(np.abs(res))) * (1.0 + 0.02 * len(cand))
+        if best is None or score < best[0]:
+            best = (score, cand, x, res)
+    if best is None:
+        cand = ("one",)
+        x = np.ones((n, 1))
+        res = _loo_residuals(x, t) if n >= 2 else np.zeros(1)
+        best = (0.0, cand, x, res)
+    _, cand, x, res = best
+    coef = _solve_rel(x, t)
+    if not np.any(coef > 0):
+        return None
+    spread = _MIN_HALF_WIDTH
+    if n >= 2:
+        # small samples: widen the empirical quantiles (a t-like factor)
+        widen = 1.0 + 1.5 / math.sqrt(n)
+        q10, q50, q90 = (float(np.quantile(res, q)) for q in (0.1, 0.5, 0.9))
+        q10, q90 = min(q10 * widen, -spread), max(q90 * widen, spread)
+    else:
+        q10, q50, q90 = -0.5, 0.0, 0.5  # one point: a wide, stated guess
+    q50 = min(max(q50, q10), q90)
+    loo_pct = float(np.median(np.abs(np.expm1(-res)))) * 100 if n >= 2 else 0.0
+    return Fit(device=device, kind=kind, dtype=dtype, family=family, level=level,
+               features=list(cand),
+               coef=[float(c) for c in coef], n=n, resid_q10=q10, resid_q50=q50,
+               resid_q90=q90, loo_median_abs_pct=loo_pct)
+
+
+_SERIES_FEATURES: dict[str, tuple[str, ...]] = {"contraction": ("one", "eff_flops"), "other": ("one", "io_bytes"),
+                    "conversion": ("one", "bytes")}
+_DEFAULT_SERIES_RESID = (-0.3, 0.0, 0.3)  # no evidence at all: a stated, wide guess
+
+
+def _series_points(rows: Sequence[Measurement], cand: tuple[str, ...]
+                   ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    by_feat: dict[tuple[float, ...], list[float]] = {}
+    for m in rows:
+        by_feat.setdefault(tuple(m.features.get(f, 0.0) for f in cand), []).append(m.median_s)
+    x = np.array(list(by_feat))
+    t = np.array([math.exp(float(np.mean(np.log(v)))) for v in by_feat.values()])
+    return x, t
+
+
+def _pool_keys(dev: str, m: Measurement) -> list[tuple[str, ...]]:
+    """Where a series' leave-one-out residuals are pooled, most specific first."""
+    cat = _category_name(m.kind)
+    return [(dev, m.family, m.kind, m.dtype), (dev, m.family, "c:" + cat, m.dtype),
+            (dev, m.family, m.dtype)]
+
+
+def _series_fits(measurements: Sequence[Measurement], kind_fits: Sequence[Fit]) -> list[Fit]:
+    """One fit per (device, series) with two or more distinct points: time linear in the
+    series' work feature. Its interval: the leave-one-out residuals of every series of
+    three or more points of the same (device, family, kind, dtype) - else category, else
+    device - pooled; else the kind fit's; else a wide default."""
+    series: dict[tuple[str, str], list[Measurement]] = {}
+    for m in measurements:
+        if m.series and not m.kind.startswith("convert:"):
+            series.setdefault((m.device, m.series), []).append(m)
+    prepared: list[tuple[str, str, Measurement, tuple[str, ...], Any, Any, Any]] = []
+    pools: dict[tuple[str, ...], list[float]] = {}
+    for (dev, key), rows in sorted(series.items()):
+        m0 = rows[0]
+        cand = _SERIES_FEATURES[_category_of(m0.kind)]
+        x, t = _series_points(rows, cand)
+        if len(t) < 2 or np.all(x[:, 1] == x[0, 1]):
+            continue
+        coef = _solve_rel(x, t)
+        if not np.any(coef > 0):
+            continue
+        res = _loo_residuals(x, t) if len(t) >= 3 else None
+        if res is not None:
+            for pk in _pool_keys(dev, m0):
+                pools.setdefault(pk, []).extend(float(r) for r in res)
+        prepared.append((dev, key, m0, cand, coef, x, t))
+    kinds = {(f.device, f.family, f.kind, f.dtype): f for f in kind_fits}
+    fits: list[Fit] = []
+    for dev, key, m0, cand, coef, _x, t in prepared:
+        cat = _category_name(m0.kind)
+        pool = None
+        for pk in _pool_keys(dev, m0):
+            if len(pools.get(pk, ())) >= 3:
+                pool = np.array(pools[pk])
+                break
+        if pool is not None:
+            widen = 1.0 + 1.5 / math.sqrt(len(pool))
+            q10, q50, q90 = (float(np.quantile(pool, q)) for q in (0.1, 0.5, 0.9))
+            q10, q90 = min(q10 * widen, -_MIN_HALF_WIDTH), max(q90 * widen, _MIN_HALF_WIDTH)
+            q50 = 0.0  # a series' own line is unbiased; the pool only sets the width
+            loo = float(np.median(np.abs(np.expm1(-pool)))) * 100
+        else:
+            kf = None
+            for k in (m0.kind, f"category:{cat}", "*"):
+                kf = kinds.get((dev, m0.family, k, m0.dtype))
+                if kf is not None:
+                    break
+            if kf is not None:
+                q10, q90 = kf.resid_q10 - kf.resid_q50, kf.resid_q90 - kf.resid_q50
+                loo = kf.loo_median_abs_pct
+            else:
+                q10, _, q90 = _DEFAULT_SERIES_RESID
+                loo = 0.0
+            q50 = 0.0
+        fits.append(Fit(device=dev, kind=m0.kind, dtype=m0.dtype, family=m0.family,
+                        level="series", series=key, features=list(cand),
+                        coef=[float(c) for c in coef], n=len(t), resid_q10=min(q10, 0.0),
+                        resid_q50=q50, resid_q90=max(q90, 0.0), loo_median_abs_pct=loo))
+    return fits
+
+
+def fit_measurements(measurements: Iterable[Measurement]) -> list[Fit]:
+    """Fits per (device, kind, dtype); pooled per category and per device for kinds with
+    fewer than ``MIN_FIT_POINTS`` distinct shapes; and per series (one op at several batch
+    sizes, see ``op_series``). Flagged measurements are left out."""
+    measurements = [m for m in measurements if not m.flags]
+    groups: dict[tuple[str, str, str, str], list[Measurement]] = {}
+    cats: dict[tuple[str, str, str, str], list[Measurement]] = {}
+    devs: dict[tuple[str, str, str], list[Measurement]] = {}
+    for m in measurements:
+        conv = m.kind.startswith("convert:")
+        fam = "" if conv else m.family
+        groups.setdefault((m.device, fam, m.kind, m.dtype), []).append(m)
+        if not conv:
+            cat = _category_name(m.kind)
+            cats.setdefault((m.device, fam, cat, m.dtype), []).append(m)
+            devs.setdefault((m.device, fam, m.dtype), []).append(m)
+    fits: list[Fit] = []
+    for (dev, fam, kind, dt), rows in sorted(groups.items()):
+        distinct = {tuple(sorted(r.features.items())) for r in rows}
+        conv = kind.startswith("convert:")
+        if len(distinct) >= MIN_FIT_POINTS or conv:
+            f = _fit_group(rows, dev, fam, kind, dt, "conversion" if conv else "kind")
+            if f is not None:
+                fits.append(f)
+    for (dev, fam, cat, dt), rows in sorted(cats.items()):
+        f = _fit_group(rows, dev, fam, f"category:{cat}", dt, "category")
+        if f is not None:
+            fits.append(f)
+    for (dev, fam, dt), rows in sorted(devs.items()):
+        f = _fit_group(rows, dev, fam, "*", dt, "device")
+        if f is not None:
+            fits.append(f)
+    return fits + _series_fits(measurements, fits)
+
+
+def _category_name(kind: str) -> str:
+    try:
+        return OpKind(kind).category.value
+    except ValueError:
+        return "other"
+
+
+def predict(fit: Fit, features: Mapping[str, float]) -> float:
+    """The fit's raw time for ``features`` (seconds), before the residual correction."""
+    return float(sum(c * features.get(f, 0.0) for f, c in zip(fit.features, fit.coef,
+                                                               strict=True)))
+
+
+def fit_estimate(fit: Fit, features: Mapping[str, float]) -> tuple[float, float, float] | None:
+    """(centre, low, high) seconds of ``fit`` for ``features``: the raw prediction shifted
+    by the median leave-one-out residual, the interval by its p10 and p90 (it always
+    contains the centre). None when the fit predicts no time.
+
+    >>> f = Fit(device="d", kind="relu", dtype="fp32", features=["one"], coef=[1e-6], n=5,
+    ...         resid_q10=-0.1, resid_q50=0.0, resid_q90=0.2)
+    >>> [round(x * 1e6, 3) for x in fit_estimate(f, {"one": 1.0})]
+    [1.0, 0.905, 1.221]
+    """
+    raw = predict(fit, features)
+    if not raw > 0:
+        return None
+    centre = raw * math.exp(fit.resid_q50)
+    low = min(centre * math.exp(fit.resid_q10 - fit.resid_q50), centre)
+    high = max(centre * math.exp(fit.resid_q90 - fit.resid_q50), centre)
+    return centre, low, high
+
+
+# ---- the model -------------------------------------------------------------------------------
+
+
+class CalibratedModel:
+    """``CostModel`` from a ``Calibration`` (see the module docstring), roofline elsewhere."""
+
+    def __init__(self, machine: Machine, calibration: Calibration) -> None:
+        self.machine = machine
+        self.calibration = calibration
+        self.roofline = RooflineModel(machine)
+        self._devices = {d.name for d in calibration.devices}
+        self._meas: dict[tuple[str, str], Measurement] = {
+            (m.device, m.key): m for m in calibration.measurements if not m.flags}
+        self._flagged: dict[tuple[str, str], Measurement] = {
+            (m.device, m.key): m for m in calibration.measurements if m.flags}
+        self._fits: dict[tuple[str, str, str, str], Fit] = {
+            (f.device, f.family, f.kind, f.dtype): f for f in calibration.fits
+            if f.level != "series"}
+        self._series: dict[tuple[str, str], Fit] = {
+            (f.device, f.series): f for f in calibration.fits if f.level == "series"}
+        self._families = sorted({f.family for f in calibration.fits})
+        self._refused: dict[tuple[str, str], str] = {
+            (f.device, f.key): f.reason for f in calibration.failures if f.unsupported}
+        self._dtype_kinds: dict[tuple[str, str], set[str]] = {
+            (d.name, dt): set(kinds) for d in calibration.devices
+            for dt, kinds in d.dtype_kinds.items()}
+        self._fp = calibration.fingerprint()
+
+    def fingerprint(self) -> str:
+        return self._fp
+
+    def fit_for(self, device: str, kind: OpKind, dtype: DType, family: str = "") -> Fit | None:
+        """The most specific fit for ``kind`` at ``dtype`` on ``device``: the kind's own,
+        else its category's, else the device's pooled fit (None if none); fits of ops
+        from the same source format (``family``) first, then of any other."""
+        fams = [family] + [f for f in self._families if f != family]
+        for fam in fams:
+            for k in (kind.value, f"category:{kind.category.value}", "*"):
+                f = self._fits.get((device, fam, k, dtype.value))
+                if f is not None:
+                    return f
+        return None
+
+    def estimate(self, device: str, kind: OpKind, dtype: DType, family: str,
+                 features: Mapping[str, float], series: str = ""
+                 ) -> tuple[float, float, float, Fit] | None:
+        """(centre, low, high, fit) for an op with ``features`` that was not measured: its
+        series' fit if the same op was measured at other batch sizes, else the kind's
+        (category's, device's) fit; None when no fit covers it."""
+        fit = self._series.get((device, series)) if series else None
+        if fit is not None:
+            est = fit_estimate(fit, features)
+            if est is not None:
+                return (*est, fit)
+        fit = self.fit_for(device, kind, dtype, family)
+        if fit is None:
+            return None
+        est = fit_estimate(fit, features)
+        return None if est is None else (*est, fit)
+
+    def _split(self, graph: Graph, op: Op, device: str, dtype: DType, total: float,
+               overhead: float) -> tuple[dict[Term, float], Bottleneck]:
+        """Split a measured/fitted time into terms in the roofline's proportions."""
+        try:
+            p = self.roofline.parts(graph, op, device, dtype)
+            compute, memory, par = p.compute_s, max(0.0, p.memory_s - p.compute_s), \
+                p.parallel_eff
+        except Exception:
+            compute, memory, par = 0.0, 1.0, 1.0
+        launch = min(max(overhead, 0.0), total)
+        rest = total - launch
+        if rest <= total * 1e-9:
+            launch, rest = total, 0.0
+        share = compute / (compute + memory) if compute + memory > 0 else 0.0
+        terms = {Term.LAUNCH: launch, Term.COMPUTE: rest * share,
+                 Term.MEMORY: rest * (1 - share)}
+        if launch >= rest:
+            b = Bottleneck.LAUNCH
+        elif share >= 0.5:
+            b = Bottleneck.PARALLELISM if par < 0.5 else Bottleneck.COMPUTE
+        else:
+            b = Bottleneck.MEMORY
+        return terms, b
+
+    def _overhead(self, device: str, kind: OpKind, dtype: DType, family: str) -> float:
+        f = self.fit_for(device, kind, dtype, family)
+        if f is not None and "one" in f.features:
+            return f.coef[f.features.index("one")]
+        try:
+            return self.machine.device(device).launch_overhead_s
+        except KeyError:
+            return 0.0
+
+    def op_cost(self, graph: Graph, op: Op, device: str, dtype: DType) -> Cost:
+        dev = self.roofline._device(device, op.where())
+        self.roofline._check_supported(dev, op, dtype)
+        if device not in self._devices or op.kind is OpKind.TASK:
+            return _note(self.roofline.op_cost(graph, op, device, dtype),
+                         "calibration", f"none for device {device!r}: roofline")
+        allowed = self._dtype_kinds.get((device, dtype.value))
+        if allowed is not None and op.kind.value not in allowed:
+            raise UnsupportedError(
+                f"device {device!r} cannot run {op.where()} ({op.kind.value}) in "
+                f"{dtype.value}: its {dtype.value} kernels cover only {', '.join(sorted(allowed))}")
+        key, _ = op_key(graph, op, dtype)
+        reason = self._refused.get((device, key))
+        if reason is not None:
+            raise UnsupportedError(f"device {device!r} cannot run {op.where()} "
+                                   f"({op.kind.value}) in {dtype.value}: {reason}")
+        m = self._meas.get((device, key))
+        if m is not None:
+            terms, b = self._split(graph, op, device, dtype, m.median_s,
+                                   self._overhead(device, op.kind, dtype, op_family(op)))
+            a: dict[str, float | str] = {
+                "model": "profiled", "key": key, "measured_s": m.median_s, "p10_s": m.p10_s,
+                "p90_s": m.p90_s, "repeats": float(m.n), "backend": m.backend,
+                "calibration": self._fp, "interval": "measured p10..p90"}
+            return Cost(tuple((k, v) for k, v in terms.items() if v), m.p10_s, m.p90_s, b,
+                        Source.PROFILED, tuple(sorted(a.items())),
+                        memory_bytes=int(m.features.get("bytes", 0)),
+                        buffer_bytes=op.scratch_bytes)
+        feats = op_features(graph, op, dtype, dev)
+        est = self.estimate(device, op.kind, dtype, op_family(op), feats,
+                            op_series(graph, op, dtype))
+        if est is None:
+            cost = _note(self.roofline.op_cost(graph, op, device, dtype), "calibration",
+                         f"no measurement or fit for {op.kind.value} {dtype.value} on "
+                         f"{device!r}: roofline")
+        else:
+            cost = self._fitted(graph, op, device, dtype, est, feats)
+        flagged = self._flagged.get((device, key))
+        if flagged is not None:
+            cost = _note(cost, "measurement_ignored",
+                         f"measured {flagged.median_s:.3g} s flagged {','.join(flagged.flags)}")
+        return cost
+
+    def _fitted(self, graph: Graph, op: Op, device: str, dtype: DType,
+                est: tuple[float, float, float, Fit], feats: Mapping[str, float]) -> Cost:
+        centre, low, high, fit = est
+        overhead = fit.coef[fit.features.index("one")] if "one" in fit.features else 0.0
+        terms, b = self._split(graph, op, device, dtype, centre, overhead)
+        a: dict[str, float | str] = {
+            "model": "calibrated", "fit": f"{fit.level}:{fit.kind}" + (
+                f":{fit.series}" if fit.series else ""),
+            "fit_features": ",".join(fit.features), "fit_points": float(fit.n),
+            "fit_loo_median_abs_pct": fit.loo_median_abs_pct, "calibration": self._fp,
+            "bytes": feats.get("bytes", 0.0), "flops": feats.get("flops", 0.0),
+            "interval": "fit leave-one-out residual p10..p90"}
+        return Cost(tuple((k, v) for k, v in terms.items() if v), low, high, b,
+                    Source.CALIBRATED, tuple(sorted(a.items())),
+                    memory_bytes=int(feats.get("bytes", 0)), buffer_bytes=op.scratch_bytes)
+
+    def region_cost(self, graph: Graph, ops: list[Op], device: str, dtype: DType) -> Cost:
+        """Local backends run a region op by op: the sum of its ops (no launch saved).
+        Devices without calibration use the roofline's fused region."""
+        if device not in self._devices:
+            return _note(self.roofline.region_cost(graph, ops, device, dtype), "calibration",
+                         f"none for device {device!r}: roofline")
+        costs = [self.op_cost(graph, op, device, dtype) for op in ops]
+        if not costs:
+            return Cost.zero()
+        terms: dict[Term, float] = {}
+        for c in costs:
+            for k, v in c.terms:
+                terms[k] = terms.get(k, 0.0) + v
+        sources = {c.source for c in costs}
+        source = Source.ROOFLINE if Source.ROOFLINE in sources else (
+            Source.CALIBRATED if Source.CALIBRATED in sources else Source.PROFILED)
+        total = sum(terms.values())
+        worst = max(costs, key=lambda c: c.total_s)
+        return Cost(tuple((k, v) for k, v in terms.items() if v),
+                    min(sum(c.low_s for c in costs), total),
+                    max(sum(c.high_s for c in costs), total), worst.bottleneck, source,
+                    (("model", "sum of ops (local backends run a region op by op)"),
+                     ("ops", float(len(ops))), ("calibration", self._fp)),
+                    memory_bytes=sum(c.memory_bytes for c in costs),
+                    buffer_bytes=max(c.buffer_bytes for c in costs))
+
+    def transfer_cost(self, tensor: Tensor, rep: Representation, src: str, dst: str) -> Cost:
+        """Transfers use the machine's links (measured by the probe for local machines)."""
+        return self.roofline.transfer_cost(tensor, rep, src, dst)
+
+    def conversion_cost(self, tensor: Tensor, src: Representation, dst: Representation,
+                        device: str) -> Cost:
+        if src == dst:
+            return Cost.zero()
+        base = self.roofline.conversion_cost(tensor, src, dst, device)
+        if device not in self._devices:
+            return base
+        numel = tensor.numel
+        key, kind = conversion_key(numel, src, dst)
+        m = self._meas.get((device, key))
+        out_bytes = dst.dtype.nbytes(numel)
+        feats = conversion_features(numel, src, dst)
+        fit = self._fits.get((device, "", kind, dst.dtype.value))
+        if m is not None:
+            centre, low, high, source = m.median_s, m.p10_s, m.p90_s, Source.PROFILED
+            how = "measured p10..p90"
+        elif fit is not None and (est := fit_estimate(fit, feats)) is not None:
+            centre, low, high = est
+            source, how = Source.CALIBRATED, "fit leave-one-out residual p10..p90"
+        else:
+            return _note(base, "calibration", f"no measurement of {kind} on {device!r}: "
+                                              f"roofline")
+        launch = min(self._fits_overhead(fit), centre) if fit is not None else min(
+            base.term(Term.LAUNCH), centre)
+        return Cost(((Term.CONVERSION, centre - launch), (Term.LAUNCH, launch)), low, high,
+                    Bottleneck.LAUNCH if launch > centre - launch else Bottleneck.MEMORY,
+                    source, (("model", source.value), ("interval", how),
+                             ("from", str(src)), ("to", str(dst)),
+                             ("calibration", self._fp)),
+                    memory_bytes=int(feats["bytes"]), buffer_bytes=out_bytes)
+
+    @staticmethod
+    def _fits_overhead(fit: Fit) -> float:
+        return fit.coef[fit.features.index("one")] if "one" in fit.features else 0.0
+
+
+def _note(cost: Cost, key: str, value: str) -> Cost:
+    a = dict(cost.assumptions)
+    a[key] = value
+    return Cost(cost.terms, cost.low_s, cost.high_s, cost.bottleneck, cost.source,
+                tuple(sorted(a.items())), cost.memory_bytes, cost.buffer_bytes)
+
+
+def merge_calibrations(cals: Sequence[Calibration], *, refit: bool = True) -> Calibration:
+    """One calibration from several (e.g. several models or batch sizes on one machine):
+    devices must agree; later measurements of the same key replace earlier ones; fits are
+    made again from all measurements."""
+    if not cals:
+        raise ValueError("nothing to merge")
+    devices: dict[str, DeviceRecord] = {}
+    meas: dict[tuple[str, str], Measurement] = {}
+    fails: dict[tuple[str, str], Failure] = {}
+    for c in cals:
+        for d in c.devices:
+            if d.name in devices and devices[d.name].identity != d.identity:
+                raise SpecError(f"device {d.name!r} differs between the calibrations "
+                                f"(identity {devices[d.name].identity} vs {d.identity})")
+            devices[d.name] = d
+        for m in c.measurements:
+            meas[(m.device, m.key)] = m
+        for f in c.failures:
+            fails[(f.device, f.key)] = f
+    first = cals[0]
+    models = sorted({c.model for c in cals if c.model})
+    merged = first.model_copy(update={
+        "model": " + ".join(models), "devices": list(devices.values()),
+        "measurements": list(meas.values()), "failures": list(fails.values()),
+        "created": now_iso()})
+    return merged.with_fits(fit_measurements(merged.measurements)) if refit else merged
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat()

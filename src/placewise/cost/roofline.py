@@ -1,0 +1,590 @@
+"""The analytic cost model: roofline over per-dtype peaks and memory bandwidth, with
+shape-dependent efficiency, launch overhead, transfers and conversions.
+
+This is the model for machines that are not here (the presets). Every number it returns
+is derived from the machine spec and the op's real shape; the assumptions it used (peak,
+efficiency, bytes, bandwidth, launches) travel with each ``Cost``.
+
+How an op's time is built (one kernel unless said otherwise):
+
+- **compute** = flops / (peak[dtype] x efficiency). Contractions (matmul, linear, gemm,
+  conv, attention, recurrent) get a shape-dependent efficiency: on GPUs tile and wave
+  quantization over ``compute_units`` (128x128 output tiles; 133 tiles on 132 SMs take two
+  waves), padding of partial tiles, and a small-K penalty; on CPUs the output is split in
+  64x64 blocks over the cores (too few blocks leave cores idle), the contiguous dim is padded
+  to the SIMD width, and small M / K pay a fixed per-block overhead. Other ops run their
+  flops at a fixed fraction of peak (vector units, not matrix units).
+- **memory** = bytes / (bandwidth x achievable fraction), counting only the part that does
+  not overlap with compute (``max(0, memory - compute)``). Bytes are those of the
+  representation the op uses: floating-point params and activations held in the op's
+  precision (int8 moves a quarter of fp32's bytes, int4 an eighth), integer index tensors
+  unchanged. Irregular ops (gather, embedding, scatter, topk, argmax, cumsum) have their
+  own, lower, fraction. Too few elements to occupy the device lowers it too.
+- **launch** = the device's launch overhead per kernel (recurrent ops launch one kernel
+  per time step). Views (reshape-like ops that move no bytes) cost nothing, not even a
+  launch. A fused region pays one launch and skips its internal tensors' traffic.
+
+Intervals are an *assumption*, not a measurement: ``[0.6x, 1.7x]`` the central estimate
+for counted ops (the typical spread of achieved vs. modelled kernel time for tuned
+libraries; the upper side is wider because real kernels miss the roofline more often than
+they beat it) and ``[0.3x, 3x]`` for ops whose kind has no counting rule. Each ``Cost``
+names its interval in ``assumptions``.
+
+>>> from placewise.graph.ir import Graph, Op, OpKind, Role, Tensor
+>>> from placewise.hardware.spec import load_machine
+>>> x = Tensor("x", (4096, 4096), DType.FP32, role=Role.INPUT)
+>>> w = Tensor("w", (4096, 4096), DType.FP32, role=Role.PARAM)
+>>> y = Tensor("y", (4096, 4096), DType.FP32, role=Role.OUTPUT)
+>>> g = Graph.build("mm", [x, w, y], [Op("mm", OpKind.MATMUL, ("x", "w"), ("y",))])
+>>> model = RooflineModel(load_machine("h100-sxm-server"))
+>>> c = model.op_cost(g, g.op("mm"), "gpu0", DType.BF16)
+>>> c.bottleneck.value, c.source.value, c.low_s < c.total_s < c.high_s
+('compute', 'roofline', True)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from placewise.cost.model import Bottleneck, Cost, Representation, Source, Term
+from placewise.errors import UnsupportedError
+from placewise.graph.ir import Graph, Op, OpKind, Tensor
+from placewise.hardware.spec import Device, DeviceKind, Machine
+from placewise.units import DType
+
+__all__ = [
+    "INTERVAL_COUNTED",
+    "INTERVAL_UNCOUNTED",
+    "IRREGULAR_KINDS",
+    "GemmDims",
+    "OpWork",
+    "RooflineModel",
+    "contraction_efficiency",
+    "gemm_dims",
+    "op_work",
+    "region_internal_tensors",
+    "scaled_bytes",
+]
+
+#: assumed relative interval of a roofline estimate for ops with a counting rule
+INTERVAL_COUNTED = (0.6, 1.7)
+#: assumed relative interval for ops whose kind has no counting rule (bytes-only guess)
+INTERVAL_UNCOUNTED = (0.3, 3.0)
+#: transfers and conversions are simple streams; the interval is narrower
+INTERVAL_STREAM = (0.8, 1.5)
+
+#: ops whose memory access is data-dependent: they reach a lower fraction of bandwidth
+IRREGULAR_KINDS = frozenset({OpKind.GATHER, OpKind.EMBEDDING, OpKind.SCATTER, OpKind.TOPK,
+                             OpKind.ARGMAX, OpKind.CUMSUM})
+_CONTRACTIONS = frozenset({OpKind.MATMUL, OpKind.GEMM, OpKind.LINEAR, OpKind.CONV,
+                           OpKind.CONV_TRANSPOSE, OpKind.ATTENTION, OpKind.LSTM, OpKind.GRU})
+# kinds that never launch a kernel: pure metadata
+_FREE_KINDS = frozenset({OpKind.SHAPE, OpKind.CONSTANT})
+
+# ---- efficiency constants (documented in the module docstring) ---------------------------
+_GPU_TILE = 128  # output tile edge of a tensor-core GEMM kernel
+_GPU_BASE_EFF = 0.80  # best achieved fraction of peak on large GEMMs
+_GPU_K_HALF = 64  # K at which the prologue/epilogue halves the efficiency
+_CPU_BLOCK = 64  # output block edge each core works on
+_CPU_BASE_EFF = 0.70
+_CPU_K_HALF = 16
+_CPU_M_HALF = 4
+_CPU_SIMD_LANES = 8  # fp32 lanes of one AVX2 register (a conservative common width)
+_VECTOR_EFF = 0.5  # non-contraction flops: vector units at half of peak
+_MEM_FRACTION = {True: 0.80, False: 0.60}  # achievable bandwidth fraction: GPU-like, CPU
+_IRREGULAR_FRACTION = 0.30  # fraction of the regular fraction reached by irregular ops
+_LAYOUT_FRACTION = 0.5  # strided (transposing) copies reach half of a plain copy
+_GPU_ELEMS_PER_UNIT = 2048  # elements per SM needed to saturate bandwidth
+_CPU_ELEMS_PER_CORE = 16384  # elements per core below which splitting does not pay
+
+
+@dataclass(frozen=True, slots=True)
+class GemmDims:
+    """A contraction seen as ``batch`` independent ``[M, K] x [K, N]`` products, run as
+    ``steps`` dependent kernels (recurrent ops) of that size each."""
+
+    batch: int
+    m: int
+    n: int
+    k: int
+    steps: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class OpWork:
+    """What an op does, in the representation of the precision it runs at."""
+
+    flops: float
+    bytes: int  # bytes read + written, at the op's precision
+    counted: bool
+    is_view: bool
+    kernels: int
+
+
+def _pairs(obj: Any) -> Iterable[tuple[Any, Any]]:
+    if isinstance(obj, Mapping):
+        return obj.items()
+    return tuple(obj or ())
+
+
+def _as_dtype(x: Any) -> DType:
+    return x if isinstance(x, DType) else DType.parse(str(x))
+
+
+def scaled_bytes(bytes_by_dtype: Any, dtype: DType, fallback_bytes: int = 0) -> int:
+    """Bytes of the same traffic held at precision ``dtype``: floating-point bytes scale by
+    width (int4 packed), integer/bool bytes (indices, masks) are unchanged.
+
+    >>> scaled_bytes({DType.FP32: 400, DType.INT64: 80}, DType.INT8)
+    180
+    >>> scaled_bytes({DType.FP32: 400}, DType.INT4)
+    50
+    """
+    total = 0.0
+    seen = False
+    for key, b in _pairs(bytes_by_dtype):
+        seen = True
+        src = _as_dtype(key)
+        if src.is_float:
+            total += b * dtype.bits / src.bits
+        else:
+            total += b
+    return math.ceil(total) if seen else int(fallback_bytes)
+
+
+def _numel(shape: Iterable[int]) -> int:
+    return math.prod(int(d) for d in shape)
+
+
+def _attr_int(op: Op, name: str, default: int) -> int:
+    v = op.attrs.get(name, default)
+    return int(v) if isinstance(v, int | float) else default
+
+
+def gemm_dims(graph: Graph, op: Op) -> GemmDims | None:
+    """The GEMM view of a contraction (None for other kinds or unusable shapes).
+
+    >>> from placewise.graph.ir import Graph, Op, OpKind, Role, Tensor
+    >>> t = [Tensor("x", (8, 16, 32), DType.FP32, role=Role.INPUT),
+    ...      Tensor("w", (64, 32), DType.FP32, role=Role.PARAM),
+    ...      Tensor("y", (8, 16, 64), DType.FP32, role=Role.OUTPUT)]
+    >>> g = Graph.build("l", t, [Op("l", OpKind.LINEAR, ("x", "w"), ("y",))])
+    >>> gemm_dims(g, g.op("l"))
+    GemmDims(batch=1, m=128, n=64, k=32, steps=1)
+    """
+    ins = graph.in_tensors(op)
+    outs = graph.out_tensors(op)
+    try:
+        if op.kind is OpKind.LINEAR and len(ins) >= 2:
+            x, w = ins[0].concrete_shape, ins[1].concrete_shape
+            n = w[0] if len(w) == 2 else 1
+            return GemmDims(1, _numel(x[:-1]) if len(x) > 1 else 1, n, x[-1] if x else 1)
+        if op.kind is OpKind.GEMM and len(ins) >= 2:
+            a, b = ins[0].concrete_shape, ins[1].concrete_shape
+            m, k = (a[1], a[0]) if op.attrs.get("trans_a", False) else (a[0], a[-1])
+            n = b[0] if op.attrs.get("trans_b", False) else b[-1]
+            return GemmDims(1, m, n, k)
+        if op.kind is OpKind.MATMUL and len(ins) >= 2:
+            a, b = ins[0].concrete_shape, ins[1].concrete_shape
+            m = a[-2] if len(a) >= 2 else 1
+            k = a[-1] if a else 1
+            n = b[-1] if len(b) >= 2 else 1
+            y = outs[0].concrete_shape if outs else ()
+            core = (1 if len(a) < 2 else m) * (1 if len(b) < 2 else n)
+            batch = max(1, _numel(y) // max(1, core)) if y else 1
+            return GemmDims(batch, m, n, k)
+        if op.kind in (OpKind.CONV, OpKind.CONV_TRANSPOSE) and len(ins) >= 2 and outs:
+            x, w = ins[0].concrete_shape, ins[1].concrete_shape
+            y = outs[0].concrete_shape
+            group = _attr_int(op, "group", 1)
+            spatial_k = _numel(w[2:])
+            if op.kind is OpKind.CONV:
+                # implicit GEMM per group: [N*out_spatial, Cin/g*k] x [Cin/g*k, Cout/g]
+                return GemmDims(group, y[0] * _numel(y[2:]), max(1, y[1] // group),
+                                max(1, w[1] * spatial_k))
+            # transposed: [N*in_spatial, Cin/g] x [Cin/g, Cout/g*k]
+            return GemmDims(group, x[0] * _numel(x[2:]), max(1, w[1] * spatial_k),
+                            max(1, x[1] // group))
+        if op.kind is OpKind.ATTENTION and len(ins) >= 3:
+            q, k_, v = (t.concrete_shape for t in ins[:3])
+            return GemmDims(_numel(q[:-2]), q[-2], k_[-2], q[-1] + v[-1])
+        if op.kind in (OpKind.LSTM, OpKind.GRU) and len(ins) >= 3:
+            x = ins[0].concrete_shape
+            hidden = _attr_int(op, "hidden_size", 0) or ins[2].concrete_shape[-1]
+            layout = _attr_int(op, "layout", 0)
+            seq, batch = (x[1], x[0]) if layout == 1 else (x[0], x[1])
+            gates = 4 if op.kind is OpKind.LSTM else 3
+            dirs = 2 if op.attrs.get("direction", "forward") == "bidirectional" else 1
+            return GemmDims(dirs, batch, gates * hidden, x[-1] + hidden, steps=seq)
+    except (IndexError, TypeError, ValueError):
+        return None
+    return None
+
+
+def _fallback_bytes(graph: Graph, op: Op) -> dict[DType, int]:
+    out: dict[DType, int] = {}
+    for t in [*graph.in_tensors(op), *graph.out_tensors(op)]:
+        out[t.dtype] = out.get(t.dtype, 0) + t.nbytes
+    return out
+
+
+def op_work(graph: Graph, op: Op, dtype: DType) -> OpWork:
+    """FLOPs and bytes of ``op`` at precision ``dtype`` (from ``graph.count``)."""
+    from placewise.graph.count import count_op
+
+    c = count_op(graph, op)
+    if c.is_view:
+        return OpWork(0.0, 0, bool(c.counted), True, 0)
+    bbd: Any = getattr(c, "bytes_by_dtype", None)
+    moved = int(getattr(c, "bytes_moved", 0) or (c.bytes_read + c.bytes_written))
+    if not c.counted and not list(_pairs(bbd)):
+        bbd = _fallback_bytes(graph, op)
+    nbytes = scaled_bytes(bbd, dtype, moved)
+    dims = gemm_dims(graph, op)
+    kernels = dims.steps * (dims.batch if op.kind in (OpKind.LSTM, OpKind.GRU) else 1) \
+        if dims is not None else 1
+    if op.kind in _FREE_KINDS:
+        kernels = 0
+    return OpWork(float(c.flops), nbytes, bool(c.counted), False, max(0, kernels))
+
+
+def _is_gpu_like(dev: Device) -> bool:
+    return dev.kind is not DeviceKind.CPU
+
+
+def contraction_efficiency(dev: Device, dims: GemmDims, dtype: DType) -> tuple[float, float]:
+    """(efficiency, parallel efficiency) of a GEMM of ``dims`` on ``dev``."""
+    units = max(1, dev.compute_units)
+    if _is_gpu_like(dev):
+        tile = _GPU_TILE
+        tm, tn = math.ceil(dims.m / tile), math.ceil(dims.n / tile)
+        tiles = dims.batch * tm * tn
+        waves = math.ceil(tiles / units)
+        wave_eff = tiles / (waves * units)
+        pad_eff = (dims.m * dims.n) / (tm * tile * tn * tile)
+        k_eff = dims.k / (dims.k + _GPU_K_HALF)
+        return _GPU_BASE_EFF * wave_eff * pad_eff * k_eff, wave_eff
+    block = _CPU_BLOCK
+    blocks = dims.batch * math.ceil(dims.m / block) * math.ceil(dims.n / block)
+    rounds = math.ceil(blocks / units)
+    thread_eff = blocks / (rounds * units)
+    lanes = max(1, _CPU_SIMD_LANES * 32 // max(8, dtype.bits))
+    simd_eff = dims.n / (math.ceil(dims.n / lanes) * lanes)
+    small = (dims.k / (dims.k + _CPU_K_HALF)) * (dims.m / (dims.m + _CPU_M_HALF))
+    return _CPU_BASE_EFF * thread_eff * simd_eff * small, thread_eff
+
+
+def _memory_fraction(dev: Device, kind: OpKind | None, elems: int) -> float:
+    gpu = _is_gpu_like(dev)
+    frac = _MEM_FRACTION[gpu]
+    if kind in IRREGULAR_KINDS:
+        frac *= _IRREGULAR_FRACTION
+    units = max(1, dev.compute_units)
+    need = units * (_GPU_ELEMS_PER_UNIT if gpu else _CPU_ELEMS_PER_CORE)
+    if units > 1 and elems < need:
+        # not enough elements to occupy every unit; a single unit still streams
+        frac *= max(1.0 / units, elems / need)
+    return frac
+
+
+@dataclass(frozen=True, slots=True)
+class _Parts:
+    compute_s: float
+    memory_s: float
+    launch_s: float
+    efficiency: float
+    parallel_eff: float
+    peak: float
+    bandwidth: float
+    mem_fraction: float
+    nbytes: int
+    flops: float
+    kernels: int
+    counted: bool
+
+
+class RooflineModel:
+    """The analytic cost model of ``machine`` (see the module docstring for the terms).
+
+    Implements ``placewise.cost.model.CostModel``.
+    """
+
+    def __init__(self, machine: Machine) -> None:
+        self.machine = machine
+
+    # ---- helpers ---------------------------------------------------------------------
+    def _device(self, name: str, what: str) -> Device:
+        try:
+            return self.machine.device(name)
+        except KeyError:
+            raise UnsupportedError(f"machine {self.machine.name!r} has no device {name!r} "
+                                   f"(asked for {what})") from None
+
+    def _check_supported(self, dev: Device, op: Op, dtype: DType) -> None:
+        if not dev.supports(op.kind):
+            raise UnsupportedError(f"device {dev.name!r} cannot run {op.where()}: op kind "
+                                   f"{op.kind.value!r} is not supported there")
+        if dtype not in dev.dtypes:
+            raise UnsupportedError(
+                f"device {dev.name!r} cannot run {op.where()} ({op.kind.value}) in "
+                f"{dtype.value}: supported dtypes are "
+                f"{', '.join(d.value for d in dev.dtypes)}")
+
+    def parts(self, graph: Graph, op: Op, device: str, dtype: DType) -> _Parts:
+        """The roofline components of ``op`` (no launch for views)."""
+        dev = self._device(device, op.where())
+        work = op_work(graph, op, dtype)
+        peak = dev.peak(dtype)
+        bw = dev.main_memory.bandwidth_bytes_per_s
+        if work.is_view:
+            return _Parts(0.0, 0.0, 0.0, 1.0, 1.0, peak, bw, 1.0, 0, 0.0, 0, work.counted)
+        dims = gemm_dims(graph, op) if op.kind in _CONTRACTIONS else None
+        if dims is not None:
+            eff, par = contraction_efficiency(dev, dims, dtype)
+        else:
+            eff, par = _VECTOR_EFF, 1.0
+        eff = max(eff, 1e-6)
+        # every element read or written is work to spread over the units (a GEMV streams
+        # its whole weight even though its output is small)
+        elems = sum(t.numel for t in [*graph.in_tensors(op), *graph.out_tensors(op)])
+        frac = _memory_fraction(dev, op.kind, elems)
+        compute_s = work.flops / (peak * eff) if work.flops > 0 else 0.0
+        memory_s = work.bytes / (bw * frac) if work.bytes > 0 else 0.0
+        launch_s = dev.launch_overhead_s * work.kernels
+        return _Parts(compute_s, memory_s, launch_s, eff, par, peak, bw, frac, work.bytes,
+                      work.flops, work.kernels, work.counted)
+
+    @staticmethod
+    def _cost_from(parts: Iterable[_Parts], *, launches: int, launch_s: float,
+                   assumptions: dict[str, float | str], memory_bytes: int,
+                   scratch_bytes: int = 0) -> Cost:
+        plist = list(parts)
+        compute = sum(p.compute_s for p in plist)
+        memory = sum(p.memory_s for p in plist)
+        launch = launch_s * launches
+        counted = all(p.counted for p in plist)
+        lo, hi = INTERVAL_COUNTED if counted else INTERVAL_UNCOUNTED
+        exposed_memory = max(0.0, memory - compute)
+        par = min((p.parallel_eff for p in plist), default=1.0)
+        if launch >= max(compute, memory) and launch > 0:
+            bottleneck = Bottleneck.LAUNCH
+        elif compute >= memory and compute > 0:
+            bottleneck = Bottleneck.PARALLELISM if par < 0.5 else Bottleneck.COMPUTE
+        elif memory > 0:
+            bottleneck = Bottleneck.MEMORY
+        else:
+            bottleneck = Bottleneck.NONE
+        a = dict(assumptions)
+        a.update({
+            "model": "roofline",
+            "interval": f"assumed [{lo}x, {hi}x] of the estimate"
+                        + ("" if counted else " (op kind has no counting rule: bytes only)"),
+            "interval_rel_low": lo,
+            "interval_rel_high": hi,
+            "launch_s": launch_s,
+            "kernels": float(launches),
+            "compute_s": compute,
+            "memory_s": memory,
+        })
+        return Cost.of({Term.COMPUTE: compute, Term.MEMORY: exposed_memory,
+                        Term.LAUNCH: launch}, bottleneck=bottleneck, source=Source.ROOFLINE,
+                       rel_low=lo, rel_high=hi, assumptions=a, memory_bytes=memory_bytes,
+                       buffer_bytes=scratch_bytes)
+
+    # ---- the CostModel protocol ---------------------------------------------------------
+    def op_cost(self, graph: Graph, op: Op, device: str, dtype: DType) -> Cost:
+        """The cost of ``op`` on ``device`` at precision ``dtype``.
+
+        Raises ``UnsupportedError`` when the device does not run the kind or dtype.
+        """
+        dev = self._device(device, op.where())
+        self._check_supported(dev, op, dtype)
+        if op.kind is OpKind.TASK:
+            return self._task_cost(graph, op, dev, dtype)
+        p = self.parts(graph, op, device, dtype)
+        if p.kernels == 0 and p.nbytes == 0 and p.flops == 0:
+            return Cost.of({}, bottleneck=Bottleneck.NONE, source=Source.ROOFLINE,
+                           assumptions={"model": "roofline",
+                                        "note": "view or metadata op: no kernel, no bytes"})
+        return self._cost_from(
+            [p], launches=p.kernels, launch_s=dev.launch_overhead_s,
+            assumptions={"peak_flops_per_s": p.peak, "efficiency": p.efficiency,
+                         "parallel_efficiency": p.parallel_eff, "bytes": float(p.nbytes),
+                         "flops": p.flops, "bandwidth_bytes_per_s": p.bandwidth,
+                         "memory_fraction": p.mem_fraction, "dtype": dtype.value},
+            memory_bytes=p.nbytes, scratch_bytes=op.scratch_bytes)
+
+    def _task_cost(self, graph: Graph, op: Op, dev: Device, dtype: DType) -> Cost:
+        hint = op.hint
+        given = hint.time_on(dev.name) if hint is not None else None
+        if given is not None:
+            return Cost.of({Term.COMPUTE: given}, bottleneck=Bottleneck.COMPUTE,
+                           source=Source.GIVEN,
+                           assumptions={"model": "given", "given_s": given,
+                                        "interval": "given time, taken as exact"},
+                           memory_bytes=hint.bytes_moved if hint else 0,
+                           buffer_bytes=op.scratch_bytes)
+        flops = hint.flops if hint is not None else 0.0
+        nbytes = hint.bytes_moved if hint is not None else 0
+        peak = dev.peak(dtype)
+        bw = dev.main_memory.bandwidth_bytes_per_s
+        frac = _MEM_FRACTION[_is_gpu_like(dev)]
+        part = _Parts(flops / (peak * _VECTOR_EFF) if flops else 0.0,
+                      nbytes / (bw * frac) if nbytes else 0.0, dev.launch_overhead_s,
+                      _VECTOR_EFF, 1.0, peak, bw, frac, nbytes, flops, 1, True)
+        return self._cost_from([part], launches=1, launch_s=dev.launch_overhead_s,
+                               assumptions={"peak_flops_per_s": peak, "efficiency": _VECTOR_EFF,
+                                            "bytes": float(nbytes), "flops": flops,
+                                            "bandwidth_bytes_per_s": bw,
+                                            "memory_fraction": frac, "dtype": dtype.value,
+                                            "note": "task without a given time on this "
+                                                    "device: roofline of its hint"},
+                               memory_bytes=nbytes, scratch_bytes=op.scratch_bytes)
+
+    def region_cost(self, graph: Graph, ops: list[Op], device: str, dtype: DType) -> Cost:
+        """A fused region: one launch, and tensors produced and consumed only inside the
+        region (and not graph outputs) never touch memory."""
+        if not ops:
+            return Cost.zero()
+        if len(ops) == 1:
+            return self.op_cost(graph, ops[0], device, dtype)
+        dev = self._device(device, "a fused region")
+        for op in ops:
+            self._check_supported(dev, op, dtype)
+        internal = region_internal_tensors(graph, ops)
+        scaled: list[_Parts] = []
+        total_bytes = 0
+        any_kernel = False
+        for op in ops:
+            if op.kind is OpKind.TASK:
+                c = self._task_cost(graph, op, dev, dtype)
+                part = _Parts(c.total_s - dev.launch_overhead_s, 0.0, 0.0, 1.0, 1.0,
+                              dev.peak(dtype), dev.main_memory.bandwidth_bytes_per_s, 1.0,
+                              c.memory_bytes, 0.0, 1, True)
+                scaled.append(part)
+                total_bytes += c.memory_bytes
+                any_kernel = True
+                continue
+            p = self.parts(graph, op, device, dtype)
+            if p.kernels == 0 and p.nbytes == 0:
+                continue
+            any_kernel = True
+            share = _external_share(graph, op, internal)
+            nbytes = round(p.nbytes * share)
+            total_bytes += nbytes
+            scaled.append(_Parts(p.compute_s, p.memory_s * share, 0.0, p.efficiency,
+                                 p.parallel_eff, p.peak, p.bandwidth, p.mem_fraction, nbytes,
+                                 p.flops, p.kernels, p.counted))
+        if not any_kernel:
+            return Cost.of({}, bottleneck=Bottleneck.NONE, source=Source.ROOFLINE,
+                           assumptions={"model": "roofline", "note": "region of views"})
+        # recurrent ops keep their per-step launches even inside a region
+        launches = max(1, max((p.kernels for p in scaled), default=1))
+        return self._cost_from(
+            scaled, launches=launches, launch_s=dev.launch_overhead_s,
+            assumptions={"peak_flops_per_s": dev.peak(dtype), "bytes": float(total_bytes),
+                         "flops": sum(p.flops for p in scaled),
+                         "bandwidth_bytes_per_s": dev.main_memory.bandwidth_bytes_per_s,
+                         "dtype": dtype.value, "fused_ops": float(len(ops)),
+                         "internal_tensors": float(len(internal))},
+            memory_bytes=total_bytes, scratch_bytes=max(o.scratch_bytes for o in ops))
+
+    def transfer_cost(self, tensor: Tensor, rep: Representation, src: str, dst: str) -> Cost:
+        """Bytes of ``rep`` over each link of the route: bytes / bandwidth + latency per
+        hop, plus one synchronization (the sender's launch overhead). Zero if same device."""
+        if src == dst:
+            return Cost.zero()
+        sdev = self._device(src, f"transfer of {tensor.name!r}")
+        self._device(dst, f"transfer of {tensor.name!r}")
+        route = self.machine.route(src, dst)
+        if not route:
+            raise UnsupportedError(f"no route from device {src!r} to {dst!r} for tensor "
+                                   f"{tensor.name!r}")
+        nbytes = rep.dtype.nbytes(tensor.numel)
+        wire = sum(nbytes / link.bandwidth_bytes_per_s for link in route)
+        latency = sum(link.latency_s for link in route)
+        sync = sdev.launch_overhead_s
+        lo, hi = INTERVAL_STREAM
+        return Cost.of({Term.TRANSFER: wire + latency, Term.SYNC: sync},
+                       bottleneck=Bottleneck.LINK, source=Source.ROOFLINE, rel_low=lo,
+                       rel_high=hi,
+                       assumptions={"model": "roofline", "bytes": float(nbytes),
+                                    "representation": str(rep),
+                                    "route": " > ".join(link.name for link in route),
+                                    "bandwidth_bytes_per_s": min(
+                                        link.bandwidth_bytes_per_s for link in route),
+                                    "latency_s": latency, "sync_s": sync,
+                                    "hops": float(len(route)),
+                                    "interval": f"assumed [{lo}x, {hi}x] of the estimate",
+                                    "interval_rel_low": lo, "interval_rel_high": hi},
+                       memory_bytes=nbytes)
+
+    def conversion_cost(self, tensor: Tensor, src: Representation, dst: Representation,
+                        device: str) -> Cost:
+        """A conversion kernel on ``device``: one launch, read the source representation,
+        write the destination one (quantizing reads twice: a pass for the scale), with the
+        destination held as a temporary buffer. Zero if the representations are equal."""
+        if src == dst:
+            return Cost.zero()
+        dev = self._device(device, f"conversion of {tensor.name!r}")
+        numel = tensor.numel
+        read_b = src.dtype.nbytes(numel)
+        write_b = dst.dtype.nbytes(numel)
+        quantizing = (src.dtype.is_float and not dst.dtype.is_float) or \
+            (src.dtype.is_float and dst.dtype.bits < 16)
+        passes = 2 if quantizing else 1
+        nbytes = read_b * passes + write_b
+        bw = dev.main_memory.bandwidth_bytes_per_s
+        frac = _memory_fraction(dev, None, numel)
+        if src.layout is not dst.layout:
+            frac *= _LAYOUT_FRACTION
+        kernel_s = nbytes / (bw * frac)
+        launch = dev.launch_overhead_s
+        lo, hi = INTERVAL_STREAM
+        return Cost.of({Term.CONVERSION: kernel_s, Term.LAUNCH: launch},
+                       bottleneck=Bottleneck.LAUNCH if launch > kernel_s else Bottleneck.MEMORY,
+                       source=Source.ROOFLINE, rel_low=lo, rel_high=hi,
+                       assumptions={"model": "roofline", "bytes": float(nbytes),
+                                    "from": str(src), "to": str(dst), "passes": float(passes),
+                                    "bandwidth_bytes_per_s": bw, "memory_fraction": frac,
+                                    "launch_s": launch,
+                                    "interval": f"assumed [{lo}x, {hi}x] of the estimate",
+                                    "interval_rel_low": lo, "interval_rel_high": hi},
+                       memory_bytes=nbytes, buffer_bytes=write_b)
+
+    def fingerprint(self) -> str:
+        return "roofline/v1"
+
+
+def region_internal_tensors(graph: Graph, ops: list[Op]) -> set[str]:
+    """Tensors produced inside the region whose every consumer is inside it and that are
+    not graph outputs: a fused kernel never writes them to memory."""
+    names = {o.name for o in ops}
+    outputs = set(graph.outputs)
+    internal: set[str] = set()
+    for op in ops:
+        for t in op.outputs:
+            if t in outputs:
+                continue
+            cons = graph.consumers(t)
+            if cons and all(c.name in names for c in cons):
+                internal.add(t)
+    return internal
+
+
+def _external_share(graph: Graph, op: Op, internal: set[str]) -> float:
+    """Share of ``op``'s tensor bytes that cross the region boundary."""
+    total = 0
+    ext = 0
+    for name in [*op.inputs, *op.outputs]:
+        if not name:
+            continue
+        b = graph.tensor(name).nbytes
+        total += b
+        if name not in internal:
+            ext += b
+    return ext / total if total else 1.0
+

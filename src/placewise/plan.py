@@ -1,0 +1,1189 @@
+"""The plan file: a placement, its schedule, memory, bounds and search record, as versioned JSON.
+
+A ``Plan`` is everything the scheduler said about one placement, written down so that
+``explain``, ``trace`` and ``check`` need nothing but the file:
+
+- identity: ``schema_version``, ``created_by``, the ``model`` reference, the machine, and
+  the ``fingerprints`` of graph, machine and calibration (cost model): a plan refuses to be
+  used with a graph or machine whose fingerprint differs (``check_fingerprints``);
+- the request: ``objective``, ``batch``, ``strategy`` (and ``seed``);
+- ``placement``: vertex -> device and dtype (the ``Placement.to_json`` format), ``regions``:
+  vertex -> its ops, fusion pattern, tensors and the cheapest cost on every other device;
+  ``ops``: op -> vertex and kind (so an op of a fused region can be looked up); ``tensors``;
+- ``schedule``: every compute, transfer and conversion task with its resource, lane,
+  interval, dependencies and predicted terms (``sum(terms_s) == end_s - start_s``), the
+  cost interval, source, bottleneck and assumptions; the resources and the critical path;
+- ``makespan_s``, ``exact`` (False: the makespan is a lower bound of the model's, and
+  ``notes`` says why), ``throughput_rps``, ``bottleneck_resource``, ``lower_bound_s`` with
+  its parts (``bounds``);
+- ``memory``: device -> tier -> peak, capacity, breakdown at the peak, the largest occupants
+  and a timeline decimated to at most ``MAX_TIMELINE_POINTS`` points (an upper envelope:
+  each kept point holds the highest level of the points it replaces, so the peak survives);
+  pools of tiers that are one physical memory; violations and suggestions;
+- ``crossings``: every tensor that changes device or representation between its producer
+  and a consumer (graph inputs leaving the host and outputs returning to it included), the
+  tasks that move it, their transfer/conversion/sync time, and what keeping it on one
+  device would have cost (computed when the plan is built);
+- ``search``: the strategy, candidates, pruned counts, alternatives and baselines with their
+  objective values, and the CP-SAT bound/gap when there is one.
+
+**Determinism.** The same inputs (and seed) give a byte-identical file: keys are sorted,
+floats are written with ``repr`` (shortest round-trip), and nothing wall-clock is stored.
+In particular the search's wall-clock ``search_time_s`` is *not* in the file: callers that
+want to report it (the CLI's ``--json``) take it from the search result.
+
+Loading never unpickles or evaluates anything: the file is parsed as JSON and validated
+field by field; a corrupt file, a wrong ``schema_version`` or a wrong type is a
+``SpecError`` naming the file, the place in it and the problem.
+
+>>> from placewise.graph.ir import Graph, Op, OpKind, Role, Tensor
+>>> from placewise.schedule import Problem, Placement, evaluate
+>>> from placewise.schedule.testing import ToyCostModel, toy_machine
+>>> from placewise.units import DType
+>>> x = Tensor("x", (1000,), DType.FP32, role=Role.INPUT)
+>>> y = Tensor("y", (1000,), DType.FP32, role=Role.OUTPUT)
+>>> g = Graph.build("g", [x, y], [Op("a", OpKind.RELU, ("x",), ("y",))])
+>>> m = toy_machine()
+>>> prob = Problem(g, None, m, ToyCostModel(m))
+>>> ev = evaluate(prob, Placement.uniform(["a"], "gpu", DType.FP32))
+>>> plan = build_plan(prob, ev, model_ref="g.json", strategy="single:gpu")
+>>> [t.name for t in plan.schedule.tasks]
+['xfer:x:cpu->gpu', 'a', 'xfer:y:gpu->cpu']
+>>> plan_from_json(plan_to_json(plan)) == plan
+True
+>>> [(c.tensor, c.src_device, c.dst_device) for c in plan.crossings]
+[('x', 'cpu', 'gpu'), ('y', 'gpu', 'cpu')]
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from placewise import __version__
+from placewise.cost.model import Bottleneck, Cost, Representation, Source, Term
+from placewise.errors import Infeasible, InputError, SpecError, UnsupportedError
+from placewise.graph.ir import OpKind, Role
+from placewise.io import atomic_write_json
+from placewise.schedule.bounds import LowerBound, problem_lower_bound
+from placewise.schedule.evaluate import Evaluation, Objective
+from placewise.schedule.memory import Category, MemoryReport, TierUsage
+from placewise.schedule.placement import (
+    Assignment,
+    Placement,
+    Problem,
+    feasible_assignments,
+    pruned_assignments,
+)
+from placewise.schedule.simulate import ResourceKind, Schedule, Task, TaskKind
+from placewise.units import DType, Layout
+
+__all__ = [
+    "MAX_TIMELINE_POINTS",
+    "SCHEMA_VERSION",
+    "AlternativeRecord",
+    "Breakdown",
+    "CandidateRecord",
+    "CrossingRecord",
+    "DeviceInfo",
+    "Fingerprints",
+    "KeptRecord",
+    "LinkInfo",
+    "LowerBoundRecord",
+    "MachineInfo",
+    "MemoryRecord",
+    "OccupantRecord",
+    "OpRecord",
+    "Plan",
+    "PoolRecord",
+    "RegionRecord",
+    "ResourceRecord",
+    "ScheduleRecord",
+    "SearchLike",
+    "SearchRecord",
+    "SharedInfo",
+    "SuggestionRecord",
+    "TaskRecord",
+    "TensorRecord",
+    "ThroughputRecord",
+    "TierInfo",
+    "TierRecord",
+    "ViolationRecord",
+    "build_plan",
+    "check_fingerprints",
+    "dumps_plan",
+    "load_plan",
+    "parse_rep",
+    "plan_from_json",
+    "plan_json_schema",
+    "plan_to_json",
+    "save_plan",
+]
+
+#: the version of the plan file format this module writes and reads
+SCHEMA_VERSION = 1
+#: memory timelines are decimated to at most this many points per tier
+MAX_TIMELINE_POINTS = 200
+
+
+# ---- the records ---------------------------------------------------------------------------
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class Fingerprints(_Record):
+    """What the plan was made for: ``Graph.fingerprint()``, ``Machine.fingerprint()`` and
+    ``CostModel.fingerprint()`` (the calibration, or ``roofline/v1``)."""
+
+    graph: str
+    machine: str
+    calibration: str
+
+
+class TierInfo(_Record):
+    name: str
+    capacity_bytes: int
+    bandwidth_bytes_per_s: float
+    shared_with: str | None = None
+
+
+class DeviceInfo(_Record):
+    name: str
+    kind: str
+    model: str = ""
+    lanes: int
+    dtypes: tuple[DType, ...]
+    tiers: tuple[TierInfo, ...]
+
+
+class LinkInfo(_Record):
+    name: str
+    endpoints: tuple[str, str]
+    bandwidth_bytes_per_s: float
+    latency_s: float
+    duplex: bool
+    resource: str
+
+
+class SharedInfo(_Record):
+    name: str
+    kind: str
+    bandwidth_bytes_per_s: float
+
+
+class MachineInfo(_Record):
+    """A summary of the machine (the fingerprint identifies it; this is for reading)."""
+
+    name: str
+    devices: tuple[DeviceInfo, ...]
+    links: tuple[LinkInfo, ...] = ()
+    shared_resources: tuple[SharedInfo, ...] = ()
+
+
+class AlternativeRecord(_Record):
+    """The cheapest way to run a vertex on one device: its dtype and uncontended cost,
+    or why it cannot run there (``reason``)."""
+
+    device: str
+    dtype: DType | None = None
+    total_s: float | None = None
+    low_s: float | None = None
+    high_s: float | None = None
+    reason: str | None = None
+
+
+class RegionRecord(_Record):
+    """A vertex: its ops (topological order), fusion pattern (``single`` for one op),
+    the tensors it reads from other vertices or graph inputs, the weights it reads, the
+    tensors it produces for others and those that never leave it; per device, the cheapest
+    alternative (empty when not recorded)."""
+
+    ops: tuple[str, ...]
+    pattern: str
+    inputs: tuple[str, ...] = ()
+    params: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
+    internal: tuple[str, ...] = ()
+    scratch_bytes: int = 0
+    alternatives: tuple[AlternativeRecord, ...] = ()
+
+
+class OpRecord(_Record):
+    """An op: the vertex that holds it, its kind, and where it came from."""
+
+    vertex: str
+    kind: OpKind
+    where: str = ""
+
+
+class TensorRecord(_Record):
+    shape: tuple[int, ...]
+    dtype: DType
+    layout: Layout = Layout.ROW_MAJOR
+    role: Role
+    nbytes: int
+
+
+class TaskRecord(_Record):
+    """One scheduled task (see ``placewise.schedule.simulate.Task``).
+
+    ``terms_s``: the predicted terms, contention included (``sum == end_s - start_s``);
+    ``low_s``/``high_s``: the interval of the task's duration (the cost model's interval
+    plus the contention the scheduler added); ``src_rep``/``dst_rep``: representations as
+    ``dtype/layout`` (a transfer moves ``src_rep``; a conversion goes from one to the other).
+    """
+
+    name: str
+    kind: TaskKind
+    resource: str
+    lane: int
+    device: str
+    dst_device: str | None = None
+    vertex: str | None = None
+    tensor: str | None = None
+    link: str | None = None
+    src_rep: str | None = None
+    dst_rep: str | None = None
+    nbytes: int = 0
+    start_s: float
+    end_s: float
+    deps: tuple[str, ...] = ()
+    terms_s: dict[Term, float]
+    contention_s: float = 0.0
+    low_s: float
+    high_s: float
+    source: Source
+    bottleneck: Bottleneck
+    assumptions: dict[str, float | str] = {}
+    memory_bytes: int = 0
+    buffer_bytes: int = 0
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
+
+    def term(self, term: Term) -> float:
+        return self.terms_s.get(term, 0.0)
+
+
+class ResourceRecord(_Record):
+    """A resource the schedule used (see ``placewise.schedule.simulate.ResourceUse``)."""
+
+    name: str
+    kind: ResourceKind
+    lanes: int
+    busy_s: float
+    work_s: float
+    tasks: int
+    device: str | None = None
+    link: str | None = None
+    bandwidth_bytes_per_s: float = 0.0
+    bytes: int = 0
+
+    @property
+    def exclusive(self) -> bool:
+        return self.kind is not ResourceKind.SHARED
+
+
+class ScheduleRecord(_Record):
+    """Tasks sorted by start time; ``critical_path``: task names from first to last."""
+
+    tasks: tuple[TaskRecord, ...]
+    resources: tuple[ResourceRecord, ...]
+    critical_path: tuple[str, ...]
+
+
+class LowerBoundRecord(_Record):
+    """A lower bound and its parts (``placewise.schedule.bounds.LowerBound``)."""
+
+    value_s: float
+    critical_path_s: float
+    work_s: float
+    binding: str
+    per_resource_s: tuple[tuple[str, float], ...]
+    critical_path: tuple[str, ...]
+
+
+class ThroughputRecord(_Record):
+    """Steady-state pipelined rate: ``requests_per_s`` is None when unbounded (no work)."""
+
+    requests_per_s: float | None = None
+    period_s: float
+    bottleneck_resource: str
+    occupancy_s: tuple[tuple[str, float], ...]
+
+
+class Breakdown(_Record):
+    weights: int = 0
+    activations: int = 0
+    scratch: int = 0
+    transfer_buffers: int = 0
+    conversion_buffers: int = 0
+
+    @property
+    def total(self) -> int:
+        return (self.weights + self.activations + self.scratch + self.transfer_buffers
+                + self.conversion_buffers)
+
+
+class OccupantRecord(_Record):
+    label: str
+    category: str
+    device: str
+    nbytes: int
+
+
+class TierRecord(_Record):
+    """One device's tier. ``timeline``: (time_s, bytes from then on), decimated to an upper
+    envelope of at most ``MAX_TIMELINE_POINTS`` points (``timeline_points``: how many the
+    full timeline had); ``checked``: whether this usage decides feasibility (False for a
+    device's share of a pool); ``final_bytes``: the level at the end (0 when balanced)."""
+
+    capacity_bytes: int
+    peak_bytes: int
+    peak_time_s: float
+    breakdown: Breakdown
+    occupants: tuple[OccupantRecord, ...] = ()
+    timeline: tuple[tuple[float, int], ...]
+    timeline_points: int
+    checked: bool = True
+    final_bytes: int = 0
+
+    @property
+    def headroom_bytes(self) -> int:
+        return self.capacity_bytes - self.peak_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_bytes <= self.capacity_bytes
+
+
+class PoolRecord(TierRecord):
+    """Tiers of several devices that are one physical memory (``members``: device, tier)."""
+
+    resource: str
+    members: tuple[tuple[str, str], ...]
+
+
+class ViolationRecord(_Record):
+    devices: tuple[str, ...]
+    tier: str
+    time_s: float
+    need_bytes: int
+    capacity_bytes: int
+    description: str
+
+
+class SuggestionRecord(_Record):
+    kind: str
+    devices: tuple[str, ...]
+    tier: str
+    micro_batches: int = 0
+    possible: bool = True
+    spill_tier: str | None = None
+    spill_bytes: int = 0
+    extra_s: float = 0.0
+    note: str = ""
+
+
+class MemoryRecord(_Record):
+    """``devices``: device -> tier -> usage; ``feasible`` iff every checked usage fits."""
+
+    feasible: bool
+    devices: dict[str, dict[str, TierRecord]]
+    pools: tuple[PoolRecord, ...] = ()
+    violations: tuple[ViolationRecord, ...] = ()
+    suggestions: tuple[SuggestionRecord, ...] = ()
+
+
+class KeptRecord(_Record):
+    """What keeping a crossing on one device would have cost: ``vertex`` (the consumer, or
+    the producer of a graph output) run on ``device`` in ``dtype`` costs ``cost_s`` instead
+    of its own ``own_cost_s`` (``delta_s = cost_s - own_cost_s``, uncontended). ``reason``
+    when it cannot run there."""
+
+    vertex: str
+    device: str
+    dtype: DType | None = None
+    cost_s: float | None = None
+    own_cost_s: float
+    delta_s: float | None = None
+    reason: str | None = None
+
+
+class CrossingRecord(_Record):
+    """A tensor going from its producer (``src_vertex``; None for a graph input, on the
+    host) to a consumer (``dst_vertex``; None for a graph output delivered to the host) on
+    another device or in another representation. ``tasks``: the transfer and conversion
+    tasks that move it, in order; the ``*_s`` figures sum their terms (``total_s`` is the
+    time from the first task's start to the last one's end); ``shared_with``: other
+    consumers served by some of the same tasks (a tensor sent once is reused)."""
+
+    tensor: str
+    src_vertex: str | None = None
+    src_device: str
+    src_rep: str
+    dst_vertex: str | None = None
+    dst_device: str
+    dst_rep: str
+    nbytes: int
+    links: tuple[str, ...] = ()
+    tasks: tuple[str, ...] = ()
+    transfer_s: float = 0.0
+    conversion_s: float = 0.0
+    sync_s: float = 0.0
+    launch_s: float = 0.0
+    contention_s: float = 0.0
+    total_s: float = 0.0
+    shared_with: tuple[str, ...] = ()
+    kept: KeptRecord | None = None
+
+    @property
+    def key(self) -> str:
+        """``tensor: src -> dst`` with vertex names (``input``/``output`` at the host)."""
+        return (f"{self.tensor}: {self.src_vertex or 'input'} -> "
+                f"{self.dst_vertex or 'output'}")
+
+
+class CandidateRecord(_Record):
+    """A placement the search tried, or a baseline: its label, objective value in seconds
+    (makespan for latency, pipeline period for throughput; None when it does not fit or
+    is unbounded), memory verdict, and when known its makespan, period and throughput."""
+
+    label: str
+    objective_s: float | None = None
+    feasible: bool
+    makespan_s: float | None = None
+    period_s: float | None = None
+    throughput_rps: float | None = None
+    note: str = ""
+
+
+class SearchRecord(_Record):
+    """What the search did (``placewise.search.result.SearchResult``), never its wall-clock
+    time (see the module docstring): the strategy and the step it ``chose``; how many
+    candidates the scheduler evaluated and how many cheaper ``estimates`` were made; the
+    assignments ``pruned`` before evaluation (reason -> count, with examples); every
+    labelled ``alternatives`` tried and the ``baselines``, with their objective; the
+    search's ``lower_bound_s`` for the objective; the ``dtypes`` searched; CP-SAT's proven
+    bound, status and ``gap`` when it ran; and the search's ``notes``."""
+
+    strategy: str
+    chosen: str | None = None
+    candidates_evaluated: int | None = None
+    estimates: int | None = None
+    pruned: dict[str, int] = {}
+    pruned_examples: dict[str, tuple[str, ...]] = {}
+    alternatives: tuple[CandidateRecord, ...] = ()
+    baselines: tuple[CandidateRecord, ...] = ()
+    lower_bound_s: float | None = None
+    dtypes: tuple[str, ...] = ()
+    cpsat_bound_s: float | None = None
+    cpsat_status: str | None = None
+    gap: float | None = None
+    notes: tuple[str, ...] = ()
+
+
+class Plan(_Record):
+    """A plan file's content; see the module docstring. Build with ``build_plan``, write
+    with ``save_plan``, read with ``load_plan``."""
+
+    schema_version: Literal[1] = 1
+    created_by: str
+    model: str
+    graph_name: str
+    fingerprints: Fingerprints
+    objective: Objective
+    objective_value: float | None = None
+    batch: int
+    strategy: str
+    seed: int | None = None
+    host: str
+    outputs_to_host: bool = True
+    machine: MachineInfo
+    placement: dict[str, dict[str, str]]
+    regions: dict[str, RegionRecord]
+    ops: dict[str, OpRecord]
+    tensors: dict[str, TensorRecord]
+    graph_inputs: tuple[str, ...]
+    graph_outputs: tuple[str, ...]
+    schedule: ScheduleRecord
+    makespan_s: float
+    exact: bool
+    notes: tuple[str, ...] = ()
+    throughput_rps: float | None = None
+    bottleneck_resource: str
+    throughput: ThroughputRecord
+    lower_bound_s: float
+    bounds: LowerBoundRecord
+    any_placement_bound: LowerBoundRecord | None = None
+    memory: MemoryRecord
+    crossings: tuple[CrossingRecord, ...] = ()
+    search: SearchRecord | None = None
+
+    # -- lookups --
+    def assignment(self, vertex: str) -> Assignment:
+        """The device and dtype of a vertex."""
+        a = self.placement[vertex]
+        return Assignment(a["device"], DType.parse(a["dtype"]))
+
+    def placement_obj(self) -> Placement:
+        """The placement as a ``Placement`` (to re-evaluate it)."""
+        return Placement.from_json(self.placement)
+
+    def task_index(self) -> dict[str, TaskRecord]:
+        """Task name -> task (built on each call)."""
+        return {t.name: t for t in self.schedule.tasks}
+
+    def vertex_of(self, name: str) -> str | None:
+        """The vertex an op or vertex name belongs to, or None."""
+        if name in self.regions:
+            return name
+        rec = self.ops.get(name)
+        return rec.vertex if rec is not None else None
+
+    def devices_used(self) -> list[str]:
+        """Devices holding at least one vertex, in machine order."""
+        used = {a["device"] for a in self.placement.values()}
+        return [d.name for d in self.machine.devices if d.name in used]
+
+
+# ---- what a search result looks like to the plan --------------------------------------------
+class SearchLike(Protocol):
+    """What ``build_plan`` reads from a search result (``placewise.search.result.
+    SearchResult``): ``best`` (an ``Evaluation``) and ``strategy``; and, when present,
+    ``chosen``, ``candidates_evaluated``, ``estimates``, ``pruned`` ((reason, count) pairs
+    or a mapping), ``pruned_examples``, ``alternatives`` (objects with ``label``,
+    ``objective_s``, ``feasible``...), ``baselines`` ((label, objective_s) pairs, or a
+    mapping label -> ``Evaluation`` or number), ``lower_bound_s``, ``dtypes``, ``seed``,
+    ``cpsat_bound_s``, ``cpsat_status``, ``gap`` and ``notes``. ``search_time_s`` is
+    deliberately not read."""
+
+    @property
+    def best(self) -> Evaluation: ...
+
+    @property
+    def strategy(self) -> str: ...
+
+
+# ---- building -------------------------------------------------------------------------------
+def _finite(x: float | None) -> float | None:
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _rep_str(rep: Representation | None) -> str | None:
+    return None if rep is None else str(rep)
+
+
+def parse_rep(text: str) -> Representation:
+    """``"fp16/row_major"`` -> ``Representation`` (the inverse of ``str(rep)``).
+
+    >>> parse_rep("bf16/nhwc")
+    Representation(dtype=<DType.BF16: 'bf16'>, layout=<Layout.NHWC: 'nhwc'>)
+    """
+    dt, _, lay = text.partition("/")
+    return Representation(DType.parse(dt), Layout(lay) if lay else Layout.ROW_MAJOR)
+
+
+def _machine_info(problem: Problem) -> dict[str, Any]:
+    m = problem.machine
+    return {
+        "name": m.name,
+        "devices": [{
+            "name": d.name, "kind": str(d.kind.value), "model": d.model, "lanes": d.lanes,
+            "dtypes": [dt.value for dt in d.dtypes],
+            "tiers": [{"name": t.name, "capacity_bytes": t.capacity_bytes,
+                       "bandwidth_bytes_per_s": t.bandwidth_bytes_per_s,
+                       "shared_with": t.shared_with} for t in d.memory],
+        } for d in m.devices],
+        "links": [{"name": ln.name, "endpoints": list(ln.endpoints),
+                   "bandwidth_bytes_per_s": ln.bandwidth_bytes_per_s, "latency_s": ln.latency_s,
+                   "duplex": ln.duplex, "resource": ln.resource_name} for ln in m.links],
+        "shared_resources": [{"name": r.name, "kind": r.kind,
+                              "bandwidth_bytes_per_s": r.bandwidth_bytes_per_s}
+                             for r in m.shared_resources],
+    }
+
+
+def _alternatives(problem: Problem, vi: int) -> list[dict[str, Any]]:
+    feasible = feasible_assignments(problem, vi)
+    out: list[dict[str, Any]] = []
+    for dev in problem.devices:
+        best: tuple[float, Assignment, Cost] | None = None
+        for a in feasible:
+            if a.device != dev:
+                continue
+            c = problem.cost(vi, a.device, a.dtype)
+            if best is None or c.total_s < best[0]:
+                best = (c.total_s, a, c)
+        if best is None:
+            reasons = [p.reason for p in pruned_assignments(problem, vi)
+                       if p.assignment.device == dev]
+            out.append({"device": dev, "reason": reasons[0] if reasons else "not feasible"})
+        else:
+            _, a, c = best
+            out.append({"device": dev, "dtype": a.dtype.value, "total_s": c.total_s,
+                        "low_s": c.low_s, "high_s": c.high_s})
+    return out
+
+
+def _regions(problem: Problem, alternatives: bool) -> dict[str, dict[str, Any]]:
+    patterns: dict[str, str] = {}
+    if problem.partition is not None:
+        for r in problem.partition.regions:
+            patterns[r.name] = str(getattr(r, "pattern", "") or "")
+    out: dict[str, dict[str, Any]] = {}
+    for v in problem.vertices:
+        pattern = patterns.get(v.name) or ("single" if len(v.ops) == 1 else "region")
+        rec: dict[str, Any] = {
+            "ops": [o.name for o in v.ops], "pattern": pattern, "inputs": list(v.inputs),
+            "params": list(v.params), "outputs": list(v.outputs), "internal": list(v.internal),
+            "scratch_bytes": v.scratch_bytes,
+        }
+        if alternatives:
+            rec["alternatives"] = _alternatives(problem, v.index)
+        out[v.name] = rec
+    return out
+
+
+def _task_json(t: Task) -> dict[str, Any]:
+    c = t.cost
+    terms: dict[str, float] = {}
+    for k, v in t.terms:
+        terms[k.value] = terms.get(k.value, 0.0) + v
+    return {
+        "name": t.name, "kind": t.kind.value, "resource": t.resource, "lane": t.lane,
+        "device": t.device, "dst_device": t.dst_device, "vertex": t.vertex, "tensor": t.tensor,
+        "link": t.link, "src_rep": _rep_str(t.src_rep), "dst_rep": _rep_str(t.dst_rep),
+        "nbytes": t.nbytes, "start_s": t.start_s, "end_s": t.end_s, "deps": list(t.deps),
+        "terms_s": terms, "contention_s": t.contention_s,
+        "low_s": c.low_s + t.contention_s, "high_s": c.high_s + t.contention_s,
+        "source": c.source.value, "bottleneck": c.bottleneck.value,
+        "assumptions": dict(c.assumptions), "memory_bytes": c.memory_bytes,
+        "buffer_bytes": c.buffer_bytes,
+    }
+
+
+def _bound_json(b: LowerBound) -> dict[str, Any]:
+    return {"value_s": b.value_s, "critical_path_s": b.critical_path_s, "work_s": b.work_s,
+            "binding": b.binding, "per_resource_s": [list(x) for x in b.per_resource_s],
+            "critical_path": list(b.critical_path)}
+
+
+def _decimate(points: Sequence[tuple[float, int]], limit: int) -> list[tuple[float, int]]:
+    """An upper envelope of a step function with at most ``limit`` points: consecutive
+    points are grouped, each group keeps its first time and its highest level; the last
+    point (the final level) is kept as is."""
+    pts = list(points)
+    if len(pts) <= limit:
+        return pts
+    body, last = pts[:-1], pts[-1]
+    groups = limit - 1
+    out: list[tuple[float, int]] = []
+    n = len(body)
+    for g in range(groups):
+        lo, hi = g * n // groups, (g + 1) * n // groups
+        if lo >= hi:
+            continue
+        out.append((body[lo][0], max(b for _, b in body[lo:hi])))
+    out.append(last)
+    return out
+
+
+_BREAKDOWN_KEY = {Category.WEIGHTS: "weights", Category.ACTIVATIONS: "activations",
+                  Category.SCRATCH: "scratch", Category.TRANSFER: "transfer_buffers",
+                  Category.CONVERSION: "conversion_buffers"}
+
+
+def _tier_json(u: TierUsage) -> dict[str, Any]:
+    return {
+        "capacity_bytes": u.capacity_bytes, "peak_bytes": u.peak_bytes,
+        "peak_time_s": u.peak_time_s,
+        "breakdown": {_BREAKDOWN_KEY[c]: b for c, b in u.breakdown},
+        "occupants": [{"label": o.label, "category": o.category.value, "device": o.device,
+                       "nbytes": o.nbytes} for o in u.occupants],
+        "timeline": [[t, b] for t, b in _decimate(u.timeline, MAX_TIMELINE_POINTS)],
+        "timeline_points": len(u.timeline), "checked": u.checked, "final_bytes": u.final_bytes,
+    }
+
+
+def _memory_json(mem: MemoryReport) -> dict[str, Any]:
+    devices: dict[str, dict[str, Any]] = {}
+    pools: list[dict[str, Any]] = []
+    for u in mem.usages:
+        if len(u.members) == 1:
+            d, t = u.members[0]
+            devices.setdefault(d, {})[t] = _tier_json(u)
+        else:
+            rec = _tier_json(u)
+            rec["resource"] = u.pool or ""
+            rec["members"] = [list(m) for m in u.members]
+            pools.append(rec)
+    return {
+        "feasible": mem.feasible, "devices": devices, "pools": pools,
+        "violations": [{"devices": list(v.devices), "tier": v.tier, "time_s": v.time_s,
+                        "need_bytes": v.need_bytes, "capacity_bytes": v.capacity_bytes,
+                        "description": v.describe()} for v in mem.violations],
+        "suggestions": [{"kind": s.kind, "devices": list(s.devices), "tier": s.tier,
+                         "micro_batches": s.micro_batches, "possible": s.possible,
+                         "spill_tier": s.spill_tier, "spill_bytes": s.spill_bytes,
+                         "extra_s": s.extra_s, "note": s.note} for s in mem.suggestions],
+    }
+
+
+def _kept(problem: Problem, vertex: str, device: str, prefer: Sequence[DType],
+          own_cost_s: float) -> dict[str, Any]:
+    """The cost of running ``vertex`` on ``device``: in the first dtype of ``prefer`` it
+    can run in there (the first one makes the crossing vanish), else in its cheapest
+    feasible dtype there."""
+    rec: dict[str, Any] = {"vertex": vertex, "device": device, "own_cost_s": own_cost_s}
+    tried: list[str] = []
+    for dt in prefer:
+        try:
+            c = problem.cost(vertex, device, dt)
+        except UnsupportedError as exc:
+            tried.append(str(exc))
+            continue
+        rec.update(dtype=dt.value, cost_s=c.total_s, delta_s=c.total_s - own_cost_s)
+        return rec
+    options = [a for a in feasible_assignments(problem, vertex) if a.device == device]
+    if options:
+        best = min(options, key=lambda a: problem.cost(vertex, a.device, a.dtype).total_s)
+        c = problem.cost(vertex, device, best.dtype)
+        rec.update(dtype=best.dtype.value, cost_s=c.total_s, delta_s=c.total_s - own_cost_s)
+        return rec
+    rec["reason"] = tried[0] if tried else f"vertex {vertex!r} cannot run on {device!r}"
+    return rec
+
+
+def _crossings(problem: Problem, ev: Evaluation) -> list[dict[str, Any]]:
+    s: Schedule = ev.schedule
+    placement = ev.placement
+    tasks = {t.name: t for t in s.tasks}
+    copies = {(c.tensor, c.device, c.rep): c for c in s.copies}
+    host = problem.host
+    g = problem.graph
+
+    def chain(copy_key: tuple[str, str, Representation]) -> list[Task]:
+        out: list[Task] = []
+        c = copies.get(copy_key)
+        name = c.made_by if c is not None else None
+        while name is not None:
+            t = tasks[name]
+            if t.kind is TaskKind.COMPUTE:
+                break
+            out.append(t)
+            name = t.deps[0] if t.deps else None
+        out.reverse()
+        return out
+
+    found: list[tuple[dict[str, Any], list[Task]]] = []
+
+    def add(tensor: str, src_v: str | None, src_dev: str, src_rep: Representation,
+            dst_v: str | None, dst_dev: str, dst_rep: Representation, moved: str,
+            move_to: str, prefer: list[DType]) -> None:
+        ch = chain((tensor, dst_dev, dst_rep))
+        terms: dict[Term, float] = {}
+        for t in ch:
+            for k, v in t.terms:
+                terms[k] = terms.get(k, 0.0) + v
+        own = tasks[moved].duration_s - tasks[moved].contention_s
+        rec: dict[str, Any] = {
+            "tensor": tensor, "src_vertex": src_v, "src_device": src_dev,
+            "src_rep": str(src_rep), "dst_vertex": dst_v, "dst_device": dst_dev,
+            "dst_rep": str(dst_rep), "nbytes": g.tensor(tensor).nbytes,
+            "links": list(dict.fromkeys(t.link for t in ch if t.link is not None)),
+            "tasks": [t.name for t in ch], "transfer_s": terms.get(Term.TRANSFER, 0.0),
+            "conversion_s": terms.get(Term.CONVERSION, 0.0), "sync_s": terms.get(Term.SYNC, 0.0),
+            "launch_s": terms.get(Term.LAUNCH, 0.0),
+            "contention_s": terms.get(Term.CONTENTION, 0.0),
+            "total_s": (ch[-1].end_s - ch[0].start_s) if ch else 0.0,
+            "kept": _kept(problem, moved, move_to, prefer, own),
+        }
+        found.append((rec, ch))
+
+    for v in problem.vertices:
+        a = placement[v.name]
+        in_rids, _ = problem.io_reps(v.index, a.dtype)
+        for t, rid in zip(v.inputs, in_rids, strict=True):
+            dst_rep = problem.reps[rid]
+            p = problem.tensor_producer.get(t)
+            if p is None:
+                src_v, src_dev, src_rep = None, host, problem.reps[problem.natural_rid[t]]
+                prefer = [src_rep.dtype, a.dtype]
+            else:
+                pv = problem.vertices[p]
+                pa = placement[pv.name]
+                _, out_rids = problem.io_reps(p, pa.dtype)
+                src_v, src_dev = pv.name, pa.device
+                src_rep = problem.reps[out_rids[pv.outputs.index(t)]]
+                prefer = [pa.dtype, a.dtype]
+            if src_dev == a.device and src_rep == dst_rep:
+                continue
+            add(t, src_v, src_dev, src_rep, v.name, a.device, dst_rep, v.name, src_dev,
+                list(dict.fromkeys(prefer)))
+    if problem.outputs_to_host:
+        for t in g.outputs:
+            p = problem.tensor_producer.get(t)
+            if p is None:
+                continue  # a graph input that is also an output: never moves
+            pv = problem.vertices[p]
+            pa = placement[pv.name]
+            _, out_rids = problem.io_reps(p, pa.dtype)
+            src_rep = problem.reps[out_rids[pv.outputs.index(t)]]
+            dst_rep = problem.reps[problem.natural_rid[t]]
+            if pa.device == host and src_rep == dst_rep:
+                continue
+            add(t, pv.name, pa.device, src_rep, None, host, dst_rep, pv.name, host,
+                list(dict.fromkeys([dst_rep.dtype, pa.dtype])))
+    users: dict[str, list[str]] = {}
+    for rec, ch in found:
+        for task in ch:
+            users.setdefault(task.name, []).append(rec["dst_vertex"] or "output")
+    for rec, ch in found:
+        me = rec["dst_vertex"] or "output"
+        others: dict[str, None] = {}
+        for task in ch:
+            for u in users[task.name]:
+                if u != me:
+                    others[u] = None
+        rec["shared_with"] = list(others)
+    return [rec for rec, _ in found]
+
+
+def _candidate(label: Any, value: Any, objective: Objective) -> dict[str, Any]:
+    """One alternative or baseline from what a search records: an ``Evaluation``, a number
+    (the objective), a tuple ``(objective, feasible)``, or an object with ``objective_s``
+    (or ``objective``), ``feasible`` and optionally ``makespan_s``, ``period_s``,
+    ``throughput_rps`` and ``note``."""
+    rec: dict[str, Any] = {"label": str(label)}
+    if isinstance(value, Evaluation):
+        rec.update(objective_s=_finite(value.score(objective)), feasible=bool(value.feasible),
+                   makespan_s=_finite(value.makespan_s),
+                   period_s=_finite(value.pipeline.period_s),
+                   throughput_rps=_finite(value.throughput_rps))
+    elif value is None or isinstance(value, int | float):
+        obj = _finite(value)
+        rec.update(objective_s=obj, feasible=obj is not None)
+    elif isinstance(value, tuple | list):
+        obj = _finite(value[0]) if value else None
+        rec.update(objective_s=obj,
+                   feasible=bool(value[1]) if len(value) > 1 else obj is not None)
+    else:
+        obj = _finite(getattr(value, "objective_s", getattr(value, "objective", None)))
+        rec.update(objective_s=obj, feasible=bool(getattr(value, "feasible", obj is not None)),
+                   note=str(getattr(value, "note", "") or ""))
+        for k in ("makespan_s", "period_s", "throughput_rps"):
+            rec[k] = _finite(getattr(value, k, None))
+    return rec
+
+
+def _candidates(items: Any, objective: Objective) -> list[dict[str, Any]]:
+    """Alternatives or baselines: a mapping label -> value, or a sequence of objects with a
+    ``label``, or of tuples ``(label, value...)`` (see ``_candidate``)."""
+    if items is None:
+        return []
+    if isinstance(items, Mapping):
+        return [_candidate(k, v, objective) for k, v in items.items()]
+    out: list[dict[str, Any]] = []
+    for it in items:
+        if isinstance(it, tuple | list):
+            rest = it[1] if len(it) == 2 else tuple(it[1:])
+            out.append(_candidate(it[0], rest, objective))
+        else:
+            out.append(_candidate(getattr(it, "label", str(it)), it, objective))
+    return out
+
+
+def _count(x: Any) -> int | None:
+    if x is None:
+        return None
+    return x if isinstance(x, int) else len(x)
+
+
+def _search_json(result: Any, strategy: str, objective: Objective) -> dict[str, Any]:
+    pruned_raw = getattr(result, "pruned", None)
+    pruned: dict[str, int]
+    if pruned_raw is None:
+        pruned = {}
+    elif isinstance(pruned_raw, int):
+        pruned = {"total": pruned_raw}
+    else:
+        pruned = {str(k): int(v) for k, v in dict(pruned_raw).items()}
+    examples = {str(k): [str(x) for x in v]
+                for k, v in dict(getattr(result, "pruned_examples", None) or {}).items()}
+    evaluated = getattr(result, "candidates_evaluated", getattr(result, "candidates", None))
+    chosen = getattr(result, "chosen", None)
+    return {
+        "strategy": str(getattr(result, "strategy", strategy) or strategy),
+        "chosen": None if chosen is None else str(chosen),
+        "candidates_evaluated": _count(evaluated),
+        "estimates": _count(getattr(result, "estimates", None)),
+        "pruned": pruned, "pruned_examples": examples,
+        "alternatives": _candidates(getattr(result, "alternatives", None), objective),
+        "baselines": _candidates(getattr(result, "baselines", None), objective),
+        "lower_bound_s": _finite(getattr(result, "lower_bound_s", None)),
+        "dtypes": [str(getattr(d, "value", d)) for d in getattr(result, "dtypes", ()) or ()],
+        "cpsat_bound_s": _finite(getattr(result, "cpsat_bound_s", None)),
+        "cpsat_status": getattr(result, "cpsat_status", None),
+        "gap": _finite(getattr(result, "gap", None)),
+        "notes": [str(n) for n in getattr(result, "notes", ()) or ()],
+    }
+
+
+def build_plan(problem: Problem, result: SearchLike | Evaluation, *, model_ref: str,
+               objective: Objective | str | None = None, strategy: str | None = None,
+               seed: int | None = None, alternatives: bool = True,
+               any_placement_bound: bool = True) -> Plan:
+    """The plan of ``result`` (an ``Evaluation``, or a search result whose ``best`` is one)
+    for ``problem`` (the problem ``result`` was evaluated on).
+
+    ``model_ref``: how the user named the model (``zoo:bert?layers=2``, a path);
+    ``objective``, ``strategy`` and ``seed``: default to the search result's (else latency,
+    ``given`` and none); ``alternatives``: record, for every vertex, its cheapest cost on
+    every device (used by ``explain --op``; it asks the cost model about every feasible
+    assignment, which a search has usually done already); ``any_placement_bound``: also
+    record the bound of any placement (``problem_lower_bound``). Nothing wall-clock is
+    recorded.
+    """
+    if isinstance(result, Evaluation):
+        ev, search = result, None
+    else:
+        ev, search = result.best, result
+    if objective is None:
+        objective = getattr(search, "objective", None) or Objective.LATENCY
+    obj = Objective(objective)
+    strat = strategy or (str(getattr(search, "strategy", "")) if search is not None else "") \
+        or "given"
+    s = ev.schedule
+    g = problem.graph
+    any_bound = None
+    if any_placement_bound:
+        try:
+            any_bound = _bound_json(problem_lower_bound(problem))
+        except Infeasible:
+            any_bound = None
+    data: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "created_by": f"placewise {__version__}",
+        "model": model_ref,
+        "graph_name": g.name,
+        "fingerprints": {"graph": g.fingerprint(), "machine": problem.machine.fingerprint(),
+                         "calibration": problem.cost_model.fingerprint()},
+        "objective": obj.value,
+        "objective_value": _finite(ev.score(obj)),
+        "batch": problem.batch,
+        "strategy": strat,
+        "seed": seed if seed is not None else getattr(search, "seed", None),
+        "host": problem.host,
+        "outputs_to_host": problem.outputs_to_host,
+        "machine": _machine_info(problem),
+        "placement": ev.placement.to_json(),
+        "regions": _regions(problem, alternatives),
+        "ops": {op.name: {"vertex": v.name, "kind": op.kind.value, "where": op.where()}
+                for v in problem.vertices for op in v.ops},
+        "tensors": {t.name: {"shape": list(t.concrete_shape), "dtype": t.dtype.value,
+                             "layout": t.layout.value, "role": t.role.value,
+                             "nbytes": t.nbytes} for t in g.tensors},
+        "graph_inputs": list(g.inputs),
+        "graph_outputs": list(g.outputs),
+        "schedule": {
+            "tasks": [_task_json(t) for t in s.tasks],
+            "resources": [{"name": r.name, "kind": r.kind.value, "lanes": r.lanes,
+                           "busy_s": r.busy_s, "work_s": r.work_s, "tasks": r.tasks,
+                           "device": r.device, "link": r.link,
+                           "bandwidth_bytes_per_s": r.bandwidth_bytes_per_s, "bytes": r.bytes}
+                          for r in s.resources],
+            "critical_path": [t.name for t in s.critical_path()],
+        },
+        "makespan_s": s.makespan_s,
+        "exact": s.exact,
+        "notes": list(s.notes),
+        "throughput_rps": _finite(ev.throughput_rps),
+        "bottleneck_resource": ev.bottleneck_resource,
+        "throughput": {"requests_per_s": _finite(ev.pipeline.requests_per_s),
+                       "period_s": ev.pipeline.period_s,
+                       "bottleneck_resource": ev.pipeline.bottleneck_resource,
+                       "occupancy_s": [list(x) for x in ev.pipeline.occupancy_s]},
+        "lower_bound_s": ev.lower_bound_s,
+        "bounds": _bound_json(ev.bound),
+        "any_placement_bound": any_bound,
+        "memory": _memory_json(ev.memory),
+        "crossings": _crossings(problem, ev),
+        "search": _search_json(search, strat, obj) if search is not None else None,
+    }
+    return Plan.model_validate(data)
+
+
+# ---- JSON in and out ------------------------------------------------------------------------
+def plan_to_json(plan: Plan) -> dict[str, Any]:
+    """The JSON object of a plan (fields that are None are left out)."""
+    return plan.model_dump(mode="json", exclude_none=True)
+
+
+def dumps_plan(plan: Plan) -> str:
+    """The exact text ``save_plan`` writes: sorted keys, two-space indent, final newline."""
+    return json.dumps(plan_to_json(plan), indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+
+def save_plan(plan: Plan, path: str | os.PathLike[str]) -> None:
+    """Write ``plan`` to ``path`` atomically (never a half-written file)."""
+    atomic_write_json(os.fspath(path), plan_to_json(plan))
+
+
+def _place(loc: Sequence[int | str]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part == "[key]":
+            out += " (key)"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def plan_from_json(data: Mapping[str, Any] | str | bytes, *, file: str | None = None) -> Plan:
+    """Validate a plan from its JSON object or text; ``SpecError`` on any problem."""
+    file = file or "<plan>"
+    if isinstance(data, str | bytes):
+        try:
+            obj = json.loads(data, parse_constant=_reject_constant)
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"not valid JSON: {exc.msg}", file=file,
+                            place=f"line {exc.lineno} column {exc.colno}") from None
+        except ValueError as exc:
+            raise SpecError(f"not valid JSON: {exc}", file=file) from None
+    else:
+        obj = data
+    if not isinstance(obj, Mapping):
+        raise SpecError(f"a plan is a JSON object, not {type(obj).__name__}", file=file)
+    if "schema_version" not in obj:
+        raise SpecError("missing; is this a placewise plan file?", file=file,
+                        place="schema_version")
+    version = obj["schema_version"]
+    if version != SCHEMA_VERSION or isinstance(version, bool):
+        raise SpecError(f"plan schema version {version!r} is not supported (this placewise "
+                        f"reads version {SCHEMA_VERSION})", file=file, place="schema_version")
+    try:
+        plan = Plan.model_validate_json(json.dumps(obj, allow_nan=False), strict=True)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        more = exc.error_count() - 1
+        problem = first["msg"] + (f" (and {more} more problem{'s' if more > 1 else ''})"
+                                  if more > 0 else "")
+        raise SpecError(problem, file=file, place=_place(first["loc"])) from None
+    except ValueError as exc:
+        raise SpecError(f"not valid JSON: {exc}", file=file) from None
+    _check_references(plan, file)
+    return plan
+
+
+def _check_references(plan: Plan, file: str) -> None:
+    """Names that refer to each other must exist (the checker judges times and sizes)."""
+    names: set[str] = set()
+    for i, t in enumerate(plan.schedule.tasks):
+        if t.name in names:
+            raise SpecError(f"task name {t.name!r} repeats", file=file,
+                            place=f"schedule.tasks[{i}].name")
+        names.add(t.name)
+    for i, t in enumerate(plan.schedule.tasks):
+        for d in t.deps:
+            if d not in names:
+                raise SpecError(f"depends on unknown task {d!r}", file=file,
+                                place=f"schedule.tasks[{i}] ({t.name}).deps")
+        if t.vertex is not None and t.vertex not in plan.placement:
+            raise SpecError(f"names unknown vertex {t.vertex!r}", file=file,
+                            place=f"schedule.tasks[{i}] ({t.name}).vertex")
+    for name in plan.schedule.critical_path:
+        if name not in names:
+            raise SpecError(f"unknown task {name!r}", file=file, place="schedule.critical_path")
+    for v, a in plan.placement.items():
+        if set(a) != {"device", "dtype"}:
+            raise SpecError("an assignment has exactly the keys 'device' and 'dtype'",
+                            file=file, place=f"placement.{v}")
+        try:
+            DType.parse(a["dtype"])
+        except ValueError as exc:
+            raise SpecError(str(exc), file=file, place=f"placement.{v}.dtype") from None
+        if v not in plan.regions:
+            raise SpecError(f"vertex {v!r} has no entry in regions", file=file,
+                            place=f"placement.{v}")
+    for v, r in plan.regions.items():
+        if v not in plan.placement:
+            raise SpecError(f"vertex {v!r} is not placed", file=file, place=f"regions.{v}")
+        for op in r.ops:
+            rec = plan.ops.get(op)
+            if rec is None or rec.vertex != v:
+                raise SpecError(f"op {op!r} is not recorded as part of this vertex", file=file,
+                                place=f"regions.{v}.ops")
+    for op, rec in plan.ops.items():
+        if rec.vertex not in plan.regions:
+            raise SpecError(f"names unknown vertex {rec.vertex!r}", file=file,
+                            place=f"ops.{op}.vertex")
+
+
+def load_plan(path: str | os.PathLike[str]) -> Plan:
+    """Read a plan file written by ``save_plan``.
+
+    ``InputError`` if it cannot be read; ``SpecError`` (file, place, problem) if it is not
+    JSON, has another ``schema_version``, a wrong type anywhere, or names that do not
+    refer to each other.
+    """
+    file = os.fspath(path)
+    try:
+        text = Path(file).read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read the plan: {exc.strerror or exc}", file=file) from None
+    return plan_from_json(text, file=file)
+
+
+def plan_json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a plan file, as published in
+    ``placewise/schemas/plan.schema.json``. It checks shapes and types; references between
+    names are checked by ``load_plan``, times and sizes by ``placewise.check``."""
+    schema = Plan.model_json_schema(mode="serialization")
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$id": f"urn:placewise:schema:plan:{SCHEMA_VERSION}", **schema}
+
+
+# ---- fingerprints --------------------------------------------------------------------------
+def _fp(x: Any) -> str:
+    return x if isinstance(x, str) else str(x.fingerprint())
+
+
+def _short(fp: str) -> str:
+    return fp if len(fp) <= 23 else fp[:23] + "..."
+
+
+def check_fingerprints(plan: Plan, graph: Any = None, machine: Any = None,
+                       calibration_fp: str | None = None, *, file: str | None = None) -> None:
+    """Raise ``InputError`` naming the fingerprint that differs when ``graph`` (a ``Graph``
+    or its fingerprint), ``machine`` (a ``Machine`` or its fingerprint) or the cost model's
+    ``calibration_fp`` is not the one the plan was made for."""
+    fps = plan.fingerprints
+    for what, given, recorded, hint in (
+            ("graph", graph, fps.graph, f"model {plan.model!r}"),
+            ("machine", machine, fps.machine, f"machine {plan.machine.name!r}"),
+            ("calibration", calibration_fp, fps.calibration, "its calibration")):
+        if given is None:
+            continue
+        got = _fp(given)
+        if got != recorded:
+            raise InputError(
+                f"the plan was made for another {what} (fingerprint {_short(recorded)} in the "
+                f"plan, {_short(got)} given): plan again for this {what}, or use {hint}",
+                file=file, place=f"fingerprints.{what}")

@@ -1,0 +1,1 @@
+"""Runtime: run source ops for real on local devices (op runners; the executor builds on them)."""

@@ -1,0 +1,1051 @@
+"""The list scheduler: a placement becomes compute, transfer and conversion tasks on resources.
+
+``schedule(problem, placement)`` is the one evaluator of *when* things happen. It is an
+event-driven simulation that is exact for the model below (no approximation is made unless
+``contention=False`` is asked for, and then the result says ``exact=False``).
+
+**Tasks.** Every vertex is one *compute* task named after the vertex. A tensor consumed on
+another device, or in another representation, is obtained through *conversion* and
+*transfer* tasks, each created once and reused by every consumer that needs the same copy:
+
+- transfers: one task per hop of ``machine.route(src, dst)``, named
+  ``xfer:{tensor}:{a}->{b}`` (``a``/``b`` are the hop's ends; ``Task.link`` names the
+  link), with ``:{dtype}`` appended when the tensor travels in another representation than
+  the one it was produced in. A copy that reached a device (including an intermediate hop)
+  is reused by every later need on that device; so a tensor sent once is never sent twice.
+- conversions: ``conv:{tensor}:{from}->{to}@{device}``. Policy: a conversion runs on the
+  producer's device *before* sending when the target representation is smaller (fewer bytes
+  on the link), else on the consumer's device *after* receiving; same-device consumers
+  convert locally. One conversion per (tensor, target representation, device).
+- graph inputs are on the host at time 0 (no task); graph outputs are delivered to the host
+  in their declared representation (``Problem.outputs_to_host``), weights are resident.
+
+**Resources.** Each device's compute lanes (``Device.lanes``, or ``lanes=`` override) run
+compute and conversion tasks, one task per lane at a time. Each link is an exclusive
+resource (``Link.resource_name``; a duplex link has one resource per direction, suffixed
+``:fwd`` for ``endpoints[0] -> endpoints[1]`` and ``:rev``). A link whose ``resource`` names
+a *shared resource* (unified memory, e.g. Jetson) is not exclusive: its transfers run
+concurrently and share that resource's bandwidth.
+
+**Shared resources** (``Machine.shared_resources``, e.g. a memory controller) are
+bandwidth shared by processor sharing. A task draws memory bandwidth uniformly over its
+uncontended duration ``T``: demand ``d = bytes / T`` on every shared resource it touches
+(compute and conversion tasks: ``Cost.memory_bytes`` on the shared resources of their
+device — ``Device.resources`` and the main tier's ``shared_with``; transfers: the bytes
+moved, on the link's shared resource and on those of both ends). Whenever the set of
+active tasks on a shared resource of bandwidth ``C`` changes, ``C`` is divided max-min
+fairly (water-filling, each task capped at its demand); a task then progresses at
+``min over its shared resources (allocation / demand)`` of its full speed. The added time
+is the task's ``Term.CONTENTION``. Two memory-bound tasks demanding ``b`` each on a
+controller of bandwidth ``C < 2b`` thus each slow down by ``2b / C``.
+
+**Policy.** Dynamic list scheduling: when a lane frees or a task becomes ready, the ready
+task with the highest upward rank (its duration plus the longest chain of durations after
+it, transfers included) starts on the lowest free lane; ties go to the task created first.
+The same inputs always give the same schedule.
+
+**Output.** A ``Schedule``: ``makespan_s``, ``exact``, per-resource use, and the tasks
+(``Task``: name, kind, resource, lane, device, start/end, cost terms plus contention,
+dependencies) and tensor copies (``TensorCopy``: where each tensor lives, in which
+representation, written and read by which tasks) — both built on first access from the
+``Timeline``, the parallel arrays the simulation fills and that memory, bounds and
+throughput read directly (search never pays for the records). ``Schedule.from_records``
+rebuilds a schedule from its records (a plan file).
+
+Cost: one pass to build the task graph (memoized costs), one heap-driven event loop;
+about 0.2-0.3 s of CPU for a 10,000-op graph (see BENCHMARKS.md).
+
+>>> from placewise.graph.ir import Graph, Op, OpKind, Role, Tensor
+>>> from placewise.schedule.placement import Assignment, Placement, Problem
+>>> from placewise.schedule.testing import ToyCostModel, toy_machine
+>>> from placewise.units import DType
+>>> x = Tensor("x", (1000,), DType.FP32, role=Role.INPUT)
+>>> h = Tensor("h", (1000,), DType.FP32)
+>>> y = Tensor("y", (1000,), DType.FP32, role=Role.OUTPUT)
+>>> g = Graph.build("g", [x, h, y], [Op("a", OpKind.RELU, ("x",), ("h",)),
+...                                  Op("b", OpKind.RELU, ("h",), ("y",))])
+>>> m = toy_machine()
+>>> prob = Problem(g, None, m, ToyCostModel(m))
+>>> s = schedule(prob, Placement.of({"a": Assignment("cpu", DType.FP32),
+...                                  "b": Assignment("gpu", DType.FP32)}))
+>>> [t.name for t in s.tasks]
+['a', 'xfer:h:cpu->gpu', 'b', 'xfer:y:gpu->cpu']
+>>> s.exact, s.makespan_s > 0
+(True, True)
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+from placewise.cost.model import Cost, Representation, Term
+from placewise.errors import InputError
+from placewise.schedule.placement import Assignment, Placement, Problem
+
+__all__ = [
+    "ResourceKind",
+    "ResourceUse",
+    "Schedule",
+    "Task",
+    "TaskKind",
+    "TensorCopy",
+    "Timeline",
+    "schedule",
+]
+
+# relative tolerance under which a time difference is float noise, not contention
+_REL_TOL = 1e-9
+
+
+class TaskKind(Enum):
+    COMPUTE = "compute"
+    TRANSFER = "transfer"
+    CONVERSION = "conversion"
+
+
+class ResourceKind(Enum):
+    """``COMPUTE`` and ``LINK`` are exclusive (one task per lane at a time); ``SHARED`` is
+    bandwidth divided among concurrent tasks (its lanes only keep trace tracks apart)."""
+
+    COMPUTE = "compute"
+    LINK = "link"
+    SHARED = "shared"
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One scheduled task.
+
+    ``device``: where a compute or conversion task runs, the sending end of a transfer hop
+    (``dst_device`` is the receiving end). ``cost`` is the cost model's uncontended answer;
+    ``terms`` are its terms plus ``Term.CONTENTION`` when shared bandwidth slowed it, so
+    ``sum(terms) == end_s - start_s``. ``deps`` are the names of the tasks it waited for.
+    ``nbytes``: bytes of the tensor copy a transfer moves or a conversion writes; for a
+    compute task, ``Cost.memory_bytes``.
+    """
+
+    name: str
+    kind: TaskKind
+    resource: str
+    lane: int
+    device: str
+    start_s: float
+    end_s: float
+    cost: Cost
+    contention_s: float
+    deps: tuple[str, ...]
+    vertex: str | None = None
+    tensor: str | None = None
+    dst_device: str | None = None
+    link: str | None = None
+    src_rep: Representation | None = None
+    dst_rep: Representation | None = None
+    nbytes: int = 0
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
+
+    @property
+    def terms(self) -> tuple[tuple[Term, float], ...]:
+        if self.contention_s > 0.0:
+            return (*self.cost.terms, (Term.CONTENTION, self.contention_s))
+        return self.cost.terms
+
+    def term(self, t: Term) -> float:
+        return sum(v for k, v in self.terms if k is t)
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceUse:
+    """A resource the schedule used.
+
+    ``busy_s``: summed task durations on it (contention included); ``work_s``: summed
+    uncontended durations. For a ``SHARED`` resource both are ``bytes / bandwidth`` (the
+    time it would be saturated by the bytes drawn), and ``lanes`` is 0 (unbounded).
+    """
+
+    name: str
+    kind: ResourceKind
+    lanes: int
+    busy_s: float
+    work_s: float
+    tasks: int
+    device: str | None = None
+    link: str | None = None
+    bandwidth_bytes_per_s: float = 0.0
+    bytes: int = 0
+
+    @property
+    def exclusive(self) -> bool:
+        return self.kind is not ResourceKind.SHARED
+
+
+@dataclass(frozen=True, slots=True)
+class TensorCopy:
+    """One copy of a tensor in one representation on one device, and its lifetime.
+
+    ``made_by``: the task that writes it (``None``: a graph input, on the host from time 0);
+    ``readers``: tasks that read it (compute consumers, outgoing transfers, conversions);
+    ``final``: a graph output's delivered copy, kept until the end of the run.
+    ``alloc_s``: when its writer starts (0 for graph inputs); ``ready_s``: when its writer
+    ends; ``free_s``: the end of its last reader, the makespan if ``final``, ``ready_s``
+    if nobody reads it.
+    """
+
+    tensor: str
+    rep: Representation
+    device: str
+    nbytes: int
+    made_by: str | None
+    readers: tuple[str, ...]
+    final: bool
+    alloc_s: float
+    ready_s: float
+    free_s: float
+
+
+class Timeline:
+    """The schedule as parallel arrays: the fast view for search-time consumers (memory,
+    bounds, throughput). Task ids are creation order, which is topological; copy ids index
+    the ``c_*`` arrays; resource ids the ``res_*`` arrays; rep ids ``reps``. Read-only by
+    convention: ``Schedule`` builds ``Task``/``TensorCopy`` records from it on demand."""
+
+    __slots__ = (
+        "c_alloc",
+        "c_bytes",
+        "c_device",
+        "c_final",
+        "c_free",
+        "c_made",
+        "c_ready",
+        "c_rid",
+        "c_tensor",
+        "cost",
+        "device",
+        "dst_device",
+        "dst_rid",
+        "dur",
+        "end",
+        "kind",
+        "lane",
+        "link",
+        "name",
+        "nbytes",
+        "part",
+        "preds",
+        "read_copy",
+        "read_task",
+        "reps",
+        "res",
+        "res_bw",
+        "res_device",
+        "res_kind",
+        "res_lanes",
+        "res_link",
+        "res_name",
+        "src_rid",
+        "start",
+        "tensor",
+        "vertex",
+    )
+
+    def __init__(self, reps: list[Representation]) -> None:
+        self.reps = reps
+        self.res_name: list[str] = []
+        self.res_kind: list[ResourceKind] = []
+        self.res_lanes: list[int] = []
+        self.res_device: list[str | None] = []
+        self.res_link: list[str | None] = []
+        self.res_bw: list[float] = []
+        self.name: list[str] = []
+        self.kind: list[TaskKind] = []
+        self.res: list[int] = []
+        self.dur: list[float] = []
+        self.cost: list[Cost] = []
+        self.preds: list[list[int]] = []
+        self.part: list[tuple[tuple[int, float], ...]] = []  # (shared resource id, bytes)
+        self.vertex: list[str | None] = []
+        self.tensor: list[str | None] = []
+        self.device: list[str] = []
+        self.dst_device: list[str | None] = []
+        self.link: list[str | None] = []
+        self.src_rid: list[int] = []
+        self.dst_rid: list[int] = []
+        self.nbytes: list[int] = []
+        self.start: list[float] = []
+        self.end: list[float] = []
+        self.lane: list[int] = []
+        self.c_tensor: list[str] = []
+        self.c_rid: list[int] = []
+        self.c_device: list[str] = []
+        self.c_bytes: list[int] = []
+        self.c_made: list[int] = []
+        self.read_copy: list[int] = []  # (read_copy[k], read_task[k]): task reads copy
+        self.read_task: list[int] = []
+        self.c_final: list[bool] = []
+        self.c_alloc: list[float] = []
+        self.c_ready: list[float] = []
+        self.c_free: list[float] = []
+
+    def task_record(self, i: int) -> Task:
+        s, e, d = self.start[i], self.end[i], self.dur[i]
+        extra = e - s - d
+        if extra <= _REL_TOL * d or extra <= 0.0:
+            extra = 0.0
+        names = self.name
+        src = self.src_rid[i]
+        dst = self.dst_rid[i]
+        return Task(names[i], self.kind[i], self.res_name[self.res[i]], self.lane[i],
+                    self.device[i], s, e, self.cost[i], extra,
+                    tuple(names[q] for q in self.preds[i]), self.vertex[i], self.tensor[i],
+                    self.dst_device[i], self.link[i], self.reps[src] if src >= 0 else None,
+                    self.reps[dst] if dst >= 0 else None, self.nbytes[i])
+
+    def readers(self) -> list[list[int]]:
+        """Copy id -> the task ids reading it, in creation order."""
+        out: list[list[int]] = [[] for _ in self.c_tensor]
+        for c, t in zip(self.read_copy, self.read_task, strict=True):
+            out[c].append(t)
+        return out
+
+    def copy_record(self, c: int, readers: list[int]) -> TensorCopy:
+        names = self.name
+        made = self.c_made[c]
+        return TensorCopy(self.c_tensor[c], self.reps[self.c_rid[c]], self.c_device[c],
+                          self.c_bytes[c], names[made] if made >= 0 else None,
+                          tuple(names[r] for r in readers), self.c_final[c],
+                          self.c_alloc[c], self.c_ready[c], self.c_free[c])
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Schedule:
+    """The timeline of one run of the graph under a placement.
+
+    ``tasks`` (sorted by start time, then creation order) and ``copies`` are built from
+    ``timeline`` on first access. ``exact`` is False only when part of the model was
+    switched off (``notes`` says what); ``makespan_s`` is then a lower bound of the model's.
+    """
+
+    placement: Placement
+    makespan_s: float
+    exact: bool
+    resources: tuple[ResourceUse, ...]
+    host: str
+    timeline: Timeline = field(repr=False)
+    notes: tuple[str, ...] = ()
+    _tasks: tuple[Task, ...] | None = field(init=False, default=None, repr=False)
+    _copies: tuple[TensorCopy, ...] | None = field(init=False, default=None, repr=False)
+    _index: dict[str, int] | None = field(init=False, default=None, repr=False)
+
+    @classmethod
+    def from_records(cls, placement: Placement, tasks: Sequence[Task],
+                     copies: Sequence[TensorCopy], resources: Sequence[ResourceUse],
+                     host: str, *, makespan_s: float | None = None, exact: bool = True,
+                     notes: Sequence[str] = ()) -> Schedule:
+        """Rebuild a schedule from its records (e.g. a plan file), so that memory, bounds
+        and throughput can be recomputed without rescheduling. Shared-resource participation
+        is not in the records; it is only needed while simulating.
+
+        Raises ``InputError`` when the records do not hold together (a dependency, a
+        resource or a copy's task that does not exist, or a dependency cycle).
+        """
+        by_name = {t.name: t for t in tasks}
+        if len(by_name) != len(tasks):
+            raise InputError("two tasks have the same name", place="schedule")
+        # task ids in a topological order: by start time, then as given, dependencies first
+        pos = {t.name: i for i, t in enumerate(tasks)}
+        order: list[str] = []
+        state: dict[str, int] = {}
+        for root in sorted(by_name, key=lambda n: (by_name[n].start_s, pos[n])):
+            stack = [(root, False)]
+            while stack:
+                name, done = stack.pop()
+                if done:
+                    state[name] = 2
+                    order.append(name)
+                    continue
+                if state.get(name) == 2:
+                    continue
+                if state.get(name) == 1:
+                    raise InputError("the tasks' dependencies form a cycle",
+                                     place=f"task {name!r}")
+                state[name] = 1
+                stack.append((name, True))
+                for d in reversed(by_name[name].deps):
+                    if d not in by_name:
+                        raise InputError(f"depends on unknown task {d!r}",
+                                         place=f"task {name!r}")
+                    if state.get(d) != 2:
+                        stack.append((d, False))
+        tid = {n: i for i, n in enumerate(order)}
+        reps: list[Representation] = []
+        rep_index: dict[Representation, int] = {}
+
+        def rid(rep: Representation | None) -> int:
+            if rep is None:
+                return -1
+            if rep not in rep_index:
+                rep_index[rep] = len(reps)
+                reps.append(rep)
+            return rep_index[rep]
+
+        tl = Timeline(reps)
+        res_id: dict[str, int] = {}
+        for r in resources:
+            res_id[r.name] = len(tl.res_name)
+            tl.res_name.append(r.name)
+            tl.res_kind.append(r.kind)
+            tl.res_lanes.append(r.lanes)
+            tl.res_device.append(r.device)
+            tl.res_link.append(r.link)
+            tl.res_bw.append(r.bandwidth_bytes_per_s)
+        for n in order:
+            t = by_name[n]
+            if t.resource not in res_id:
+                raise InputError(f"runs on unknown resource {t.resource!r}", place=f"task {n!r}")
+            tl.name.append(n)
+            tl.kind.append(t.kind)
+            tl.res.append(res_id[t.resource])
+            tl.dur.append(t.cost.total_s)
+            tl.cost.append(t.cost)
+            tl.preds.append([tid[d] for d in t.deps])
+            tl.part.append(())
+            tl.vertex.append(t.vertex)
+            tl.tensor.append(t.tensor)
+            tl.device.append(t.device)
+            tl.dst_device.append(t.dst_device)
+            tl.link.append(t.link)
+            tl.src_rid.append(rid(t.src_rep))
+            tl.dst_rid.append(rid(t.dst_rep))
+            tl.nbytes.append(t.nbytes)
+            tl.start.append(t.start_s)
+            tl.end.append(t.end_s)
+            tl.lane.append(t.lane)
+        for ci, c in enumerate(copies):
+            for ref in (c.made_by, *c.readers):
+                if ref is not None and ref not in tid:
+                    raise InputError(f"copy of {c.tensor!r} on {c.device!r} names unknown "
+                                     f"task {ref!r}", place="schedule copies")
+            tl.c_tensor.append(c.tensor)
+            tl.c_rid.append(rid(c.rep))
+            tl.c_device.append(c.device)
+            tl.c_bytes.append(c.nbytes)
+            tl.c_made.append(tid[c.made_by] if c.made_by is not None else -1)
+            tl.c_final.append(c.final)
+            tl.c_alloc.append(c.alloc_s)
+            tl.c_ready.append(c.ready_s)
+            tl.c_free.append(c.free_s)
+            for reader in c.readers:
+                tl.read_copy.append(ci)
+                tl.read_task.append(tid[reader])
+        span = makespan_s if makespan_s is not None else max(tl.end, default=0.0)
+        return cls(placement, span, exact, tuple(resources), host, tl, tuple(notes))
+
+    @property
+    def tasks(self) -> tuple[Task, ...]:
+        if self._tasks is None:
+            tl = self.timeline
+            st = tl.start
+            order = sorted(range(len(tl.name)), key=lambda i: (st[i], i))
+            tasks = tuple(tl.task_record(i) for i in order)
+            object.__setattr__(self, "_tasks", tasks)
+            object.__setattr__(self, "_index", {t.name: k for k, t in enumerate(tasks)})
+            return tasks
+        return self._tasks
+
+    @property
+    def copies(self) -> tuple[TensorCopy, ...]:
+        if self._copies is None:
+            tl = self.timeline
+            rd = tl.readers()
+            object.__setattr__(self, "_copies",
+                               tuple(tl.copy_record(c, rd[c]) for c in range(len(tl.c_tensor))))
+        assert self._copies is not None
+        return self._copies
+
+    def task(self, name: str) -> Task:
+        tasks = self.tasks
+        assert self._index is not None
+        try:
+            return tasks[self._index[name]]
+        except KeyError:
+            raise KeyError(f"the schedule has no task {name!r}") from None
+
+    def has_task(self, name: str) -> bool:
+        self.tasks  # noqa: B018  (builds the index)
+        assert self._index is not None
+        return name in self._index
+
+    def resource(self, name: str) -> ResourceUse:
+        for r in self.resources:
+            if r.name == name:
+                return r
+        raise KeyError(f"the schedule has no resource {name!r}")
+
+    @property
+    def busy_s(self) -> dict[str, float]:
+        """Resource name -> busy seconds (see ``ResourceUse``)."""
+        return {r.name: r.busy_s for r in self.resources}
+
+    def tasks_of(self, kind: TaskKind) -> list[Task]:
+        return [t for t in self.tasks if t.kind is kind]
+
+    def critical_path(self) -> list[Task]:
+        """The chain of tasks that ends last, walked back: from each task to the dependency
+        that finished when it started or, if it waited for its lane, to the task that held
+        the lane. The first task of the chain starts at 0 or after an unexplained gap."""
+        tasks = self.tasks
+        if not tasks:
+            return []
+        tol = max(self.makespan_s, 1e-30) * 1e-9
+        last = max(range(len(tasks)), key=lambda i: (tasks[i].end_s, i))
+        on_lane: dict[tuple[str, int], list[Task]] = {}
+        for t in tasks:
+            on_lane.setdefault((t.resource, t.lane), []).append(t)
+        exclusive = {r.name for r in self.resources if r.exclusive}
+        chain = [tasks[last]]
+        seen = {tasks[last].name}
+        while True:
+            cur = chain[-1]
+            nxt: Task | None = None
+            if cur.deps:
+                dep = max((self.task(d) for d in cur.deps), key=lambda t: t.end_s)
+                if dep.end_s >= cur.start_s - tol:
+                    nxt = dep
+            if nxt is None and cur.resource in exclusive:
+                prev = [t for t in on_lane[(cur.resource, cur.lane)]
+                        if t.end_s <= cur.start_s + tol and t.name not in seen]
+                if prev:
+                    cand = max(prev, key=lambda t: t.end_s)
+                    if cand.end_s >= cur.start_s - tol and cand.end_s > 0:
+                        nxt = cand
+            if nxt is None or nxt.name in seen:
+                break
+            chain.append(nxt)
+            seen.add(nxt.name)
+        chain.reverse()
+        return chain
+
+
+# ---- building the task graph ----------------------------------------------------------------
+class _Build:
+    """Builds the task graph of one placement into a ``Timeline`` (tasks in creation order,
+    which is topological)."""
+
+    def __init__(self, problem: Problem, placement: Placement,
+                 lanes: Mapping[str, int] | None) -> None:
+        self.p = problem
+        self.pl = placement
+        m = problem.machine
+        self.tl = Timeline(problem.reps)
+        self.res_index: dict[str, int] = {}
+        for d in m.devices:
+            n = d.lanes
+            if lanes is not None and d.name in lanes:
+                n = int(lanes[d.name])
+                if n < 1:
+                    raise InputError(f"lanes must be >= 1, got {n}", place=f"device {d.name!r}")
+            self._add_res(d.name, ResourceKind.COMPUTE, n, device=d.name)
+        shared = {r.name for r in m.shared_resources}
+        for r in m.shared_resources:
+            self._add_res(r.name, ResourceKind.SHARED, 0, bw=r.bandwidth_bytes_per_s)
+        self.dev_res = {d.name: self.res_index[d.name] for d in m.devices}
+        self.dev_ctrl: dict[str, tuple[int, ...]] = {}
+        for d in m.devices:
+            names = [*d.resources]
+            if d.main_memory.shared_with:
+                names.append(d.main_memory.shared_with)
+            self.dev_ctrl[d.name] = tuple(self.res_index[n] for n in dict.fromkeys(names)
+                                          if n in shared)
+        # (link, sending end) -> (resource id, shared resources the link itself occupies)
+        self.link_res: dict[tuple[str, str], tuple[int, tuple[int, ...]]] = {}
+        for link in m.links:
+            a, b = link.endpoints
+            if link.resource is not None and link.resource in shared:
+                ri = self.res_index[link.resource]
+                self.link_res[(link.name, a)] = (ri, (ri,))
+                self.link_res[(link.name, b)] = (ri, (ri,))
+                continue
+            base = link.resource_name
+            if link.duplex:
+                for src, suffix in ((a, ":fwd"), (b, ":rev")):
+                    self.link_res[(link.name, src)] = (
+                        self._get_res(base + suffix, link.name), ())
+            else:
+                ri = self._get_res(base, link.name)
+                self.link_res[(link.name, a)] = (ri, ())
+                self.link_res[(link.name, b)] = (ri, ())
+        self.copy_key: dict[tuple[str, str, int], int] = {}
+        self.src_copy: dict[str, int] = {}
+        self.bits = problem.rep_bits
+        self.numel = problem.numel
+
+    def _add_res(self, name: str, kind: ResourceKind, lanes: int, *, device: str | None = None,
+                 link: str | None = None, bw: float = 0.0) -> int:
+        tl = self.tl
+        if name in self.res_index:
+            raise InputError(f"resource name {name!r} is used twice (device, link or shared "
+                             f"resource names collide)", place=f"resource {name!r}")
+        ri = len(tl.res_name)
+        self.res_index[name] = ri
+        tl.res_name.append(name)
+        tl.res_kind.append(kind)
+        tl.res_lanes.append(lanes)
+        tl.res_device.append(device)
+        tl.res_link.append(link)
+        tl.res_bw.append(bw)
+        return ri
+
+    def _get_res(self, name: str, link: str) -> int:
+        ri = self.res_index.get(name)
+        if ri is None:
+            return self._add_res(name, ResourceKind.LINK, 1, link=link)
+        if self.tl.res_kind[ri] is not ResourceKind.LINK:
+            raise InputError(f"resource name {name!r} is used by a link and by a device",
+                             place=f"link {link!r}")
+        return ri
+
+    def _task(self, name: str, kind: TaskKind, res: int, cost: Cost, preds: list[int],
+              device: str, part: tuple[tuple[int, float], ...], vertex: str | None,
+              tensor: str | None, dst_device: str | None, link: str | None, src_rid: int,
+              dst_rid: int, nbytes: int) -> int:
+        tl = self.tl
+        ti = len(tl.name)
+        tl.name.append(name)
+        tl.kind.append(kind)
+        tl.res.append(res)
+        tl.dur.append(cost.total_s)
+        tl.cost.append(cost)
+        tl.preds.append(preds)
+        tl.part.append(part)
+        tl.vertex.append(vertex)
+        tl.tensor.append(tensor)
+        tl.device.append(device)
+        tl.dst_device.append(dst_device)
+        tl.link.append(link)
+        tl.src_rid.append(src_rid)
+        tl.dst_rid.append(dst_rid)
+        tl.nbytes.append(nbytes)
+        return ti
+
+    def _copy(self, tensor: str, device: str, rid: int, made_by: int) -> int:
+        tl = self.tl
+        ci = len(tl.c_tensor)
+        self.copy_key[(tensor, device, rid)] = ci
+        tl.c_tensor.append(tensor)
+        tl.c_rid.append(rid)
+        tl.c_device.append(device)
+        tl.c_bytes.append((self.numel[tensor] * self.bits[rid] + 7) // 8)
+        tl.c_made.append(made_by)
+        tl.c_final.append(False)
+        return ci
+
+    def _label(self, tensor: str, rid: int) -> str:
+        rep = self.p.reps[rid]
+        natural = self.p.reps[self.p.natural_rid[tensor]]
+        return rep.dtype.value if rep.layout is natural.layout else str(rep)
+
+    # -- obtaining a copy of a tensor on a device, in a representation --
+    def _source(self, tensor: str) -> int:
+        ci = self.src_copy.get(tensor)
+        if ci is None:  # a graph input: on the host from time 0
+            ci = self._copy(tensor, self.p.host, self.p.natural_rid[tensor], -1)
+            self.src_copy[tensor] = ci
+        return ci
+
+    def get_copy(self, tensor: str, device: str, rid: int) -> int:
+        ci = self.copy_key.get((tensor, device, rid))
+        if ci is not None:
+            return ci
+        tl = self.tl
+        src = self._source(tensor)
+        d0, r0 = tl.c_device[src], tl.c_rid[src]
+        if rid == r0:
+            return self._walk(tensor, src, device, rid)
+        if device == d0 or (self.numel[tensor] * self.bits[rid] + 7) // 8 < tl.c_bytes[src]:
+            return self._walk(tensor, self._convert(tensor, src, rid, d0), device, rid)
+        return self._convert(tensor, self.get_copy(tensor, device, r0), rid, device)
+
+    def _convert(self, tensor: str, from_ci: int, rid: int, device: str) -> int:
+        ci = self.copy_key.get((tensor, device, rid))
+        if ci is not None:
+            return ci
+        tl = self.tl
+        r_from = tl.c_rid[from_ci]
+        cost = self.p.conversion(tensor, r_from, rid, device)
+        made = tl.c_made[from_ci]
+        mem = cost.memory_bytes
+        part = tuple((c, float(mem)) for c in self.dev_ctrl[device]) if mem > 0 else ()
+        ti = self._task(
+            f"conv:{tensor}:{self._label(tensor, r_from)}->{self._label(tensor, rid)}@{device}",
+            TaskKind.CONVERSION, self.dev_res[device], cost, [made] if made >= 0 else [],
+            device, part, None, tensor, None, None, r_from, rid,
+            (self.numel[tensor] * self.bits[rid] + 7) // 8)
+        tl.read_copy.append(from_ci)
+        tl.read_task.append(ti)
+        return self._copy(tensor, device, rid, ti)
+
+    def _walk(self, tensor: str, from_ci: int, dst: str, rid: int) -> int:
+        tl = self.tl
+        cur = from_ci
+        a = tl.c_device[from_ci]
+        if a == dst:
+            return cur
+        suffix = "" if rid == tl.c_rid[self.src_copy[tensor]] else ":" + self._label(tensor, rid)
+        for link in self.p.route(a, dst):
+            b = link.endpoints[1] if link.endpoints[0] == a else link.endpoints[0]
+            nxt = self.copy_key.get((tensor, b, rid))
+            if nxt is None:
+                cost = self.p.transfer(tensor, rid, a, b)
+                ri, link_ctrl = self.link_res[(link.name, a)]
+                nbytes = tl.c_bytes[cur]
+                if nbytes > 0 and (link_ctrl or self.dev_ctrl[a] or self.dev_ctrl[b]):
+                    ctrls = dict.fromkeys((*link_ctrl, *self.dev_ctrl[a], *self.dev_ctrl[b]))
+                    part = tuple((c, float(nbytes)) for c in ctrls)
+                else:
+                    part = ()
+                made = tl.c_made[cur]
+                ti = self._task(f"xfer:{tensor}:{a}->{b}{suffix}", TaskKind.TRANSFER, ri, cost,
+                                [made] if made >= 0 else [], a, part, None, tensor, b,
+                                link.name, rid, -1, nbytes)
+                tl.read_copy.append(cur)
+                tl.read_task.append(ti)
+                nxt = self._copy(tensor, b, rid, ti)
+            cur = nxt
+            a = b
+        return cur
+
+    def build(self) -> None:
+        p, pl, tl = self.p, self.pl, self.tl
+        get_copy = self.get_copy
+        copy_key = self.copy_key
+        src_copy = self.src_copy
+        numel, bits = self.numel, self.bits
+        c_made = tl.c_made
+        read_copy, read_task = tl.read_copy, tl.read_task
+        no_part: tuple[tuple[int, float], ...] = ()
+        compute = TaskKind.COMPUTE
+        cost_of = p.cost
+        io_reps = p.io_reps
+        dev_res, dev_ctrl = self.dev_res, self.dev_ctrl
+        t_name, t_kind, t_res, t_dur, t_cost = tl.name, tl.kind, tl.res, tl.dur, tl.cost
+        t_preds, t_part, t_vertex, t_tensor = tl.preds, tl.part, tl.vertex, tl.tensor
+        t_device, t_dst, t_link = tl.device, tl.dst_device, tl.link
+        t_src_rid, t_dst_rid, t_nbytes = tl.src_rid, tl.dst_rid, tl.nbytes
+        c_tensor, c_rid, c_device, c_bytes = tl.c_tensor, tl.c_rid, tl.c_device, tl.c_bytes
+        c_final = tl.c_final
+        for v in p.vertices:
+            a: Assignment = pl[v.name]
+            dev, dt = a.device, a.dtype
+            vi = v.index
+            cost = cost_of(vi, dev, dt)
+            in_rids, out_rids = io_reps(vi, dt)
+            preds: list[int] = []
+            reads: list[int] = []
+            for t, rid in zip(v.inputs, in_rids, strict=True):
+                ci = copy_key.get((t, dev, rid))
+                if ci is None:
+                    ci = get_copy(t, dev, rid)
+                made = c_made[ci]
+                if made >= 0 and made not in preds:
+                    preds.append(made)
+                reads.append(ci)
+            ti = len(t_name)
+            read_copy.extend(reads)
+            read_task.extend([ti] * len(reads))
+            mem = cost.memory_bytes
+            ctrl = dev_ctrl[dev]
+            # a compute task (appended inline: this loop is the scheduler's hot path)
+            t_name.append(v.name)
+            t_kind.append(compute)
+            t_res.append(dev_res[dev])
+            t_dur.append(cost.total_s)
+            t_cost.append(cost)
+            t_preds.append(preds)
+            t_part.append(tuple((c, float(mem)) for c in ctrl) if mem > 0 and ctrl else no_part)
+            t_vertex.append(v.name)
+            t_tensor.append(None)
+            t_device.append(dev)
+            t_dst.append(None)
+            t_link.append(None)
+            t_src_rid.append(-1)
+            t_dst_rid.append(-1)
+            t_nbytes.append(mem)
+            for t, rid in zip(v.outputs, out_rids, strict=True):
+                ci = len(c_tensor)
+                copy_key[(t, dev, rid)] = ci
+                src_copy[t] = ci
+                c_tensor.append(t)
+                c_rid.append(rid)
+                c_device.append(dev)
+                c_bytes.append((numel[t] * bits[rid] + 7) // 8)
+                c_made.append(ti)
+                c_final.append(False)
+        for t in p.graph.outputs:
+            home = get_copy(t, p.host, p.natural_rid[t]) if p.outputs_to_host \
+                else self._source(t)
+            c_final[home] = True
+        if len(set(t_name)) != len(t_name):
+            seen: set[str] = set()
+            dup = next(x for x in t_name if x in seen or seen.add(x))  # type: ignore[func-returns-value]
+            raise InputError(f"two tasks would be named {dup!r}: rename the vertex",
+                             place=f"vertex {dup!r}")
+
+
+# ---- the simulation ----------------------------------------------------------------------------
+def _waterfill(capacity: float, demands: dict[int, float]) -> dict[int, float]:
+    """Max-min fair shares of ``capacity`` among ``demands`` (each capped at its demand)."""
+    order = sorted(demands.items(), key=lambda kv: (kv[1], kv[0]))
+    left = capacity
+    n = len(order)
+    out: dict[int, float] = {}
+    for k, (i, d) in enumerate(order):
+        share = left / (n - k)
+        alloc = d if d <= share else share
+        out[i] = alloc
+        left -= alloc
+    return out
+
+
+def schedule(problem: Problem, placement: Placement, *, lanes: Mapping[str, int] | None = None,
+             contention: bool = True) -> Schedule:
+    """Schedule one run of ``problem.graph`` under ``placement`` (see the module docstring).
+
+    ``lanes`` overrides ``Device.lanes`` per device name. ``contention=False`` ignores
+    shared-bandwidth slowdowns (faster to reason about, never faster to run): the result is
+    then labelled ``exact=False`` when any task draws on a shared resource.
+
+    Raises ``InputError`` if the placement does not assign exactly the problem's vertices,
+    ``UnsupportedError`` if a vertex is assigned to a (device, dtype) that cannot run it.
+    """
+    problem.check(placement)
+    b = _Build(problem, placement, lanes)
+    b.build()
+    tl = b.tl
+    _simulate(tl, contention)
+    return _assemble(problem, placement, tl, contention)
+
+
+def _simulate(tl: Timeline, contention: bool) -> None:
+    """Run the event-driven list scheduler; fills ``tl.start``, ``tl.end``, ``tl.lane``."""
+    n = len(tl.name)
+    nres = len(tl.res_name)
+    preds = tl.preds
+    succs: list[list[int]] = [[] for _ in range(n)]
+    for i in range(n):
+        for q in preds[i]:
+            succs[q].append(i)
+    dur = tl.dur
+    # upward rank; creation order is topological
+    rank = [0.0] * n
+    for i in range(n - 1, -1, -1):
+        best = 0.0
+        for s in succs[i]:
+            if rank[s] > best:
+                best = rank[s]
+        rank[i] = dur[i] + best
+    res = tl.res
+    is_shared = [k is ResourceKind.SHARED for k in tl.res_kind]
+    free: list[list[int]] = [[] if is_shared[r] else list(range(tl.res_lanes[r]))
+                             for r in range(nres)]
+    next_lane = [0] * nres
+    ready: list[list[tuple[float, int]]] = [[] for _ in range(nres)]
+    indeg = [len(p) for p in preds]
+    start = [0.0] * n
+    end = [0.0] * n
+    lane = [0] * n
+    done = [False] * n
+    events: list[tuple[float, int, int, int]] = []
+    seq = 0
+    part = tl.part
+    fluid = [False] * n
+    rem = [0.0] * n  # fraction of the task's work left
+    fac = [1.0] * n  # current speed as a fraction of full speed
+    last = [0.0] * n  # time rem was last brought up to date
+    ver = [0] * n  # version of the task's pending completion event
+    cfac: dict[int, dict[int, float]] = {}  # task -> shared resource -> speed it allows
+    active: list[dict[int, float]] = [{} for _ in range(nres)]  # resource -> task -> demand
+    cap = tl.res_bw
+    dirty: dict[int, None] = {}
+    touched: dict[int, None] = {}
+    push = heapq.heappush
+    pop = heapq.heappop
+
+    def advance(c: int, t: float) -> None:
+        for j in active[c]:
+            lj = last[j]
+            if lj != t:
+                rem[j] -= (t - lj) * fac[j] / dur[j]
+                last[j] = t
+
+    def begin(i: int, t: float) -> None:
+        nonlocal seq
+        start[i] = t
+        d = dur[i]
+        if contention and part[i] and d > 0.0:
+            fluid[i] = True
+            rem[i] = 1.0
+            last[i] = t
+            cfac[i] = {}
+            for c, by in part[i]:
+                advance(c, t)
+                active[c][i] = by / d
+                dirty[c] = None
+        seq += 1
+        push(events, (t + d, seq, i, 0))  # superseded (version) if the task slows down
+
+    def dispatch(t: float) -> None:
+        for r in sorted(touched):
+            rq = ready[r]
+            fr = free[r]
+            if is_shared[r]:
+                while rq:
+                    _, i = pop(rq)
+                    if fr:
+                        lane[i] = pop(fr)
+                    else:
+                        lane[i] = next_lane[r]
+                        next_lane[r] += 1
+                    begin(i, t)
+            else:
+                while rq and fr:
+                    _, i = pop(rq)
+                    lane[i] = pop(fr)
+                    begin(i, t)
+        touched.clear()
+
+    def finish(i: int, t: float) -> None:
+        end[i] = t
+        done[i] = True
+        r = res[i]
+        push(free[r], lane[i])
+        touched[r] = None
+        if fluid[i]:
+            for c, _ in part[i]:
+                advance(c, t)
+                del active[c][i]
+                dirty[c] = None
+            del cfac[i]
+        for s in succs[i]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                rs = res[s]
+                push(ready[rs], (-rank[s], s))
+                touched[rs] = None
+
+    def rebalance(t: float) -> None:
+        nonlocal seq
+        affected: dict[int, None] = {}
+        for c in dirty:
+            act = active[c]
+            if not act:
+                continue
+            shares = _waterfill(cap[c], act)
+            for j, dj in act.items():
+                f = shares[j] / dj
+                cfac[j][c] = f if f < 1.0 else 1.0
+                affected[j] = None
+        dirty.clear()
+        for j in affected:
+            f = min(cfac[j].values())
+            if f != fac[j]:
+                # every task on a changed resource was advanced to t before the change
+                fac[j] = f
+                ver[j] += 1
+                left = rem[j] if rem[j] > 0.0 else 0.0
+                seq += 1
+                push(events, (t + left * dur[j] / f, seq, j, ver[j]))
+
+    for i in range(n):
+        if indeg[i] == 0:
+            push(ready[res[i]], (-rank[i], i))
+            touched[res[i]] = None
+    dispatch(0.0)
+    if dirty:
+        rebalance(0.0)
+    while events:
+        t, _, i, vv = pop(events)
+        if vv != ver[i] or done[i]:
+            continue
+        batch = [i]
+        while events and events[0][0] <= t:
+            _, _, j, vj = pop(events)
+            if vj == ver[j] and not done[j]:
+                batch.append(j)
+        for j in batch:
+            finish(j, t)
+        dispatch(t)
+        if dirty:
+            rebalance(t)
+    if not all(done):  # pragma: no cover - a bug, not an input problem
+        stuck = next(tl.name[i] for i in range(n) if not done[i])
+        raise AssertionError(f"scheduler stalled before task {stuck!r}")
+    tl.start = start
+    tl.end = end
+    tl.lane = lane
+
+
+def _assemble(problem: Problem, placement: Placement, tl: Timeline,
+              contention: bool) -> Schedule:
+    n = len(tl.name)
+    start, end, dur = tl.start, tl.end, tl.dur
+    nres = len(tl.res_name)
+    busy = [0.0] * nres
+    work = [0.0] * nres
+    count = [0] * nres
+    shared_bytes = [0.0] * nres
+    res = tl.res
+    part = tl.part
+    for i in range(n):
+        r = res[i]
+        busy[r] += end[i] - start[i]
+        work[r] += dur[i]
+        count[r] += 1
+        for c, by in part[i]:
+            shared_bytes[c] += by
+    makespan = max(end, default=0.0)
+    # copy lifetimes
+    nc = len(tl.c_tensor)
+    alloc = [0.0] * nc
+    ready = [0.0] * nc
+    c_made = tl.c_made
+    for c in range(nc):
+        made = c_made[c]
+        if made >= 0:
+            alloc[c] = start[made]
+            ready[c] = end[made]
+    free = ready[:]
+    for c, r in zip(tl.read_copy, tl.read_task, strict=True):
+        e = end[r]
+        if e > free[c]:
+            free[c] = e
+    for c in range(nc):
+        if tl.c_final[c]:
+            free[c] = makespan
+    tl.c_alloc, tl.c_ready, tl.c_free = alloc, ready, free
+    resources: list[ResourceUse] = []
+    for r in range(nres):
+        kind = tl.res_kind[r]
+        if kind is ResourceKind.SHARED:
+            if count[r] == 0 and shared_bytes[r] == 0.0:
+                continue
+            sat = shared_bytes[r] / tl.res_bw[r]
+            resources.append(ResourceUse(tl.res_name[r], kind, 0, sat, sat, count[r],
+                                         bandwidth_bytes_per_s=tl.res_bw[r],
+                                         bytes=int(shared_bytes[r])))
+        elif count[r]:
+            resources.append(ResourceUse(tl.res_name[r], kind, tl.res_lanes[r], busy[r],
+                                         work[r], count[r], device=tl.res_device[r],
+                                         link=tl.res_link[r]))
+    notes: list[str] = []
+    exact = True
+    if not contention and any(shared_bytes):
+        exact = False
+        notes.append("contention on shared resources was not modelled: the makespan is a "
+                     "lower bound of the model's")
+    return Schedule(placement, makespan, exact, tuple(resources), problem.host, tl,
+                    tuple(notes))
