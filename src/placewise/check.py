@@ -14,7 +14,9 @@ plan passes). What it checks (``Check``):
   ended in time); every transfer and conversion has its source copy in time, transfers use
   a link that joins their two devices, and graph outputs reach the host by the end;
 - ``overlap``: no two tasks at once on one lane of an exclusive resource (a device's compute
-  lanes, a link direction), and no lane beyond the resource's lanes;
+  lanes, a link direction), and no lane beyond the resource's lanes; no two devices that
+  share a CPU core computing at once (``Device.cores`` from the machine when given, else
+  the cores the plan records on its tasks), and recorded cores that match the machine's;
 - ``memory``: every checked tier's peak is within its capacity, the recorded peak, timeline,
   breakdown and feasibility agree, the accounting balances to zero at the end, and (with the
   graph) the weights each device must hold fit and are not more than its recorded peak;
@@ -348,6 +350,46 @@ def _overlap(plan: Plan, machine: Machine | None, out: _Out, tol: float) -> None
                           f"runs until {_fmt(busy_until.end_s)}")
             if busy_until is None or t.end_s > busy_until.end_s:
                 busy_until = t
+    _core_overlap(plan, machine, out, tol)
+
+
+def _core_overlap(plan: Plan, machine: Machine | None, out: _Out, tol: float) -> None:
+    """Devices that share a CPU core never run compute or conversion tasks at once."""
+    dev_cores: dict[str, tuple[int, ...]] = {}
+    if machine is not None:
+        dev_cores = {d.name: tuple(sorted(set(d.cores))) for d in machine.devices if d.cores}
+    on_core: dict[int, list[TaskRecord]] = {}
+    for t in plan.schedule.tasks:
+        if t.kind is TaskKind.TRANSFER:
+            if t.cores:
+                out.error(Check.OVERLAP, f"task {t.name}", "a transfer that records cores")
+            continue
+        recorded = tuple(sorted(set(t.cores or ())))
+        if machine is not None:
+            cores = dev_cores.get(t.device, ())
+            if t.cores is not None and recorded != cores:
+                out.error(Check.OVERLAP, f"task {t.name}",
+                          f"records cores {list(recorded)}, but {t.device} runs on "
+                          f"{list(cores) if cores else 'no pinned cores'}")
+        else:
+            cores = recorded
+        for c in cores:
+            on_core.setdefault(c, []).append(t)
+    for c, ts in sorted(on_core.items()):
+        if len({t.device for t in ts}) < 2:
+            continue
+        ts.sort(key=lambda t: (t.start_s, t.end_s, t.name))
+        last: dict[str, TaskRecord] = {}  # device -> its task that ends last so far
+        for t in ts:
+            for dev, other in sorted(last.items()):
+                if dev != t.device and t.start_s < other.end_s - tol:
+                    out.error(Check.OVERLAP, f"core {c}",
+                              f"{t.name} on {t.device} starts at {_fmt(t.start_s)} while "
+                              f"{other.name} on {dev} holds the core until "
+                              f"{_fmt(other.end_s)}")
+            prev = last.get(t.device)
+            if prev is None or t.end_s > prev.end_s:
+                last[t.device] = t
 
 
 # ---- memory -----------------------------------------------------------------------------------

@@ -324,8 +324,8 @@ def profile(
                      "failures": [f.model_dump(mode="json") for f in cal.failures],
                      "out": str(out_file) if out_file else None})
         return
-    rows = [[m.device, f"{m.kind} {m.signature[:50]}", f"{m.median_s * 1e6:.1f}", f"{m.p10_s * 1e6:.1f}",
-             f"{m.p90_s * 1e6:.1f}", m.n] for m in cal.measurements]
+    rows = [[m.device, f"{m.kind}/{m.dtype} {m.source_node}"[:48], f"{m.median_s * 1e6:.1f}",
+             f"{m.p10_s * 1e6:.1f}", f"{m.p90_s * 1e6:.1f}", m.n] for m in cal.measurements]
     out.print(_table(f"measured on {machine.name}", ["device", "op", "median us", "p10 us",
                                                      "p90 us", "n"], rows[:60]))
     if len(rows) > 60:

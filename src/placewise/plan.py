@@ -236,7 +236,8 @@ class TaskRecord(_Record):
     ``terms_s``: the predicted terms, contention included (``sum == end_s - start_s``);
     ``low_s``/``high_s``: the interval of the task's duration (the cost model's interval
     plus the contention the scheduler added); ``src_rep``/``dst_rep``: representations as
-    ``dtype/layout`` (a transfer moves ``src_rep``; a conversion goes from one to the other).
+    ``dtype/layout`` (a transfer moves ``src_rep``; a conversion goes from one to the other);
+    ``cores``: the CPU cores the task ran on, for devices pinned to cores (absent otherwise).
     """
 
     name: str
@@ -263,6 +264,7 @@ class TaskRecord(_Record):
     assumptions: dict[str, float | str] = {}
     memory_bytes: int = 0
     buffer_bytes: int = 0
+    cores: tuple[int, ...] | None = None
 
     @property
     def duration_s(self) -> float:
@@ -669,7 +671,7 @@ def _task_json(t: Task) -> dict[str, Any]:
         "low_s": c.low_s + t.contention_s, "high_s": c.high_s + t.contention_s,
         "source": c.source.value, "bottleneck": c.bottleneck.value,
         "assumptions": dict(c.assumptions), "memory_bytes": c.memory_bytes,
-        "buffer_bytes": c.buffer_bytes,
+        "buffer_bytes": c.buffer_bytes, "cores": list(t.cores) if t.cores else None,
     }
 
 

@@ -5,12 +5,17 @@ shorter (tests check it on random DAGs and machines).
 
 - ``problem_lower_bound``: before placing anything. The critical path of the region DAG
   with each vertex at its cheapest feasible cost (transfers ignored); the total cheapest
-  work spread over every lane of the machine; and, per device, the cheapest work of the
-  vertices that can run nowhere else, over that device's lanes.
+  work spread over every lane of the machine; per device, the cheapest work of the
+  vertices that can run nowhere else, over that device's lanes; and, per CPU core that
+  several devices share (``Device.cores``), the cheapest work over lanes of the vertices
+  that can only run on devices holding that core (``core:N``: one device at a time).
 - ``schedule_lower_bound``: for a placement, from its schedule's tasks. The critical path
   through compute, transfer and conversion tasks at their uncontended durations (no
   resource conflicts, no contention); each exclusive resource's uncontended work over its
-  lanes; each shared resource's bytes over its bandwidth. The gap to the makespan is what
+  lanes; each shared resource's bytes over its bandwidth; each CPU core that tasks of
+  several devices ran on, the sum of those devices' work over their lanes (a core is held
+  by one device at a time, so work on ``cpu01`` counts against both ``core:0`` and
+  ``core:1``, together with that of ``cpu0`` and ``cpu1``). The gap to the makespan is what
   resource conflicts and contention cost.
 
 >>> from placewise.graph.ir import Graph, Op, OpKind, Role, Tensor
@@ -40,7 +45,7 @@ from dataclasses import dataclass
 
 from placewise.errors import Infeasible
 from placewise.schedule.placement import Problem, feasible_assignments, pruned_assignments
-from placewise.schedule.simulate import Schedule
+from placewise.schedule.simulate import Schedule, core_name
 
 __all__ = ["LowerBound", "problem_lower_bound", "schedule_lower_bound"]
 
@@ -99,6 +104,12 @@ def problem_lower_bound(problem: Problem, *, lanes: Mapping[str, int] | None = N
     n = len(problem.vertices)
     cheapest = [0.0] * n
     only: dict[str, float] = {d: 0.0 for d in problem.devices}
+    cores_of = {d.name: set(d.cores or ()) for d in m.devices}
+    users: dict[int, int] = {}
+    for cs in cores_of.values():
+        for c in cs:
+            users[c] = users.get(c, 0) + 1
+    on_core: dict[int, float] = {c: 0.0 for c, k in users.items() if k > 1}
     for v in problem.vertices:
         fa = feasible_assignments(problem, v.index)
         if not fa:
@@ -108,11 +119,18 @@ def problem_lower_bound(problem: Problem, *, lanes: Mapping[str, int] | None = N
         devs = {a.device for a in fa}
         if len(devs) == 1:
             only[next(iter(devs))] += cheapest[v.index]
+        for c in on_core:
+            if all(c in cores_of[d] for d in devs):
+                on_core[c] += min(problem.cost(v.index, a.device, a.dtype).total_s
+                                  / lane_of[a.device] for a in fa)
     cp_s, path = _longest_path(n, cheapest, problem.preds)
     per = {"all devices": sum(cheapest) / max(1, sum(lane_of.values()))}
     for d, w in only.items():
         if w > 0:
             per[d] = w / lane_of[d]
+    for c, w in sorted(on_core.items()):
+        if w > 0:
+            per[core_name(c)] = w
     return _finish(cp_s, [problem.vertices[i].name for i in path], per)
 
 
@@ -123,4 +141,5 @@ def schedule_lower_bound(schedule: Schedule) -> LowerBound:
     per: dict[str, float] = {}
     for r in schedule.resources:
         per[r.name] = r.work_s / r.lanes if r.exclusive else r.work_s
+    per.update(schedule.core_occupancy_s())
     return _finish(cp_s, [tl.name[i] for i in path], per)

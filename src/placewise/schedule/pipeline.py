@@ -3,7 +3,9 @@
 With many runs in flight, a new run can start every ``period_s`` seconds, where the period
 is the busiest resource's occupancy per run: an exclusive resource (a device's lanes, a
 link direction) is occupied for its tasks' uncontended work divided by its lanes; a shared
-resource (memory controller) for the bytes it serves divided by its bandwidth. This is
+resource (memory controller) for the bytes it serves divided by its bandwidth; a CPU core
+that several devices share (``core:N``, see ``placewise.schedule.simulate``) for the sum
+of those devices' work on it over their lanes, since one device holds it at a time. This is
 the classical resource bound: it is reached by an acyclic task graph given enough runs in
 flight (and enough memory to hold them, which is not checked here), and no pipelining
 does better under the model. Latency (one run's makespan) and throughput are different
@@ -58,6 +60,7 @@ def throughput(schedule: Schedule, *, batch: int = 1) -> Throughput:
     occ: dict[str, float] = {}
     for r in schedule.resources:
         occ[r.name] = r.work_s / r.lanes if r.exclusive else r.work_s
+    occ.update(schedule.core_occupancy_s())
     ranked = tuple(sorted(occ.items(), key=lambda kv: (-kv[1], kv[0])))
     if not ranked or ranked[0][1] <= 0.0:
         return Throughput(math.inf, math.inf, 0.0, "", ranked, batch)

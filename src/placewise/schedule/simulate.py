@@ -27,6 +27,17 @@ resource (``Link.resource_name``; a duplex link has one resource per direction, 
 a *shared resource* (unified memory, e.g. Jetson) is not exclusive: its transfers run
 concurrently and share that resource's bandwidth.
 
+**Cores.** Devices pinned to CPU cores (``Device.cores``, e.g. the probed ``local``
+machine's ``cpu0`` on core 0, ``cpu1`` on core 1 and ``cpu01`` on both) run on those cores
+only. A core that belongs to two or more devices is an exclusive resource ``core:N`` held
+by *one device at a time*: a compute or conversion task starts only when its device has a
+free lane and every shared core of its device is free or already held by that device; it
+holds them until it ends (the core is released when the device's last task on it ends).
+So ``cpu01`` never computes while ``cpu0`` or ``cpu1`` does, while ``cpu0`` and ``cpu1``
+run side by side. ``Task.cores`` records the cores a task ran on (every core of its device,
+for devices that have ``cores``; empty otherwise). Devices without ``cores`` (every preset)
+are scheduled exactly as before: each its own lanes, nothing else.
+
 **Shared resources** (``Machine.shared_resources``, e.g. a memory controller) are
 bandwidth shared by processor sharing. A task draws memory bandwidth uniformly over its
 uncontended duration ``T``: demand ``d = bytes / T`` on every shared resource it touches
@@ -42,11 +53,17 @@ controller of bandwidth ``C < 2b`` thus each slow down by ``2b / C``.
 **Policy.** Dynamic list scheduling: when a lane frees or a task becomes ready, the ready
 task with the highest upward rank (its duration plus the longest chain of durations after
 it, transfers included) starts on the lowest free lane; ties go to the task created first.
-The same inputs always give the same schedule.
+Tasks of devices that share cores are taken together, highest rank first: a task whose
+cores are held by another device *reserves* its cores until they are expected to be free
+(the holders' current expected ends), and a lower-ranked task may take a reserved core only
+if it is expected to end by then (backfilling). A task takes all its cores at once (no
+hold-and-wait, so no deadlock), and lower-ranked tasks never keep a waiting task from its
+cores once the holders end (no starvation of a task on many cores by tasks on few: only
+higher-ranked tasks go first). The same inputs always give the same schedule.
 
 **Output.** A ``Schedule``: ``makespan_s``, ``exact``, per-resource use, and the tasks
 (``Task``: name, kind, resource, lane, device, start/end, cost terms plus contention,
-dependencies) and tensor copies (``TensorCopy``: where each tensor lives, in which
+dependencies, cores) and tensor copies (``TensorCopy``: where each tensor lives, in which
 representation, written and read by which tasks) — both built on first access from the
 ``Timeline``, the parallel arrays the simulation fills and that memory, bounds and
 throughput read directly (search never pays for the records). ``Schedule.from_records``
@@ -77,6 +94,7 @@ about 0.2-0.3 s of CPU for a 10,000-op graph (see BENCHMARKS.md).
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -93,6 +111,8 @@ __all__ = [
     "TaskKind",
     "TensorCopy",
     "Timeline",
+    "core_name",
+    "core_occupancy_s",
     "schedule",
 ]
 
@@ -124,7 +144,10 @@ class Task:
     ``terms`` are its terms plus ``Term.CONTENTION`` when shared bandwidth slowed it, so
     ``sum(terms) == end_s - start_s``. ``deps`` are the names of the tasks it waited for.
     ``nbytes``: bytes of the tensor copy a transfer moves or a conversion writes; for a
-    compute task, ``Cost.memory_bytes``.
+    compute task, ``Cost.memory_bytes``. ``cores``: the CPU cores a compute or conversion
+    task ran on (its device's ``Device.cores``; empty for devices without cores and for
+    transfers); a core shared with another device was held by this task's device alone
+    from ``start_s`` to ``end_s``.
     """
 
     name: str
@@ -144,6 +167,7 @@ class Task:
     src_rep: Representation | None = None
     dst_rep: Representation | None = None
     nbytes: int = 0
+    cores: tuple[int, ...] = ()
 
     @property
     def duration_s(self) -> float:
@@ -224,6 +248,7 @@ class Timeline:
         "c_ready",
         "c_rid",
         "c_tensor",
+        "cores",
         "cost",
         "device",
         "dst_device",
@@ -276,6 +301,7 @@ class Timeline:
         self.src_rid: list[int] = []
         self.dst_rid: list[int] = []
         self.nbytes: list[int] = []
+        self.cores: list[tuple[int, ...]] = []  # cores a task holds (its device's)
         self.start: list[float] = []
         self.end: list[float] = []
         self.lane: list[int] = []
@@ -303,7 +329,7 @@ class Timeline:
                     self.device[i], s, e, self.cost[i], extra,
                     tuple(names[q] for q in self.preds[i]), self.vertex[i], self.tensor[i],
                     self.dst_device[i], self.link[i], self.reps[src] if src >= 0 else None,
-                    self.reps[dst] if dst >= 0 else None, self.nbytes[i])
+                    self.reps[dst] if dst >= 0 else None, self.nbytes[i], self.cores[i])
 
     def readers(self) -> list[list[int]]:
         """Copy id -> the task ids reading it, in creation order."""
@@ -422,6 +448,7 @@ class Schedule:
             tl.src_rid.append(rid(t.src_rep))
             tl.dst_rid.append(rid(t.dst_rep))
             tl.nbytes.append(t.nbytes)
+            tl.cores.append(tuple(t.cores))
             tl.start.append(t.start_s)
             tl.end.append(t.end_s)
             tl.lane.append(t.lane)
@@ -494,18 +521,29 @@ class Schedule:
     def tasks_of(self, kind: TaskKind) -> list[Task]:
         return [t for t in self.tasks if t.kind is kind]
 
+    def core_occupancy_s(self) -> dict[str, float]:
+        """``core:N`` -> how long core ``N`` must be held per run, for every core that tasks
+        of two or more devices ran on: the sum over those devices of their tasks'
+        uncontended work on it divided by the device's lanes (the core is held by one
+        device at a time; see the module docstring). Empty when no core is shared."""
+        return core_occupancy_s(self.timeline)
+
     def critical_path(self) -> list[Task]:
         """The chain of tasks that ends last, walked back: from each task to the dependency
         that finished when it started or, if it waited for its lane, to the task that held
-        the lane. The first task of the chain starts at 0 or after an unexplained gap."""
+        the lane, or, if it waited for a core, to the other device's task that held it.
+        The first task of the chain starts at 0 or after an unexplained gap."""
         tasks = self.tasks
         if not tasks:
             return []
         tol = max(self.makespan_s, 1e-30) * 1e-9
         last = max(range(len(tasks)), key=lambda i: (tasks[i].end_s, i))
         on_lane: dict[tuple[str, int], list[Task]] = {}
+        on_core: dict[int, list[Task]] = {}
         for t in tasks:
             on_lane.setdefault((t.resource, t.lane), []).append(t)
+            for c in t.cores:
+                on_core.setdefault(c, []).append(t)
         exclusive = {r.name for r in self.resources if r.exclusive}
         chain = [tasks[last]]
         seen = {tasks[last].name}
@@ -523,12 +561,44 @@ class Schedule:
                     cand = max(prev, key=lambda t: t.end_s)
                     if cand.end_s >= cur.start_s - tol and cand.end_s > 0:
                         nxt = cand
+            if nxt is None and cur.cores:  # waited for a core another device held
+                held = [t for c in cur.cores for t in on_core[c]
+                        if t.device != cur.device and t.end_s <= cur.start_s + tol
+                        and t.name not in seen]
+                if held:
+                    cand = max(held, key=lambda t: t.end_s)
+                    if cand.end_s >= cur.start_s - tol and cand.end_s > 0:
+                        nxt = cand
             if nxt is None or nxt.name in seen:
                 break
             chain.append(nxt)
             seen.add(nxt.name)
         chain.reverse()
         return chain
+
+
+def core_name(core: int) -> str:
+    """The resource name of CPU core ``core`` (``core:N``).
+
+    >>> core_name(3)
+    'core:3'
+    """
+    return f"core:{core}"
+
+
+def core_occupancy_s(tl: Timeline) -> dict[str, float]:
+    """See ``Schedule.core_occupancy_s``; from a timeline (also one rebuilt from records)."""
+    devs: dict[int, dict[str, None]] = {}
+    work: dict[int, float] = {}
+    cores, res, lanes, dur, device = tl.cores, tl.res, tl.res_lanes, tl.dur, tl.device
+    for i, cs in enumerate(cores):
+        if not cs:
+            continue
+        share = dur[i] / max(1, lanes[res[i]])
+        for c in cs:
+            devs.setdefault(c, {})[device[i]] = None
+            work[c] = work.get(c, 0.0) + share
+    return {core_name(c): work[c] for c in sorted(work) if len(devs[c]) > 1}
 
 
 # ---- building the task graph ----------------------------------------------------------------
@@ -554,6 +624,17 @@ class _Build:
         for r in m.shared_resources:
             self._add_res(r.name, ResourceKind.SHARED, 0, bw=r.bandwidth_bytes_per_s)
         self.dev_res = {d.name: self.res_index[d.name] for d in m.devices}
+        # cores: what each device's tasks hold, and which of them another device shares
+        self.dev_cores: dict[str, tuple[int, ...]] = {
+            d.name: tuple(sorted(set(d.cores))) for d in m.devices if d.cores}
+        users: dict[int, int] = {}
+        for cs in self.dev_cores.values():
+            for c in cs:
+                users[c] = users.get(c, 0) + 1
+        # resource id -> the shared cores its tasks must hold (empty: not gated)
+        self.res_gate: list[tuple[int, ...]] = [() for _ in self.tl.res_name]
+        for dn, cs in self.dev_cores.items():
+            self.res_gate[self.dev_res[dn]] = tuple(c for c in cs if users[c] > 1)
         self.dev_ctrl: dict[str, tuple[int, ...]] = {}
         for d in m.devices:
             names = [*d.resources]
@@ -630,6 +711,8 @@ class _Build:
         tl.src_rid.append(src_rid)
         tl.dst_rid.append(dst_rid)
         tl.nbytes.append(nbytes)
+        tl.cores.append(self.dev_cores.get(device, ()) if kind is not TaskKind.TRANSFER
+                        else ())
         return ti
 
     def _copy(self, tensor: str, device: str, rid: int, made_by: int) -> int:
@@ -736,6 +819,7 @@ class _Build:
         t_preds, t_part, t_vertex, t_tensor = tl.preds, tl.part, tl.vertex, tl.tensor
         t_device, t_dst, t_link = tl.device, tl.dst_device, tl.link
         t_src_rid, t_dst_rid, t_nbytes = tl.src_rid, tl.dst_rid, tl.nbytes
+        t_cores, dev_cores = tl.cores, self.dev_cores
         c_tensor, c_rid, c_device, c_bytes = tl.c_tensor, tl.c_rid, tl.c_device, tl.c_bytes
         c_final = tl.c_final
         for v in p.vertices:
@@ -775,6 +859,7 @@ class _Build:
             t_src_rid.append(-1)
             t_dst_rid.append(-1)
             t_nbytes.append(mem)
+            t_cores.append(dev_cores.get(dev, ()))
             for t, rid in zip(v.outputs, out_rids, strict=True):
                 ci = len(c_tensor)
                 copy_key[(t, dev, rid)] = ci
@@ -826,12 +911,18 @@ def schedule(problem: Problem, placement: Placement, *, lanes: Mapping[str, int]
     b = _Build(problem, placement, lanes)
     b.build()
     tl = b.tl
-    _simulate(tl, contention)
+    gate = b.res_gate + [()] * (len(tl.res_name) - len(b.res_gate))
+    _simulate(tl, contention, gate if any(gate) else None)
     return _assemble(problem, placement, tl, contention)
 
 
-def _simulate(tl: Timeline, contention: bool) -> None:
-    """Run the event-driven list scheduler; fills ``tl.start``, ``tl.end``, ``tl.lane``."""
+def _simulate(tl: Timeline, contention: bool,
+              gate: Sequence[tuple[int, ...]] | None = None) -> None:
+    """Run the event-driven list scheduler; fills ``tl.start``, ``tl.end``, ``tl.lane``.
+
+    ``gate``: per resource, the shared cores its tasks must hold (``None``: no core is
+    shared, every resource is scheduled on its own lanes).
+    """
     n = len(tl.name)
     nres = len(tl.res_name)
     preds = tl.preds
@@ -874,6 +965,19 @@ def _simulate(tl: Timeline, contention: bool) -> None:
     touched: dict[int, None] = {}
     push = heapq.heappush
     pop = heapq.heappop
+    # cores shared by devices: which resource holds each, and its running tasks there
+    gated: list[int] = [r for r in range(nres) if gate[r]] if gate is not None else []
+    is_gated = [False] * nres
+    for r in gated:
+        is_gated[r] = True
+    owner: dict[int, int] = {}  # core -> resource (device) holding it
+    holders: dict[int, dict[int, None]] = {}  # core -> running tasks on it
+    if gate is not None:
+        for r in gated:
+            for c in gate[r]:
+                holders[c] = {}
+    exp_end = [0.0] * n  # expected end of a running task (its pending completion event)
+    gate_due = False
 
     def advance(c: int, t: float) -> None:
         for j in active[c]:
@@ -896,10 +1000,64 @@ def _simulate(tl: Timeline, contention: bool) -> None:
                 active[c][i] = by / d
                 dirty[c] = None
         seq += 1
+        exp_end[i] = t + d
         push(events, (t + d, seq, i, 0))  # superseded (version) if the task slows down
 
+    def dispatch_gated(t: float) -> None:
+        """Start ready tasks of devices that share cores, highest rank first, with
+        reservations for tasks waiting on another device's cores and backfilling (see the
+        module docstring)."""
+        assert gate is not None
+        heads = [(ready[r][0], r) for r in gated if ready[r] and free[r]]
+        if not heads:
+            return
+        heapq.heapify(heads)
+        reserve: dict[int, float] = {}  # core -> when a higher-ranked waiting task needs it
+        while heads:
+            (_, i), r = pop(heads)
+            g = gate[r]
+            blocked = False
+            est = t
+            for c in g:
+                o = owner.get(c, -1)
+                if o != -1 and o != r:
+                    blocked = True
+                    for j in holders[c]:
+                        if exp_end[j] > est:
+                            est = exp_end[j]
+            if blocked:  # the device waits: its best task reserves the cores
+                for c in g:
+                    reserve.setdefault(c, est)
+                continue
+            rq = ready[r]
+            lim = min((reserve[c] for c in g if c in reserve), default=math.inf) \
+                if reserve else math.inf
+            if t + dur[i] - lim > _REL_TOL * lim:
+                # backfill: the device's best task that ends before the reservation
+                fit = [x for x in rq if t + dur[x[1]] - lim <= _REL_TOL * lim]
+                if not fit:
+                    continue
+                best = min(fit)
+                i = best[1]
+                rq.remove(best)
+                heapq.heapify(rq)
+            else:
+                pop(rq)
+            fr = free[r]
+            lane[i] = pop(fr)
+            for c in g:
+                owner[c] = r
+                holders[c][i] = None
+            begin(i, t)
+            if rq and fr:
+                push(heads, (rq[0], r))
+
     def dispatch(t: float) -> None:
+        nonlocal gate_due
         for r in sorted(touched):
+            if is_gated[r]:
+                gate_due = True
+                continue
             rq = ready[r]
             fr = free[r]
             if is_shared[r]:
@@ -917,6 +1075,9 @@ def _simulate(tl: Timeline, contention: bool) -> None:
                     lane[i] = pop(fr)
                     begin(i, t)
         touched.clear()
+        if gate_due:
+            gate_due = False
+            dispatch_gated(t)
 
     def finish(i: int, t: float) -> None:
         end[i] = t
@@ -924,6 +1085,13 @@ def _simulate(tl: Timeline, contention: bool) -> None:
         r = res[i]
         push(free[r], lane[i])
         touched[r] = None
+        if is_gated[r]:
+            assert gate is not None
+            for c in gate[r]:
+                hc = holders[c]
+                del hc[i]
+                if not hc:
+                    del owner[c]
         if fluid[i]:
             for c, _ in part[i]:
                 advance(c, t)
@@ -958,7 +1126,8 @@ def _simulate(tl: Timeline, contention: bool) -> None:
                 ver[j] += 1
                 left = rem[j] if rem[j] > 0.0 else 0.0
                 seq += 1
-                push(events, (t + left * dur[j] / f, seq, j, ver[j]))
+                exp_end[j] = t + left * dur[j] / f
+                push(events, (exp_end[j], seq, j, ver[j]))
 
     for i in range(n):
         if indeg[i] == 0:

@@ -1,0 +1,679 @@
+"""The search space every strategy shares: candidates, pruning, crossing costs, budget.
+
+- ``SearchSpace``: for every vertex of a ``Problem``, the assignments (device, precision)
+  search may give it, with their compute costs, and a count of the assignments left out
+  with the reason (the device does not run one of its op kinds, does not compute in that
+  precision, the cost model refuses, the vertex alone overflows the device's memory, or
+  precision screening of a large graph did not explore it). Precisions are limited to a
+  sensible set (``DEFAULT_DTYPES``: fp32, bf16, fp16, int8) intersected with what each
+  device supports. Ties between candidates go to the device listed first and then to the
+  higher precision (same time, better accuracy).
+- ``Comm``: what it costs to get a tensor from the copy its producer wrote to the copy a
+  consumer reads, following *exactly* the scheduler's policy (a representation change runs
+  on the producer's device before sending when it makes the tensor smaller, else on the
+  consumer's device after receiving; one transfer per hop of ``machine.route``). It answers
+  the time (the delay a consumer sees in a contention-free run) and the occupancy of every
+  resource (what pipelined throughput counts). Strategies use it to *estimate*; only the
+  scheduler (``placewise.schedule.evaluate``) scores.
+- ``Budget``: a deterministic work clock. Strategies charge it with estimated seconds of
+  work (cost queries, evaluations, moves) so that the same inputs and seed always stop at
+  the same point — wall-clock stops would make plans differ run to run. A wall-clock
+  safety stop (three times the limit plus two seconds) ends runaway searches and is
+  reported.
+
+>>> from placewise.graph.ir import Graph, Op, OpKind, Role, Tensor
+>>> from placewise.schedule.placement import Problem
+>>> from placewise.schedule.testing import ToyCostModel, toy_machine
+>>> x = Tensor("x", (1000,), DType.FP32, role=Role.INPUT)
+>>> y = Tensor("y", (1000,), DType.FP32, role=Role.OUTPUT)
+>>> g = Graph.build("g", [x, y], [Op("a", OpKind.RELU, ("x",), ("y",))])
+>>> m = toy_machine()
+>>> space = SearchSpace(Problem(g, None, m, ToyCostModel(m)))
+>>> [str(a) for a in space.cands[0]]
+['cpu/fp32', 'gpu/fp32', 'gpu/fp16']
+>>> space.pruned_counts()
+{'dtype': 5}
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from placewise.cost.model import Representation
+from placewise.errors import Infeasible, MemoryInfeasible, UnsupportedError
+from placewise.graph.ir import OpKind
+from placewise.schedule.placement import Assignment, Placement, Problem, held_dtype
+from placewise.units import DType, format_bytes
+
+__all__ = [
+    "DEFAULT_DTYPES",
+    "PRUNE_REASONS",
+    "Budget",
+    "Comm",
+    "SearchSpace",
+    "screen_dtypes",
+]
+
+DEFAULT_DTYPES: tuple[DType, ...] = (DType.FP32, DType.BF16, DType.FP16, DType.INT8)
+
+# why an assignment was left out, in reporting order
+PRUNE_REASONS = ("kind", "dtype", "cost model", "memory", "screened")
+
+# estimated seconds of work on the 2-core development machine (they drive the work clock;
+# they need not be accurate, only deterministic and roughly proportional)
+COST_QUERY_S = 6e-5  # one cost-model answer (op x device x dtype)
+EVAL_BASE_S = 4e-4  # one full scheduler evaluation, fixed part
+EVAL_VERTEX_S = 6e-5  # one full scheduler evaluation, per vertex
+MOVE_VERTEX_S = 8e-6  # one incremental estimate, per vertex touched (CPU, with revert)
+MOVE_BASE_S = 2e-5  # one incremental estimate, fixed part
+
+
+class Budget:
+    """A deterministic work clock with a wall-clock safety stop.
+
+    ``charge(s)`` adds estimated work; ``exhausted()`` is true once the estimate reaches
+    ``limit_s`` or the wall clock passes ``3 * limit_s + 2`` seconds (``wall_stopped``
+    then says the result may differ between runs). With ``deterministic=False`` the wall
+    clock alone decides.
+
+    >>> b = Budget(1.0)
+    >>> b.charge(0.4); b.left_s(), b.exhausted()
+    (0.6, False)
+    >>> b.charge(0.7); b.exhausted()
+    True
+    """
+
+    __slots__ = ("deterministic", "limit_s", "start", "used_s", "wall_stopped")
+
+    def __init__(self, limit_s: float, *, deterministic: bool = True) -> None:
+        self.limit_s = max(0.0, float(limit_s))
+        self.deterministic = deterministic
+        self.used_s = 0.0
+        self.start = time.perf_counter()
+        self.wall_stopped = False
+
+    def charge(self, seconds: float) -> None:
+        self.used_s += seconds
+
+    def wall_s(self) -> float:
+        return time.perf_counter() - self.start
+
+    def spent_s(self) -> float:
+        """Work done so far: the estimate (deterministic) or the wall clock."""
+        return self.used_s if self.deterministic else self.wall_s()
+
+    def left_s(self) -> float:
+        return round(max(0.0, self.limit_s - self.spent_s()), 9)
+
+    def exhausted(self) -> bool:
+        if self.spent_s() >= self.limit_s:
+            return True
+        if self.deterministic and self.wall_s() > 3.0 * self.limit_s + 2.0:
+            self.wall_stopped = True
+            return True
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class _Need:
+    """Bytes a vertex needs on its device while it runs (a necessary condition to fit)."""
+
+    weights_bytes: int
+    activations_bytes: int
+    scratch_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weights_bytes + self.activations_bytes + self.scratch_bytes
+
+
+class SearchSpace:
+    """Candidate assignments of every vertex, their costs, and what was pruned (see the
+    module docstring).
+
+    ``dtypes``: the precisions search may choose (default ``DEFAULT_DTYPES``), each
+    intersected with every device's supported ones. ``explore``: device -> the subset of
+    ``dtypes`` to cost on it (precision screening of large graphs, see ``screen_dtypes``);
+    a vertex left with no candidate by screening gets the unscreened ones back.
+
+    Raises ``MemoryInfeasible`` when a vertex fits on no device (naming the tier and the
+    bytes) and ``Infeasible`` when it can run nowhere for another reason.
+
+    Attributes (indexed by vertex index, candidates in order): ``cands`` (assignments),
+    ``cand_dev`` (device indexes), ``cost_s`` (compute seconds), ``mem_bytes`` (bytes the
+    compute task moves through memory), ``best_k`` (the locally fastest candidate).
+    """
+
+    __slots__ = ("_examples", "_need", "_pruned", "best_k", "cand_dev", "cands", "cost_s",
+                 "dev_dtypes", "devices", "dtypes", "lanes", "mem_bytes", "n", "problem",
+                 "queries")
+
+    def __init__(self, problem: Problem, dtypes: Sequence[DType] | None = None, *,
+                 explore: Mapping[str, Sequence[DType]] | None = None) -> None:
+        self.problem = problem
+        self.dtypes: tuple[DType, ...] = tuple(dict.fromkeys(dtypes or DEFAULT_DTYPES))
+        if not self.dtypes:
+            raise Infeasible("no precision to search: the dtype list is empty")
+        m = problem.machine
+        self.devices: tuple[str, ...] = problem.devices
+        self.lanes: tuple[int, ...] = tuple(d.lanes for d in m.devices)
+        self.dev_dtypes: tuple[tuple[DType, ...], ...] = tuple(
+            tuple(dt for dt in self.dtypes if dt in d.dtypes) for d in m.devices)
+        self.n = len(problem.vertices)
+        self.queries = 0
+        self._pruned: dict[str, int] = dict.fromkeys(PRUNE_REASONS, 0)
+        self._examples: dict[str, list[str]] = {r: [] for r in PRUNE_REASONS}
+        self._need: dict[tuple[int, DType], _Need] = {}
+        self.cands: list[tuple[Assignment, ...]] = []
+        self.cand_dev: list[tuple[int, ...]] = []
+        self.cost_s: list[tuple[float, ...]] = []
+        self.mem_bytes: list[tuple[int, ...]] = []
+        self.best_k: list[int] = []
+        kind_ok: list[dict[OpKind, bool]] = [{} for _ in m.devices]
+        for v in problem.vertices:
+            got = self._vertex(v.index, v.kinds, kind_ok, explore)
+            if not got[0] and explore is not None:
+                got = self._vertex(v.index, v.kinds, kind_ok, None)
+            if not got[0]:
+                self._fail(v.index)
+            cands, devs, costs, mems = got
+            self.cands.append(tuple(cands))
+            self.cand_dev.append(tuple(devs))
+            self.cost_s.append(tuple(costs))
+            self.mem_bytes.append(tuple(mems))
+            self.best_k.append(min(range(len(costs)), key=lambda k: (costs[k], k)))
+
+    # ---- construction ----------------------------------------------------------------
+    def _prune(self, reason: str, message: str) -> None:
+        self._pruned[reason] += 1
+        ex = self._examples[reason]
+        if len(ex) < 3:
+            ex.append(message)
+
+    def need(self, vi: int, dtype: DType) -> _Need:
+        """Bytes vertex ``vi`` computing in ``dtype`` holds on its device while it runs:
+        its weights, its input and output copies, its declared scratch."""
+        key = (vi, dtype)
+        got = self._need.get(key)
+        if got is None:
+            p = self.problem
+            v = p.vertices[vi]
+            g = p.graph
+            w = sum(held_dtype(g.tensor(t).dtype, dtype).nbytes(p.numel[t]) for t in v.params)
+            a = sum(held_dtype(g.tensor(t).dtype, dtype).nbytes(p.numel[t])
+                    for t in (*v.inputs, *v.outputs))
+            got = _Need(w, a, v.scratch_bytes)
+            self._need[key] = got
+        return got
+
+    def _vertex(self, vi: int, kinds: frozenset[OpKind], kind_ok: list[dict[OpKind, bool]],
+                explore: Mapping[str, Sequence[DType]] | None
+                ) -> tuple[list[Assignment], list[int], list[float], list[int]]:
+        p = self.problem
+        m = p.machine
+        name = p.vertices[vi].name
+        cands: list[Assignment] = []
+        devs: list[int] = []
+        costs: list[float] = []
+        mems: list[int] = []
+        for di, dev in enumerate(m.devices):
+            ok = kind_ok[di]
+            bad = None
+            for k in kinds:
+                s = ok.get(k)
+                if s is None:
+                    s = ok[k] = dev.supports(k)
+                if not s:
+                    bad = k
+                    break
+            if bad is not None:
+                for _ in self.dtypes:
+                    self._prune("kind", f"vertex {name!r}: device {dev.name!r} does not run "
+                                        f"op kind {bad.value!r}")
+                continue
+            allowed = explore.get(dev.name) if explore is not None else None
+            tier = dev.main_memory
+            for dt in self.dtypes:
+                if dt not in dev.dtypes:
+                    self._prune("dtype", f"device {dev.name!r} does not compute in {dt.value}")
+                    continue
+                if allowed is not None and dt not in allowed:
+                    self._prune("screened", f"vertex {name!r}: {dev.name}/{dt.value} not "
+                                            f"explored (precision screening)")
+                    continue
+                self.queries += 1
+                try:
+                    c = p.cost(vi, dev.name, dt)
+                except UnsupportedError as exc:
+                    self._prune("cost model", str(exc))
+                    continue
+                nd = self.need(vi, dt)
+                need = nd.weights_bytes
+                if c.total_s > 0.0:
+                    need += nd.activations_bytes + max(nd.scratch_bytes, c.buffer_bytes)
+                if need > tier.capacity_bytes:
+                    self._prune("memory", f"vertex {name!r} on {dev.name}/{dt.value} needs "
+                                          f"{format_bytes(need)} but {dev.name}/{tier.name} "
+                                          f"holds {format_bytes(tier.capacity_bytes)}")
+                    continue
+                cands.append(Assignment(dev.name, dt))
+                devs.append(di)
+                costs.append(c.total_s)
+                mems.append(c.memory_bytes)
+        return cands, devs, costs, mems
+
+    def _fail(self, vi: int) -> None:
+        p = self.problem
+        v = p.vertices[vi]
+        # smallest overflow among the (device, dtype) pairs that run it: memory is the reason
+        worst: tuple[int, int, str, str] | None = None
+        for dev in p.machine.devices:
+            if not all(dev.supports(k) for k in v.kinds):
+                continue
+            for dt in self.dtypes:
+                if dt not in dev.dtypes:
+                    continue
+                try:
+                    c = p.cost(vi, dev.name, dt)
+                except UnsupportedError:
+                    continue
+                nd = self.need(vi, dt)
+                need = nd.weights_bytes
+                if c.total_s > 0.0:
+                    need += nd.activations_bytes + max(nd.scratch_bytes, c.buffer_bytes)
+                cap = dev.main_memory.capacity_bytes
+                if worst is None or need - cap < worst[0] - worst[1]:
+                    worst = (need, cap, dev.name, dev.main_memory.name)
+        if worst is not None and worst[0] > worst[1]:
+            need, cap, dname, tier = worst
+            raise MemoryInfeasible(
+                f"vertex {v.name!r} fits on no device: it needs at least {format_bytes(need)} "
+                f"(weights, inputs, outputs and scratch) even on {dname}/{tier}, which holds "
+                f"{format_bytes(cap)}", device=dname, tier=tier, need_bytes=need,
+                capacity_bytes=cap)
+        reasons = [ex for r in ("kind", "dtype", "cost model") for ex in self._examples[r]
+                   if v.name in ex or "does not compute" in ex][:3]
+        raise Infeasible(f"vertex {v.name!r} can run on no device in "
+                         f"{', '.join(d.value for d in self.dtypes)}"
+                         + (": " + "; ".join(reasons) if reasons else ""))
+
+    # ---- queries ---------------------------------------------------------------------
+    def pruned_counts(self) -> dict[str, int]:
+        """Reason -> assignments left out (only reasons that occurred)."""
+        return {r: c for r, c in self._pruned.items() if c}
+
+    def pruned_examples(self) -> dict[str, tuple[str, ...]]:
+        """Reason -> up to three messages."""
+        return {r: tuple(e) for r, e in self._examples.items() if e}
+
+    def placement(self, choice: Sequence[int]) -> Placement:
+        """The placement that gives vertex ``i`` its candidate ``choice[i]``."""
+        names = self.problem.vertices
+        return Placement.of((names[i].name, self.cands[i][k]) for i, k in enumerate(choice))
+
+    def choice_of(self, placement: Placement) -> list[int]:
+        """Candidate indexes of a placement (raises ``KeyError`` if one is not a candidate)."""
+        out: list[int] = []
+        for v in self.problem.vertices:
+            a = placement[v.name]
+            try:
+                out.append(self.cands[v.index].index(a))
+            except ValueError:
+                raise KeyError(f"{a} is not a candidate of vertex {v.name!r}") from None
+        return out
+
+    def cheapest_s(self, vi: int) -> float:
+        return self.cost_s[vi][self.best_k[vi]]
+
+    def size(self) -> float:
+        """The number of placements (product of the candidate counts), as a float."""
+        return math.prod(float(len(c)) for c in self.cands)
+
+    def lower_bound_s(self, *, throughput: bool = False) -> float:
+        """A bound on every placement of the space: latency — the longest path with each
+        vertex at its cheapest candidate (crossings free), the cheapest total work over
+        every lane, and the work of vertices bound to one device over its lanes;
+        throughput (the pipeline period) — the last two."""
+        p = self.problem
+        n = self.n
+        cheap = [self.cheapest_s(i) for i in range(n)]
+        total_lanes = sum(self.lanes)
+        forced = [0.0] * len(self.devices)
+        for i in range(n):
+            devs = set(self.cand_dev[i])
+            if len(devs) == 1:
+                forced[next(iter(devs))] += cheap[i]
+        work = max([sum(cheap) / total_lanes] +
+                   [f / self.lanes[d] for d, f in enumerate(forced)])
+        if throughput:
+            return work
+        fin = [0.0] * n
+        for i in range(n):
+            best = 0.0
+            for q in p.preds[i]:
+                if fin[q] > best:
+                    best = fin[q]
+            fin[i] = best + cheap[i]
+        return max(work, max(fin, default=0.0))
+
+
+def screen_dtypes(problem: Problem, dtypes: Sequence[DType], keep: int, *,
+                  sample: int = 48) -> dict[str, tuple[DType, ...]]:
+    """For each device, the ``keep`` precisions (of ``dtypes`` it supports) with the least
+    total cost over an evenly spaced sample of vertices (unsupported vertices count as the
+    sample's worst cost); ties go to the order of ``dtypes``. Used to keep the cost table
+    of a very large graph within budget; deterministic."""
+    n = len(problem.vertices)
+    step = max(1, n // sample)
+    picks = list(range(0, n, step))[:sample]
+    out: dict[str, tuple[DType, ...]] = {}
+    for dev in problem.machine.devices:
+        options = [dt for dt in dtypes if dt in dev.dtypes]
+        if len(options) <= keep:
+            out[dev.name] = tuple(options)
+            continue
+        totals: list[tuple[int, float, int]] = []
+        for pos, dt in enumerate(options):
+            s = 0.0
+            misses = 0
+            for vi in picks:
+                try:
+                    s += problem.cost(vi, dev.name, dt).total_s
+                except UnsupportedError:
+                    misses += 1
+            totals.append((misses, s, pos))
+        totals.sort()
+        out[dev.name] = tuple(options[t[2]] for t in totals[:keep])
+    return out
+
+
+class Comm:
+    """Crossing costs under the scheduler's policy (see the module docstring).
+
+    Resources are numbered: devices first (in machine order, ``lanes`` each), then link
+    resources (one per direction of a duplex link, one for a simplex link), then shared
+    resources (bandwidth; their occupancy is bytes / bandwidth). ``copy(t, d0, r0, d1, r1)``
+    returns ``(seconds, parts)`` to obtain tensor ``t`` on device ``d1`` in rep id ``r1``
+    from its producer's copy on ``d0`` in ``r0``; ``parts`` are ``(resource, occupancy_s)``.
+    """
+
+    __slots__ = ("_bw", "_copy", "_rid", "dev_ctrl", "dev_index", "host", "link_res", "problem",
+                 "queries", "res_exclusive", "res_lanes", "res_names")
+
+    def __init__(self, problem: Problem) -> None:
+        self.problem = problem
+        m = problem.machine
+        self.host = problem.host
+        self.dev_index = problem.device_index
+        self.res_names: list[str] = [d.name for d in m.devices]
+        self.res_lanes: list[int] = [d.lanes for d in m.devices]
+        self.res_exclusive: list[bool] = [True] * len(m.devices)
+        index = {n: i for i, n in enumerate(self.res_names)}
+        shared_bw = {r.name: r.bandwidth_bytes_per_s for r in m.shared_resources}
+        self.link_res: dict[tuple[str, str], tuple[int, bool]] = {}
+
+        def add(name: str, exclusive: bool) -> int:
+            if name not in index:
+                index[name] = len(self.res_names)
+                self.res_names.append(name)
+                self.res_lanes.append(1)
+                self.res_exclusive.append(exclusive)
+            return index[name]
+
+        for link in m.links:
+            a, b = link.endpoints
+            if link.resource is not None and link.resource in shared_bw:
+                continue
+            base = link.resource_name
+            if link.duplex:
+                self.link_res[(link.name, a)] = (add(base + ":fwd", True), True)
+                self.link_res[(link.name, b)] = (add(base + ":rev", True), True)
+            else:
+                ri = add(base, True)
+                self.link_res[(link.name, a)] = (ri, True)
+                self.link_res[(link.name, b)] = (ri, True)
+        for r in m.shared_resources:
+            add(r.name, False)
+        self._bw: list[float] = [0.0] * len(self.res_names)
+        for r in m.shared_resources:
+            self._bw[index[r.name]] = r.bandwidth_bytes_per_s
+        for link in m.links:
+            if link.resource is not None and link.resource in shared_bw:
+                ri = index[link.resource]
+                self.link_res[(link.name, link.endpoints[0])] = (ri, False)
+                self.link_res[(link.name, link.endpoints[1])] = (ri, False)
+        self.dev_ctrl: dict[str, tuple[int, ...]] = {}
+        for d in m.devices:
+            names = [*d.resources]
+            if d.main_memory.shared_with:
+                names.append(d.main_memory.shared_with)
+            self.dev_ctrl[d.name] = tuple(index[n] for n in dict.fromkeys(names)
+                                          if n in shared_bw)
+        self.queries = 0  # crossings computed (each a few cost-model questions)
+        self._rid: dict[tuple[str, DType], int] = {}
+        self._copy: dict[tuple[str, str, int, str, int], tuple[float, tuple[tuple[int, float],
+                                                                             ...]]] = {}
+
+    @property
+    def n_resources(self) -> int:
+        return len(self.res_names)
+
+    def shared_occupancy(self, ri: int, nbytes: float) -> float:
+        return nbytes / self._bw[ri]
+
+    def rid(self, tensor: str, dtype: DType) -> int:
+        """The rep id a vertex computing in ``dtype`` holds ``tensor`` in."""
+        key = (tensor, dtype)
+        r = self._rid.get(key)
+        if r is None:
+            p = self.problem
+            nat = p.reps[p.natural_rid[tensor]]
+            dt = held_dtype(nat.dtype, dtype)
+            r = p.natural_rid[tensor] if dt is nat.dtype else p.rep_id(
+                Representation(dt, nat.layout))
+            self._rid[key] = r
+        return r
+
+    def vertex_parts(self, device: str, cost_s: float, mem_bytes: int
+                      ) -> tuple[tuple[int, float], ...]:
+        """Occupancy of a compute task: its lanes' time and its bytes on shared controllers."""
+        di = self.dev_index[device]
+        parts: list[tuple[int, float]] = [(di, cost_s)]
+        if mem_bytes > 0:
+            for c in self.dev_ctrl[device]:
+                parts.append((c, mem_bytes / self._bw[c]))
+        return tuple(parts)
+
+    def copy(self, tensor: str, d0: str, r0: int, d1: str, r1: int
+             ) -> tuple[float, tuple[tuple[int, float], ...]]:
+        key = (tensor, d0, r0, d1, r1)
+        got = self._copy.get(key)
+        if got is not None:
+            return got
+        p = self.problem
+        steps: list[tuple[int, float]] = []
+        total = 0.0
+        self.queries += 1
+        if d0 == d1 and r0 == r1:
+            got = (0.0, ())
+            self._copy[key] = got
+            return got
+
+        def conv(a: int, b: int, dev: str) -> float:
+            c = p.conversion(tensor, a, b, dev)
+            steps.append((self.dev_index[dev], c.total_s))
+            if c.memory_bytes > 0:
+                for ctrl in self.dev_ctrl[dev]:
+                    steps.append((ctrl, c.memory_bytes / self._bw[ctrl]))
+            return c.total_s
+
+        def walk(rid: int) -> float:
+            s = 0.0
+            a = d0
+            nbytes = p.copy_bytes(tensor, rid)
+            for link in p.route(d0, d1):
+                b = link.endpoints[1] if link.endpoints[0] == a else link.endpoints[0]
+                c = p.transfer(tensor, rid, a, b)
+                ri, exclusive = self.link_res[(link.name, a)]
+                if exclusive:
+                    steps.append((ri, c.total_s))
+                if nbytes > 0:
+                    ctrls = dict.fromkeys(((ri,) if not exclusive else ())
+                                          + self.dev_ctrl[a] + self.dev_ctrl[b])
+                    for ctrl in ctrls:
+                        steps.append((ctrl, nbytes / self._bw[ctrl]))
+                s += c.total_s
+                a = b
+            return s
+
+        if r1 == r0:
+            total = walk(r0)
+        elif d1 == d0 or p.copy_bytes(tensor, r1) < p.copy_bytes(tensor, r0):
+            total = conv(r0, r1, d0) + walk(r1)
+        else:
+            total = walk(r0) + conv(r0, r1, d1)
+        got = (total, tuple(steps))
+        self._copy[key] = got
+        return got
+
+    def copy_s(self, tensor: str, d0: str, r0: int, d1: str, r1: int) -> float:
+        return self.copy(tensor, d0, r0, d1, r1)[0]
+
+
+class Edges:
+    """The region DAG as flat arrays for the strategies: for every edge its source and
+    destination vertex indexes and tensor; for every vertex the graph inputs it reads (from
+    the host) and the graph outputs it delivers (to the host)."""
+
+    __slots__ = ("delivers", "dst", "e_in", "e_out", "reads", "src", "tensor")
+
+    def __init__(self, problem: Problem) -> None:
+        vi = problem.vertex_index
+        self.src = [vi[e.src] for e in problem.edges]
+        self.dst = [vi[e.dst] for e in problem.edges]
+        self.tensor = [e.tensor for e in problem.edges]
+        self.e_in = problem.in_edges
+        self.e_out = problem.out_edges
+        produced = problem.tensor_producer
+        outs = set(problem.graph.outputs) if problem.outputs_to_host else set()
+        self.reads: list[tuple[str, ...]] = [
+            tuple(t for t in v.inputs if t not in produced) for v in problem.vertices]
+        self.delivers: list[tuple[str, ...]] = [
+            tuple(t for t in v.outputs if t in outs) for v in problem.vertices]
+
+
+class Model:
+    """Estimates for candidate choices (``choice[i]`` = candidate index of vertex ``i``)
+    in the contention-free, unbounded-lane model: the delay of each edge, the release of a
+    vertex (its graph inputs arriving from the host) and its tail (its graph outputs
+    reaching the host), and per-resource occupancy for throughput."""
+
+    __slots__ = ("_rel", "_tail", "comm", "edges", "problem", "space")
+
+    def __init__(self, space: SearchSpace, comm: Comm | None = None) -> None:
+        self.space = space
+        self.problem = space.problem
+        self.comm = comm or Comm(space.problem)
+        self.edges = Edges(space.problem)
+        self._rel: dict[tuple[int, int], float] = {}
+        self._tail: dict[tuple[int, int], float] = {}
+
+    def _src(self, vi: int, k: int, t: str) -> tuple[str, int]:
+        a = self.space.cands[vi][k]
+        return a.device, self.comm.rid(t, a.dtype)
+
+    def delay(self, e: int, ku: int, kv: int) -> float:
+        ed = self.edges
+        t = ed.tensor[e]
+        d0, r0 = self._src(ed.src[e], ku, t)
+        d1, r1 = self._src(ed.dst[e], kv, t)
+        return self.comm.copy_s(t, d0, r0, d1, r1)
+
+    def delay_parts(self, e: int, ku: int, kv: int) -> tuple[tuple[int, float], ...]:
+        ed = self.edges
+        t = ed.tensor[e]
+        d0, r0 = self._src(ed.src[e], ku, t)
+        d1, r1 = self._src(ed.dst[e], kv, t)
+        return self.comm.copy(t, d0, r0, d1, r1)[1]
+
+    def release(self, vi: int, k: int) -> float:
+        key = (vi, k)
+        r = self._rel.get(key)
+        if r is None:
+            p = self.problem
+            r = 0.0
+            for t in self.edges.reads[vi]:
+                d1, r1 = self._src(vi, k, t)
+                r = max(r, self.comm.copy_s(t, p.host, p.natural_rid[t], d1, r1))
+            self._rel[key] = r
+        return r
+
+    def tail(self, vi: int, k: int) -> float:
+        key = (vi, k)
+        r = self._tail.get(key)
+        if r is None:
+            p = self.problem
+            r = 0.0
+            for t in self.edges.delivers[vi]:
+                d0, r0 = self._src(vi, k, t)
+                r = max(r, self.comm.copy_s(t, d0, r0, p.host, p.natural_rid[t]))
+            self._tail[key] = r
+        return r
+
+    def io_parts(self, vi: int, k: int) -> list[tuple[int, float]]:
+        """Occupancy of the vertex's own task and of its graph inputs' and outputs' trips."""
+        p = self.problem
+        sp = self.space
+        a = sp.cands[vi][k]
+        parts = list(self.comm.vertex_parts(a.device, sp.cost_s[vi][k], sp.mem_bytes[vi][k]))
+        for t in self.edges.reads[vi]:
+            d1, r1 = self._src(vi, k, t)
+            parts.extend(self.comm.copy(t, p.host, p.natural_rid[t], d1, r1)[1])
+        for t in self.edges.delivers[vi]:
+            d0, r0 = self._src(vi, k, t)
+            parts.extend(self.comm.copy(t, d0, r0, p.host, p.natural_rid[t])[1])
+        return parts
+
+    def makespan_s(self, choice: Sequence[int]) -> float:
+        """The longest path (compute + crossing delays, graph inputs from the host at 0,
+        outputs back to the host): the makespan with unbounded lanes and no contention."""
+        sp = self.space
+        ed = self.edges
+        n = sp.n
+        fin = [0.0] * n
+        span = 0.0
+        for i in range(n):
+            k = choice[i]
+            s = self.release(i, k)
+            for e in ed.e_in[i]:
+                u = ed.src[e]
+                t = fin[u] + self.delay(e, choice[u], k)
+                if t > s:
+                    s = t
+            f = s + sp.cost_s[i][k]
+            fin[i] = f
+            end = f + self.tail(i, k)
+            if end > span:
+                span = end
+        return span
+
+    def loads(self, choice: Sequence[int]) -> list[float]:
+        """Occupancy per resource (``Comm`` numbering), lanes and bandwidth applied."""
+        comm = self.comm
+        out = [0.0] * comm.n_resources
+        ed = self.edges
+        for i in range(self.space.n):
+            for r, s in self.io_parts(i, choice[i]):
+                out[r] += s
+        for e in range(len(ed.src)):
+            for r, s in self.delay_parts(e, choice[ed.src[e]], choice[ed.dst[e]]):
+                out[r] += s
+        return [x / comm.res_lanes[r] for r, x in enumerate(out)]
+
+    def period_s(self, choice: Sequence[int]) -> float:
+        """The busiest resource's occupancy (the pipeline period; a tensor sent to several
+        consumers on one device is counted once per consumer, which the scheduler does not)."""
+        return max(self.loads(choice), default=0.0)
