@@ -1,0 +1,107 @@
+"""plan / explain / trace / check from the command line, end to end on a preset."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.test_cli import assert_bad_input, run
+
+
+@pytest.fixture(scope="module")
+def plan_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    f = tmp_path_factory.mktemp("plan") / "plan.json"
+    proc = run("plan", "zoo:mlp", "--hw", "jetson-agx-orin", "--strategy", "heft",
+               "--time-limit", "5", "--out", str(f), "--json")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    for key in ("makespan_s", "throughput_rps", "lower_bound_s", "strategy", "search_time_s",
+                "feasible", "devices_used", "baselines"):
+        assert key in summary, key
+    assert summary["feasible"] is True
+    assert 0 < summary["lower_bound_s"] <= summary["makespan_s"]
+    assert {"greedy", "single:gpu"} <= set(summary["baselines"])
+    return f
+
+
+def test_plan_file_contents(plan_file: Path) -> None:
+    data = json.loads(plan_file.read_text())
+    assert data["schema_version"] == 1
+    assert data["makespan_s"] > 0 and data["throughput_rps"] > 0
+    assert data["placement"]
+    assert data["schedule"]["tasks"]
+
+
+def test_plan_is_deterministic(plan_file: Path, tmp_path: Path) -> None:
+    again = tmp_path / "again.json"
+    proc = run("plan", "zoo:mlp", "--hw", "jetson-agx-orin", "--strategy", "heft",
+               "--time-limit", "5", "--out", str(again))
+    assert proc.returncode == 0, proc.stderr
+    assert again.read_bytes() == plan_file.read_bytes()
+
+
+def test_explain_text_and_json(plan_file: Path) -> None:
+    proc = run("explain", str(plan_file))
+    assert proc.returncode == 0, proc.stderr
+    assert "critical path" in proc.stdout
+    proc = run("explain", str(plan_file), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert isinstance(json.loads(proc.stdout), dict)
+
+
+def test_explain_unknown_op(plan_file: Path) -> None:
+    assert_bad_input(run("explain", str(plan_file), "--op", "no_such_op"), "--op", "no_such_op")
+
+
+def test_trace(plan_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "trace.json"
+    proc = run("trace", str(plan_file), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    events = json.loads(out.read_text())["traceEvents"]
+    assert any(e.get("ph") == "X" for e in events)
+
+
+def test_check_passes_and_catches_corruption(plan_file: Path, tmp_path: Path) -> None:
+    proc = run("check", str(plan_file), "--hw", "jetson-agx-orin", "--model", "zoo:mlp", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["ok"] is True
+    data = json.loads(plan_file.read_text())
+    # start every task at time zero: precedence and overlap must break
+    for task in data["schedule"]["tasks"]:
+        dur = task["end_s"] - task["start_s"]
+        task["start_s"], task["end_s"] = 0.0, dur
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    proc = run("check", str(bad), "--json")
+    assert proc.returncode == 1
+    assert json.loads(proc.stdout)["ok"] is False
+
+
+def test_plan_against_wrong_machine(plan_file: Path) -> None:
+    assert_bad_input(run("check", str(plan_file), "--hw", "h100-sxm-server"), "fingerprint")
+
+
+def test_corrupt_plan_file(tmp_path: Path) -> None:
+    f = tmp_path / "p.json"
+    f.write_text('{"schema_version": 1, "placement": ')
+    assert_bad_input(run("explain", str(f)), str(f))
+
+
+def test_bad_strategy_and_objective(tmp_path: Path) -> None:
+    out = tmp_path / "p.json"
+    assert_bad_input(run("plan", "zoo:mlp", "--hw", "jetson-agx-orin", "--strategy", "fastest",
+                         "--out", str(out)), "--strategy")
+    assert_bad_input(run("plan", "zoo:mlp", "--hw", "jetson-agx-orin", "--objective", "speed",
+                         "--out", str(out)), "--objective")
+    assert not out.exists()
+
+
+def test_throughput_objective(tmp_path: Path) -> None:
+    out = tmp_path / "p.json"
+    proc = run("plan", "zoo:bert", "--hw", "h100-sxm-server", "--objective", "throughput",
+               "--strategy", "greedy", "--out", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert data["objective"] == "throughput"
