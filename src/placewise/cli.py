@@ -1,8 +1,9 @@
 """The command line. The only module that prints.
 
 Exit status: 0 ok; 2 bad input (one line on stderr: file, place, problem); 3 infeasible
-(nothing fits: names the tier and the amount); 1 internal error (set PLACEWISE_DEBUG=1 for
-the traceback); 130 interrupted.
+(nothing fits: names the tier and the amount); 1 a real run failed (worker crashed or hung:
+names device and op), a plan that fails `check`, or an internal error (set
+PLACEWISE_DEBUG=1 for the traceback); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from placewise.errors import Infeasible, InputError, PlacewiseError
+from placewise.errors import ExecutionError, Infeasible, InputError, PlacewiseError
 
 try:  # typer >= 0.29 vendors click
     from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
@@ -611,6 +612,9 @@ def main(argv: list[str] | None = None) -> None:
     except InputError as exc:
         sys.stderr.write(_one_line(str(exc)) + "\n")
         sys.exit(2)
+    except ExecutionError as exc:
+        sys.stderr.write("run failed: " + _one_line(str(exc)) + "\n")
+        sys.exit(1)
     except Infeasible as exc:
         sys.stderr.write("infeasible: " + _one_line(str(exc)) + "\n")
         sys.exit(3)

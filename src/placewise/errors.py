@@ -7,6 +7,7 @@ turns them into exit status 2 and one line on stderr of the form ``FILE: PLACE: 
 from __future__ import annotations
 
 __all__ = [
+    "ExecutionError",
     "GraphError",
     "Infeasible",
     "InputError",
@@ -76,4 +77,17 @@ class MemoryInfeasible(Infeasible):
         self.tier = tier
         self.need_bytes = need_bytes
         self.capacity_bytes = capacity_bytes
+        super().__init__(message)
+
+
+class ExecutionError(PlacewiseError):
+    """A real run that could not finish: a worker died, raised or hung. Names the device,
+    the task and the op it was running, and the request."""
+
+    def __init__(self, message: str, *, device: str = "", task: str = "", op: str = "",
+                 request: int = -1) -> None:
+        self.device = device
+        self.task = task
+        self.op = op
+        self.request = request
         super().__init__(message)

@@ -17,7 +17,8 @@ graph and for this machine's local devices (``--hw local``), and runs it with th
 4. **memory**: live tensor bytes per device (weights + activations + received copies,
    storages counted once) over the isolated requests, against the plan's per-device peak;
    process RSS is reported beside it (it includes the Python and library footprint, which
-   the plan does not model);
+   the plan does not model), and the shared-memory block of transfer slots in the tags
+   (``shared_memory_bytes``: allocated once for the run, not counted per device);
 5. **quality**: outputs against a single-device fp32 reference on the same inputs
    (relative L2, max abs, cosine; top-1 agreement for outputs that look like logits: a
    float output of a contraction op with a last dimension of at least 2);

@@ -164,7 +164,7 @@ def test_cpsat_respects_memory_capacity() -> None:
     assert any("memory constrained" in n for n in out.notes)
 
 
-# ---- exhaustive ------------------------------------------------------------------------------------
+# ---- exhaustive ----------------------------------------------------------------------------
 def test_exhaustive_skips_only_what_cannot_win() -> None:
     prob = task_problem("fork-join", 6, 1)
     model = Model(SearchSpace(prob))
@@ -179,7 +179,7 @@ def test_exhaustive_skips_only_what_cannot_win() -> None:
     assert tr.best_key == best
 
 
-# ---- local search ---------------------------------------------------------------------------------
+# ---- local search --------------------------------------------------------------------------
 def test_estimator_apply_and_revert_match_a_full_recompute() -> None:
     rng = random.Random(3)
     prob = task_problem("layered", 40, 2, three_devices())

@@ -70,7 +70,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from placewise.cost.model import Representation
-from placewise.errors import InputError, PlacewiseError, UnsupportedError
+from placewise.errors import ExecutionError, InputError, PlacewiseError, UnsupportedError
 from placewise.graph.ir import Graph, Op, OpKind, Provenance
 from placewise.hardware.spec import Device, Machine
 from placewise.runtime.telemetry import (
@@ -101,9 +101,11 @@ __all__ = [
     "Fault",
     "StepKind",
     "copy_key",
+    "pack_fx",
     "program_from_plan",
     "program_from_schedule",
     "source_reload_args",
+    "unpack_fx",
 ]
 
 #: every shared-memory segment the executor creates is named ``/dev/shm/placewise-...``
@@ -133,17 +135,6 @@ def _get(conn: Connection) -> tuple[Any, ...]:
     return _HOT_TAGS[tag], a, b
 
 
-class ExecutionError(PlacewiseError):
-    """A run that could not finish: a worker died, raised or hung. Names the device, the
-    task and the op it was running, and the request."""
-
-    def __init__(self, message: str, *, device: str = "", task: str = "", op: str = "",
-                 request: int = -1) -> None:
-        self.device = device
-        self.task = task
-        self.op = op
-        self.request = request
-        super().__init__(message)
 
 
 # ---- the program -------------------------------------------------------------------------------
@@ -897,6 +888,7 @@ class Executor:
                      str(d.backend)) for d in devices]
         self._tags = collect_tags(dev_tags)
         self._tags["slots"] = str(self.slots)
+        self._tags["shared_memory_bytes"] = str(size)
         self._tags["isa"] = str(self._ready_info[devices[0].name].get("isa", ""))
 
     def _shares_cores(self, d: Device) -> bool:

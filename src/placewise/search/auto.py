@@ -31,7 +31,7 @@ from placewise.errors import UnsupportedError
 from placewise.schedule.evaluate import Evaluation, Objective
 from placewise.schedule.placement import Placement
 from placewise.search.baselines import greedy_choice, single_choice
-from placewise.search.cpsat import cpsat_search
+from placewise.search.cpsat import BUILD_TERM_S, cpsat_search
 from placewise.search.dp import dp_search, graph_shape
 from placewise.search.exhaustive import ExhaustiveOutcome, exhaustive_search
 from placewise.search.heft import heft_choice
@@ -155,7 +155,11 @@ class Context:
         out = cpsat_search(self.model, throughput=self.throughput, time_limit_s=time_limit_s,
                            seed=self.seed, hint=hint, hint_starts_s=starts_s,
                            upper_bound_s=ub)
-        self.budget.charge(out.deterministic_s)
+        ed = self.model.edges
+        terms = sum(len(sp.cands[ed.src[e]]) * len(sp.cands[ed.dst[e]])
+                    for e in range(len(ed.src))) + sum(len(c) for c in sp.cands)
+        self.budget.charge(out.deterministic_s + BUILD_TERM_S * terms)
+        self.charge_queries()
         for n in out.notes:
             self.tracker.note(n)
         self.cpsat_status = out.status
@@ -212,6 +216,9 @@ def auto(ctx: Context) -> None:
     budget = ctx.budget
     n = sp.n
     size = sp.size()
+    ctx.bounds.append(sp.lower_bound_s(throughput=ctx.throughput))
+    if _bound_met(ctx):
+        return
     if size <= EXHAUSTIVE_MAX and not budget.exhausted():
         tr.progress("exhaustive", budget.spent_s() / max(budget.limit_s, 1e-9))
         if ctx.exhaustive().complete:
@@ -240,7 +247,6 @@ def auto(ctx: Context) -> None:
         return
     tr.progress("local search", budget.spent_s() / max(budget.limit_s, 1e-9))
     ctx.local()
-
 
 
 def _bound_met(ctx: Context) -> bool:

@@ -85,9 +85,10 @@ __all__ = ["CPSAT_MAX_VERTICES", "CpsatOutcome", "check_solution", "cpsat_search
 CPSAT_MAX_VERTICES = 5000  # beyond this the model is refused (use ``local`` or ``auto``)
 _TICKS = 20_000  # ticks in the reference objective
 _KIB = 1024
-# CP-SAT's deterministic time per second of budget: with interleaved subsolvers one
-# deterministic unit took about four CPU seconds on the 2-core development machine
-DETERMINISTIC_PER_S = 0.25
+# CP-SAT's deterministic time per second of budget: one deterministic unit took 2.7 to 7
+# CPU seconds (depending on the model) on the 2-core development machine
+DETERMINISTIC_PER_S = 0.15
+BUILD_TERM_S = 2e-5  # building the model, per (edge x candidate pair) and per candidate
 
 
 @dataclass(frozen=True, slots=True)

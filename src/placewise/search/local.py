@@ -11,6 +11,9 @@ precisions, accept by the objective (simulated annealing with restarts, seeded).
 - *precision*: give a vertex, or its run, another precision on its device;
 - *random*: any vertex to any candidate (keeps the walk from getting stuck).
 
+**Memory.** A move that would put more resident weights on a memory than it holds is
+rejected without scoring (``WeightGuard``), while the current plan fits.
+
 **Acceptance.** A move that improves is taken; a worse one with probability
 ``exp(-relative worsening / T)``, the temperature ``T`` falling geometrically from 2% to
 0.01% over the budget. A placement that fits in memory always beats one that does not
@@ -61,7 +64,7 @@ from placewise.schedule.evaluate import Objective
 from placewise.search.result import RankKey, Tracker
 from placewise.search.space import MOVE_BASE_S, MOVE_VERTEX_S, Model
 
-__all__ = ["Estimator", "LocalOutcome", "local_search"]
+__all__ = ["Estimator", "LocalOutcome", "WeightGuard", "local_search"]
 
 EXACT_MAX = 300  # vertices up to which every move is scored by the scheduler
 
@@ -69,7 +72,8 @@ EXACT_MAX = 300  # vertices up to which every move is scored by the scheduler
 @dataclass(frozen=True, slots=True)
 class LocalOutcome:
     """The best placement the walk scored (candidate indexes) and its rank key, with
-    counts of moves proposed, accepted, scored by the scheduler, and restarts;
+    counts of moves proposed, accepted, scored by the scheduler, restarts, and moves
+    rejected because the weights they would put on a memory would not fit;
     ``converged``: it stopped before the budget because ``max_stale`` restarts in a row
     found nothing better."""
 
@@ -80,6 +84,7 @@ class LocalOutcome:
     scored: int
     restarts: int
     converged: bool = False
+    rejected_memory: int = 0
 
 
 class Estimator:
@@ -234,6 +239,92 @@ class Estimator:
                 self.endt[item[1]] = item[3]
 
 
+class WeightGuard:
+    """Resident weight bytes per memory pool for a placement, updated move by move: a move
+    that puts more weights in a pool than it holds cannot fit (weights stay resident for
+    the whole run), so it is rejected without scoring. Pools are as the scheduler's memory
+    report checks them: each device's main tier, or tiers sharing a resource and a capacity.
+    """
+
+    def __init__(self, model: Model, choice: Sequence[int]) -> None:
+        sp = model.space
+        p = model.problem
+        g = p.graph
+        self.sp = sp
+        pool_of: dict[int, int] = {}
+        self.cap: list[int] = []
+        groups: dict[tuple[str, int], int] = {}
+        for di, d in enumerate(p.machine.devices):
+            t = d.main_memory
+            if t.shared_with is not None:
+                key = (t.shared_with, t.capacity_bytes)
+                if key not in groups:
+                    groups[key] = len(self.cap)
+                    self.cap.append(t.capacity_bytes)
+                pool_of[di] = groups[key]
+            else:
+                pool_of[di] = len(self.cap)
+                self.cap.append(t.capacity_bytes)
+        self.pool_of = pool_of
+        # per vertex and candidate: ((param, device, held bits) key, bytes) of its weights
+        self.items: list[list[tuple[tuple[tuple[str, int, int], int], ...]]] = []
+        for v in p.vertices:
+            per: list[tuple[tuple[tuple[str, int, int], int], ...]] = []
+            for k, a in enumerate(sp.cands[v.index]):
+                di = sp.cand_dev[v.index][k]
+                its = []
+                for t in v.params:
+                    tensor = g.tensor(t)
+                    dt = tensor.dtype if not tensor.dtype.is_float else a.dtype
+                    its.append(((t, di, dt.bits), dt.nbytes(tensor.numel)))
+                per.append(tuple(its))
+            self.items.append(per)
+        self.active = any(self.items[i][k] for i in range(sp.n) for k in range(len(sp.cands[i])))
+        self.reset(choice)
+
+    def reset(self, choice: Sequence[int]) -> None:
+        self.refs: dict[tuple[str, int, int], int] = {}
+        self.used = [0] * len(self.cap)
+        for i, k in enumerate(choice):
+            self._add(i, k, +1)
+
+    def _add(self, v: int, k: int, sign: int) -> None:
+        for key, nbytes in self.items[v][k]:
+            n = self.refs.get(key, 0)
+            if sign > 0:
+                if n == 0:
+                    self.used[self.pool_of[key[1]]] += nbytes
+                self.refs[key] = n + 1
+            else:
+                if n == 1:
+                    self.used[self.pool_of[key[1]]] -= nbytes
+                    del self.refs[key]
+                else:
+                    self.refs[key] = n - 1
+
+    def fits(self, choice: Sequence[int], moves: dict[int, int]) -> bool:
+        """Whether the weights still fit after ``moves``; applies them if so."""
+        if not self.active:
+            return True
+        for v, k in moves.items():
+            self._add(v, choice[v], -1)
+            self._add(v, k, +1)
+        if all(u <= c for u, c in zip(self.used, self.cap, strict=True)):
+            return True
+        for v, k in moves.items():
+            self._add(v, k, -1)
+            self._add(v, choice[v], +1)
+        return False
+
+    def undo(self, choice: Sequence[int], moves: dict[int, int]) -> None:
+        """Take back ``moves`` (applied by ``fits``) given the choice before them."""
+        if not self.active:
+            return
+        for v, k in moves.items():
+            self._add(v, k, -1)
+            self._add(v, choice[v], +1)
+
+
 class _Moves:
     """Draws moves (see the module docstring)."""
 
@@ -373,6 +464,8 @@ def local_search(model: Model, tracker: Tracker,
     start_used = budget.spent_s()
     span = max(budget.left_s(), 1e-9)
     est = None if exact else Estimator(model, cur, throughput=throughput)
+    guard = WeightGuard(model, cur)
+    rejected_memory = 0
     est_val = est.value() if est else 0.0
     since_best = 0
     since_check = 0
@@ -391,7 +484,11 @@ def local_search(model: Model, tracker: Tracker,
                 break
             continue
         proposed += 1
-        if exact:
+        if cur_key[0] == 0 and not guard.fits(cur, mv):
+            rejected_memory += 1
+            since_best += 1
+            budget.charge(MOVE_BASE_S)
+        elif exact:
             old = {v: cur[v] for v in mv}
             for v, k in mv.items():
                 cur[v] = k
@@ -407,11 +504,14 @@ def local_search(model: Model, tracker: Tracker,
                 else:
                     since_best += 1
             else:
+                after = list(cur)
                 for v, k in old.items():
                     cur[v] = k
+                guard.undo(cur, {v: after[v] for v in old})
                 since_best += 1
         else:
             assert est is not None
+            before = {v: est.choice[v] for v in mv}
             val, undo = est.apply(mv)
             tracker.estimates += 1
             budget.charge(MOVE_BASE_S + 1e-8 * sp.n + MOVE_VERTEX_S * (est.touched - last_touched))
@@ -423,6 +523,7 @@ def local_search(model: Model, tracker: Tracker,
                 cur = est.choice
             else:
                 est.revert(undo)
+                guard.undo(est.choice, {v: k for v, k in mv.items() if before[v] != k})
             since_check += 1
             since_best += 1
             if since_check >= check_every:
@@ -434,6 +535,7 @@ def local_search(model: Model, tracker: Tracker,
                     since_best = 0
                 elif _worse(key, best_key) > 0.0:
                     est.reset(best)
+                    guard.reset(best)
                     est_val = est.value()
                     budget.charge(MOVE_VERTEX_S * (est.touched - last_touched))
                     last_touched = est.touched
@@ -451,6 +553,7 @@ def local_search(model: Model, tracker: Tracker,
             src = order[next_start] if next_start < len(order) else best
             next_start += 1
             cur = list(src)
+            guard.reset(cur)
             if exact:
                 cur_key, _ = tracker.evaluate(sp.placement(cur))
             else:
@@ -464,4 +567,5 @@ def local_search(model: Model, tracker: Tracker,
         evals += 1
         if key < best_key:
             best_key, best = key, tuple(est.choice)
-    return LocalOutcome(best, best_key, proposed, accepted, evals, restarts, converged)
+    return LocalOutcome(best, best_key, proposed, accepted, evals, restarts, converged,
+                        rejected_memory)
