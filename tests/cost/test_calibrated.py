@@ -15,6 +15,7 @@ from placewise.cost.calibrated import (
     Calibration,
     Failure,
     Measurement,
+    StepOverhead,
     conversion_features,
     conversion_key,
     device_record,
@@ -375,3 +376,71 @@ def test_flagged_measurements_are_neither_used_nor_fitted() -> None:
     c = CalibratedModel(m, cal2).op_cost(g, op, "cpu0", DType.FP32)
     assert c.source is Source.CALIBRATED and c.total_s < 1e-3
     assert "contention" in str(dict(c.assumptions)["measurement_ignored"])
+
+
+def _with_dispatch(cal: Calibration, median_s: float) -> Calibration:
+    d = StepOverhead(median_s=median_s, p10_s=0.8 * median_s, p90_s=1.5 * median_s, n=800,
+                     method="test")
+    return cal.model_copy(update={"devices": [r.model_copy(update={"dispatch": d})
+                                              for r in cal.devices]})
+
+
+def test_measured_dispatch_is_one_launch_term_per_executor_step() -> None:
+    m = local_machine()
+    cal, g = synthetic_calibration(m, [1, 4, 16])
+    plain = CalibratedModel(m, cal)
+    model = CalibratedModel(m, _with_dispatch(cal, 7e-6))
+    assert model.step_overhead("cpu0") == model.calibration.devices[0].dispatch
+    op = g.op("lin1")
+    base = plain.op_cost(g, op, "cpu0", DType.FP32)
+    c = model.op_cost(g, op, "cpu0", DType.FP32)
+    assert c.term(Term.LAUNCH) == pytest.approx(base.term(Term.LAUNCH) + 7e-6)
+    assert c.total_s == pytest.approx(base.total_s + 7e-6)
+    assert (c.low_s, c.high_s) == pytest.approx((base.low_s + 5.6e-6, base.high_s + 10.5e-6))
+    assert dict(c.assumptions)["dispatch_s"] == pytest.approx(7e-6)
+    # a region is one task: one dispatch, not one per op
+    ops = [g.op("lin0"), g.op("relu")]
+    region = model.region_cost(g, ops, "cpu0", DType.FP32)
+    assert region.total_s == pytest.approx(
+        plain.region_cost(g, ops, "cpu0", DType.FP32).total_s + 7e-6)
+    assert region.low_s <= region.total_s <= region.high_s
+    # conversions are a step; a transfer is a send step and a receive step
+    t = Tensor("a", (1000,), DType.FP32)
+    fp, i8 = Representation(DType.FP32), Representation(DType.INT8)
+    conv = model.conversion_cost(t, fp, i8, "cpu0")
+    assert conv.total_s == pytest.approx(plain.conversion_cost(t, fp, i8, "cpu0").total_s
+                                         + 7e-6)
+    tr = model.transfer_cost(t, fp, "cpu0", "cpu1")
+    assert tr.term(Term.LAUNCH) == pytest.approx(14e-6)
+    assert tr.total_s == pytest.approx(plain.transfer_cost(t, fp, "cpu0", "cpu1").total_s
+                                       + 14e-6)
+    assert model.transfer_cost(t, fp, "cpu0", "cpu0").total_s == 0
+    assert model.fingerprint() != plain.fingerprint()
+
+
+def test_calibration_without_dispatch_loads_and_says_not_measured(tmp_path: Path) -> None:
+    m = local_machine()
+    cal, g = synthetic_calibration(m, [1, 4, 16])
+    data = _with_dispatch(cal, 7e-6).to_json()
+    for rec in data["devices"]:
+        del rec["dispatch"]  # a file written before the field existed
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(data))
+    old = load_calibration(path)
+    assert all(d.dispatch.n == 0 and d.dispatch.median_s == 0 for d in old.devices)
+    model = CalibratedModel(m, old)
+    c = model.op_cost(g, g.op("lin1"), "cpu0", DType.FP32)
+    assert c.total_s == pytest.approx(CalibratedModel(m, cal).op_cost(
+        g, g.op("lin1"), "cpu0", DType.FP32).total_s)
+    assert "dispatch not measured" in str(dict(c.assumptions)["dispatch"])
+
+
+def test_dispatch_spread_must_be_ordered(tmp_path: Path) -> None:
+    m = local_machine()
+    cal, _ = synthetic_calibration(m, [1, 4, 16])
+    data = cal.to_json()
+    data["devices"][0]["dispatch"] = {"median_s": 1e-5, "p10_s": 2e-5, "p90_s": 3e-5, "n": 5}
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(SpecError, match=r"p10_s <= median_s"):
+        load_calibration(path)

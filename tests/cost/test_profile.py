@@ -85,12 +85,17 @@ def test_profile_tiny_model_for_real(tmp_path: Path) -> None:
     for tag in ("cpu_model", "torch", "onnxruntime", "threads", "date", "cores"):
         assert cal.tags[tag]
     assert not cal.failures
+    for rec in cal.devices:  # the executor's per-step overhead, measured per device
+        d = rec.dispatch
+        assert d.n > 0 and d.median_s > 0 and d.p10_s <= d.median_s <= d.p90_s
+        assert "_step" in d.method
     path = cal.save(tmp_path / "cal.json")
     back = load_calibration(path)
     model = CalibratedModel(m, back)
     for op in graph.ops:
         c = model.op_cost(graph, op, "cpu1", DType.FP32)
         assert c.source is Source.PROFILED and c.low_s <= c.total_s <= c.high_s
+        assert dict(c.assumptions)["dispatch_s"] == back.devices[1].dispatch.median_s
     lin = next(op for op in graph.ops if op.kind is OpKind.LINEAR)
     assert model.op_cost(graph, lin, "cpu1", DType.INT8).source is Source.PROFILED
     with pytest.raises(UnsupportedError):

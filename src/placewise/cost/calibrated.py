@@ -33,6 +33,13 @@ fx vs onnxruntime, ``op_family``) are measured and fitted apart.
 Measured times are what the op costs when run alone by the local backend (op by op, one
 dispatch each), so a fused region costs the sum of its ops here: local backends do not fuse.
 
+The executor adds its own cost per executed step (task): profiling measures it per device
+(``DeviceRecord.dispatch``, see ``placewise.cost.profile``) and the model adds it as
+``Term.LAUNCH`` once per op or region (a task), once per conversion and once on each side
+of a transfer (send and receive steps), the interval widened by its p10..p90. A calibration
+without it adds nothing and says "dispatch not measured". The hand-off of a request to the
+first worker is not modelled.
+
 >>> cal = Calibration.empty("local")
 >>> Calibration.from_json(cal.to_json(), file="<mem>").version
 1
@@ -78,6 +85,7 @@ __all__ = [
     "Failure",
     "Fit",
     "Measurement",
+    "StepOverhead",
     "conversion_features",
     "conversion_key",
     "device_identity",
@@ -216,8 +224,33 @@ class Fit(_Strict):
         return self
 
 
+class StepOverhead(_Strict):
+    """The executor's own cost per executed step (task) on a device, beyond its kernels:
+    median, p10..p90 spread, sample count and how it was measured. ``n == 0``: not
+    measured (a calibration made before this was profiled), all zero."""
+
+    median_s: float = 0.0
+    p10_s: float = 0.0
+    p90_s: float = 0.0
+    n: int = Field(default=0, ge=0)
+    method: str = Field(default="", max_length=2_000)
+
+    @field_validator("median_s", "p10_s", "p90_s")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        return _finite_nonneg(v)
+
+    @model_validator(mode="after")
+    def _order(self) -> StepOverhead:
+        if not self.p10_s <= self.median_s <= self.p90_s:
+            raise ValueError("expected p10_s <= median_s <= p90_s")
+        return self
+
+
 class DeviceRecord(_Strict):
-    """Which device was measured: its identity must match the machine it is used with."""
+    """Which device was measured: its identity must match the machine it is used with.
+    ``dispatch``: the executor's measured per-step overhead there (absent in older files:
+    not measured)."""
 
     name: str
     kind: str
@@ -228,6 +261,7 @@ class DeviceRecord(_Strict):
     identity: str = ""
     # precisions the device runs only for some op kinds, e.g. {"int8": ["linear", ...]}
     dtype_kinds: dict[str, list[str]] = Field(default_factory=dict)
+    dispatch: StepOverhead = Field(default_factory=StepOverhead)
 
 
 class Failure(_Strict):
@@ -776,7 +810,47 @@ class CalibratedModel:
         self._dtype_kinds: dict[tuple[str, str], set[str]] = {
             (d.name, dt): set(kinds) for d in calibration.devices
             for dt, kinds in d.dtype_kinds.items()}
+        self._dispatch: dict[str, StepOverhead] = {
+            d.name: d.dispatch for d in calibration.devices}
         self._fp = calibration.fingerprint()
+
+    def step_overhead(self, device: str) -> StepOverhead | None:
+        """The executor's measured per-step overhead on ``device`` (None: not a calibrated
+        device; ``n == 0``: the calibration did not measure it)."""
+        return self._dispatch.get(device)
+
+    def _with_dispatch(self, cost: Cost, devices: Sequence[str]) -> Cost:
+        """``cost`` plus one executor step on each of ``devices`` (calibrated ones) as
+        ``Term.LAUNCH``, the interval widened by the measured p10..p90."""
+        add = low = high = 0.0
+        notes: dict[str, float | str] = {}
+        for dev in devices:
+            d = self._dispatch.get(dev)
+            if d is None:
+                continue
+            if d.n == 0:
+                notes["dispatch"] = "dispatch not measured (calibration predates it): 0 s"
+                continue
+            add += d.median_s
+            low += d.p10_s
+            high += d.p90_s
+        if add > 0:
+            notes["dispatch_s"] = add
+            notes["dispatch"] = "executor per-step overhead, measured: " + ", ".join(
+                f"{dev} {self._dispatch[dev].median_s:.3g} s" for dev in devices
+                if dev in self._dispatch and self._dispatch[dev].n)
+        if not notes:
+            return cost
+        terms = dict(cost.terms)
+        if add > 0:
+            terms[Term.LAUNCH] = terms.get(Term.LAUNCH, 0.0) + add
+        rest = sum(v for k, v in terms.items() if k is not Term.LAUNCH)
+        b = Bottleneck.LAUNCH if add > 0 and terms[Term.LAUNCH] >= rest else cost.bottleneck
+        a = dict(cost.assumptions)
+        a.update(notes)
+        return Cost(tuple((k, v) for k, v in terms.items() if v), cost.low_s + low,
+                    cost.high_s + high, b, cost.source, tuple(sorted(a.items())),
+                    cost.memory_bytes, cost.buffer_bytes)
 
     def fingerprint(self) -> str:
         return self._fp
@@ -844,6 +918,14 @@ class CalibratedModel:
             return 0.0
 
     def op_cost(self, graph: Graph, op: Op, device: str, dtype: DType) -> Cost:
+        """The op's measured/fitted time plus, on a calibrated device, one executor step
+        (an op alone is one task)."""
+        cost = self._op_cost(graph, op, device, dtype)
+        if device in self._devices and op.kind is not OpKind.TASK:
+            cost = self._with_dispatch(cost, (device,))
+        return cost
+
+    def _op_cost(self, graph: Graph, op: Op, device: str, dtype: DType) -> Cost:
         dev = self.roofline._device(device, op.where())
         self.roofline._check_supported(dev, op, dtype)
         if device not in self._devices or op.kind is OpKind.TASK:
@@ -903,12 +985,13 @@ class CalibratedModel:
                     memory_bytes=int(feats.get("bytes", 0)), buffer_bytes=op.scratch_bytes)
 
     def region_cost(self, graph: Graph, ops: list[Op], device: str, dtype: DType) -> Cost:
-        """Local backends run a region op by op: the sum of its ops (no launch saved).
-        Devices without calibration use the roofline's fused region."""
+        """Local backends run a region op by op: the sum of its ops (no launch saved), plus
+        one executor step for the region (one task). Devices without calibration use the
+        roofline's fused region."""
         if device not in self._devices:
             return _note(self.roofline.region_cost(graph, ops, device, dtype), "calibration",
                          f"none for device {device!r}: roofline")
-        costs = [self.op_cost(graph, op, device, dtype) for op in ops]
+        costs = [self._op_cost(graph, op, device, dtype) for op in ops]
         if not costs:
             return Cost.zero()
         terms: dict[Term, float] = {}
@@ -920,17 +1003,23 @@ class CalibratedModel:
             Source.CALIBRATED if Source.CALIBRATED in sources else Source.PROFILED)
         total = sum(terms.values())
         worst = max(costs, key=lambda c: c.total_s)
-        return Cost(tuple((k, v) for k, v in terms.items() if v),
-                    min(sum(c.low_s for c in costs), total),
-                    max(sum(c.high_s for c in costs), total), worst.bottleneck, source,
-                    (("model", "sum of ops (local backends run a region op by op)"),
-                     ("ops", float(len(ops))), ("calibration", self._fp)),
-                    memory_bytes=sum(c.memory_bytes for c in costs),
-                    buffer_bytes=max(c.buffer_bytes for c in costs))
+        return self._with_dispatch(Cost(
+            tuple((k, v) for k, v in terms.items() if v),
+            min(sum(c.low_s for c in costs), total),
+            max(sum(c.high_s for c in costs), total), worst.bottleneck, source,
+            (("model", "sum of ops (local backends run a region op by op)"),
+             ("ops", float(len(ops))), ("calibration", self._fp)),
+            memory_bytes=sum(c.memory_bytes for c in costs),
+            buffer_bytes=max(c.buffer_bytes for c in costs)), (device,))
 
     def transfer_cost(self, tensor: Tensor, rep: Representation, src: str, dst: str) -> Cost:
-        """Transfers use the machine's links (measured by the probe for local machines)."""
-        return self.roofline.transfer_cost(tensor, rep, src, dst)
+        """Transfers use the machine's links (measured by the probe for local machines),
+        plus the executor's send step on ``src`` and receive step on ``dst`` (calibrated
+        devices). The hand-off of a request to the first worker is not modelled."""
+        cost = self.roofline.transfer_cost(tensor, rep, src, dst)
+        if src == dst:
+            return cost
+        return self._with_dispatch(cost, (src, dst))
 
     def conversion_cost(self, tensor: Tensor, src: Representation, dst: Representation,
                         device: str) -> Cost:
@@ -952,16 +1041,18 @@ class CalibratedModel:
             centre, low, high = est
             source, how = Source.CALIBRATED, "fit leave-one-out residual p10..p90"
         else:
-            return _note(base, "calibration", f"no measurement of {kind} on {device!r}: "
-                                              f"roofline")
+            return self._with_dispatch(
+                _note(base, "calibration", f"no measurement of {kind} on {device!r}: "
+                                           f"roofline"), (device,))
         launch = min(self._fits_overhead(fit), centre) if fit is not None else min(
             base.term(Term.LAUNCH), centre)
-        return Cost(((Term.CONVERSION, centre - launch), (Term.LAUNCH, launch)), low, high,
-                    Bottleneck.LAUNCH if launch > centre - launch else Bottleneck.MEMORY,
-                    source, (("model", source.value), ("interval", how),
-                             ("from", str(src)), ("to", str(dst)),
-                             ("calibration", self._fp)),
-                    memory_bytes=int(feats["bytes"]), buffer_bytes=out_bytes)
+        return self._with_dispatch(Cost(
+            ((Term.CONVERSION, centre - launch), (Term.LAUNCH, launch)), low, high,
+            Bottleneck.LAUNCH if launch > centre - launch else Bottleneck.MEMORY,
+            source, (("model", source.value), ("interval", how),
+                     ("from", str(src)), ("to", str(dst)),
+                     ("calibration", self._fp)),
+            memory_bytes=int(feats["bytes"]), buffer_bytes=out_bytes), (device,))
 
     @staticmethod
     def _fits_overhead(fit: Fit) -> float:

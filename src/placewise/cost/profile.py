@@ -28,6 +28,12 @@ How one measurement is made:
   worker thread whose core another process held. Flagged times are kept in the file but
   neither fitted nor used (the op gets its fitted time, and says so).
 
+- Each device's worker also measures the executor's per-step overhead
+  (``runtime.executor.measure_step_overhead``: the real ``_Worker._step`` of a no-op compute
+  step, wall minus kernel time, in rounds; ``DISPATCH_METHOD``) and the calibration keeps it
+  in ``DeviceRecord.dispatch`` (median of the quietest round, p10..p90): the calibrated
+  model adds it once per executed step.
+
 Progress is reported through ``progress(done, total, message)``; the library never prints.
 
 >>> s = summarize_samples([3e-6, 1e-6, 2e-6, 2e-6, 2e-6])
@@ -60,6 +66,7 @@ from placewise.cost.calibrated import (
     Calibration,
     Failure,
     Measurement,
+    StepOverhead,
     conversion_features,
     conversion_key,
     device_record,
@@ -84,6 +91,7 @@ __all__ = [
     "DEFAULT_MAX_TIME_S",
     "DEFAULT_MIN_REPEATS",
     "DEFAULT_TARGET_REL_CI",
+    "DISPATCH_METHOD",
     "ProfileJob",
     "flag_contention",
     "local_devices",
@@ -318,6 +326,7 @@ def _worker_main(conn: Connection, payload: dict[str, Any]) -> None:
 
         threads = opexec.pin_process(payload["cores"])
         conn.send({"event": "ready", "threads": threads})
+        conn.send({"event": "dispatch", **_dispatch_summary()})
         for index, item in enumerate(payload["sources"]):
             _worker_source(conn, index, item, payload["settings"], threads)
         conn.send({"event": "done"})
@@ -327,6 +336,29 @@ def _worker_main(conn: Connection, payload: dict[str, Any]) -> None:
                        "trace": traceback.format_exc()[-4000:]})
     finally:
         conn.close()
+
+
+#: rounds x steps of the executor's per-step overhead measurement (about 5 ms in all)
+_DISPATCH_ROUNDS = 4
+_DISPATCH_STEPS = 200
+DISPATCH_METHOD = ("executor _Worker._step of a no-op compute step, wall minus kernel time, "
+                   f"{_DISPATCH_ROUNDS} rounds x {_DISPATCH_STEPS} steps in the pinned "
+                   "profiling worker; median of the quietest round, p10..p90 of all; "
+                   "excludes the loop's waits and the request hand-off")
+
+
+def _dispatch_summary() -> dict[str, Any]:
+    """The executor's per-step overhead on this (pinned) process: ``summarize_rounds``."""
+    from placewise.runtime.executor import measure_step_overhead
+
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        rounds = [measure_step_overhead(_DISPATCH_STEPS) for _ in range(_DISPATCH_ROUNDS)]
+    finally:
+        if gc_was:
+            gc.enable()
+    return summarize_rounds(rounds)
 
 
 def _worker_source(conn: Connection, index: int, item: dict[str, Any],
@@ -564,6 +596,7 @@ def profile_models(items: Sequence[tuple[Graph, ModelSource]], machine: Machine,
                 "rounds": int(rounds)}
     total = sum((len(w.jobs) + sum(len(v) for v in w.conv.values())) * rounds for w in work)
     done = 0
+    dispatch: dict[str, dict[str, Any]] = {}
     if progress is not None:
         progress(0, total, f"profiling {sum(len(w.jobs) for w in work)} op measurements on "
                            f"{', '.join(d.name for d in devs)}")
@@ -586,6 +619,9 @@ def profile_models(items: Sequence[tuple[Graph, ModelSource]], machine: Machine,
                 ev = msg["event"]
                 if ev == "ready":
                     return
+                if ev == "dispatch":
+                    dispatch[dev.name] = msg
+                    return
                 w = work[msg["src"]]
                 if ev == "tick":
                     done += 1
@@ -604,6 +640,13 @@ def profile_models(items: Sequence[tuple[Graph, ModelSource]], machine: Machine,
         rec = device_record(dev)
         if DType.INT8 in dev.dtypes:
             rec = rec.model_copy(update={"dtype_kinds": {"int8": list(_INT8_KINDS_VALUES)}})
+        disp = dispatch.get(dev.name)
+        if disp is not None:
+            med = max(float(disp["median_s"]), 0.0)
+            rec = rec.model_copy(update={"dispatch": StepOverhead(
+                median_s=med, p10_s=min(float(disp["p10_s"]), med),
+                p90_s=max(float(disp["p90_s"]), med), n=int(disp["n"]),
+                method=DISPATCH_METHOD)})
         records.append(rec)
     for w in work:
         w.measurements = flag_contention(w.measurements, machine)
