@@ -215,3 +215,37 @@ def test_local_search_improves_on_a_bad_start(exact_max: int) -> None:
                        check_every=20)
     assert out.key < start_key and out.proposed > 0
     assert tr.evaluate(sp.placement(out.choice))[0] == out.key
+
+
+def test_weight_guard_tracks_resident_weights_and_rejects_overflows() -> None:
+    m = machine([device("cpu", capacity=1 << 30),
+                 device("gpu", kind="gpu", dtypes={"fp32": 1e11, "fp16": 2e11},
+                        capacity=30_000)],
+                [link("l", "cpu", "gpu")])
+    x = Tensor("x", (10,), DType.FP32, role=Role.INPUT)
+    w = Tensor("w", (5000,), DType.FP32, role=Role.PARAM)  # 20 KB fp32, 10 KB fp16
+    hs = [Tensor(f"h{i}", (10,), DType.FP32) for i in range(2)]
+    y = Tensor("y", (10,), DType.FP32, role=Role.OUTPUT)
+    w2 = Tensor("w2", (5000,), DType.FP32, role=Role.PARAM)
+    ops = [Op("a", OpKind.ADD, ("x", "w"), ("h0",)), Op("b", OpKind.ADD, ("h0", "w"), ("h1",)),
+           Op("c", OpKind.ADD, ("h1", "w2"), ("y",))]
+    g = Graph.build("g", [x, w, w2, *hs, y], ops)
+    sp = SearchSpace(Problem(g, None, m, ToyCostModel(m)))
+    model = Model(sp)
+    from placewise.search.local import WeightGuard
+
+    def k(i: int, dev: str, dt: DType) -> int:
+        return next(j for j, a in enumerate(sp.cands[i]) if a.device == dev and a.dtype is dt)
+
+    cpu = [k(i, "cpu", DType.FP32) for i in range(3)]
+    guard = WeightGuard(model, cpu)
+    # a and b share w on the gpu in fp32: counted once (20 KB) -> fits
+    assert guard.apply(cpu, {0: k(0, "gpu", DType.FP32), 1: k(1, "gpu", DType.FP32)})
+    both = [k(0, "gpu", DType.FP32), k(1, "gpu", DType.FP32), cpu[2]]
+    # adding w2 in fp32 (another 20 KB) overflows 30 KB; in fp16 (10 KB) it fits exactly
+    assert not guard.apply(both, {2: k(2, "gpu", DType.FP32)})
+    guard.undo(both, {2: k(2, "gpu", DType.FP32)})
+    assert guard.apply(both, {2: k(2, "gpu", DType.FP16)})
+    guard.undo(both, {2: k(2, "gpu", DType.FP16)})
+    guard.undo(cpu, {0: both[0], 1: both[1]})
+    assert guard.used == WeightGuard(model, cpu).used

@@ -37,7 +37,14 @@ from placewise.search.exhaustive import ExhaustiveOutcome, exhaustive_search
 from placewise.search.heft import heft_choice
 from placewise.search.local import local_search
 from placewise.search.result import RankKey, Tracker
-from placewise.search.space import COST_QUERY_S, MOVE_VERTEX_S, Budget, Model, SearchSpace
+from placewise.search.space import (
+    COST_QUERY_S,
+    DP_STATE_S,
+    HEFT_UNIT_S,
+    Budget,
+    Model,
+    SearchSpace,
+)
 
 __all__ = ["CPSAT_AUTO_MAX", "DP_CHAIN_MAX", "DP_MAX", "EXHAUSTIVE_MAX", "Context", "auto"]
 
@@ -121,7 +128,7 @@ class Context:
         sp = self.space
         choice = heft_choice(self.model, throughput=self.throughput)
         work = sum(len(c) for c in sp.cands) + len(self.model.edges.src)
-        self.budget.charge(3 * MOVE_VERTEX_S * work)
+        self.budget.charge(HEFT_UNIT_S * work)
         self.charge_queries()
         self.tracker.estimates += work
         self.score("heft", choice)
@@ -130,7 +137,7 @@ class Context:
     def dp(self) -> tuple[int, ...]:
         out = dp_search(self.model, throughput=self.throughput)
         self.tracker.estimates += out.states
-        self.budget.charge(MOVE_VERTEX_S * out.states / 4)
+        self.budget.charge(DP_STATE_S * out.states)
         for n in out.notes:
             self.tracker.note(n)
         if not self.throughput and out.exact:

@@ -188,9 +188,10 @@ class Estimator:
         seen = set(heap)
         fin, endt = self.fin, self.endt
         touched = 0
+        e_in = ed.e_in
         while heap:
             i = heapq.heappop(heap)
-            touched += 1
+            touched += 1 + len(e_in[i])  # the vertex and the edges its finish reads
             old_f, old_e = fin[i], endt[i]
             changed = self._finish(i)
             if changed or endt[i] != old_e:
@@ -255,16 +256,16 @@ class WeightGuard:
         self.cap: list[int] = []
         groups: dict[tuple[str, int], int] = {}
         for di, d in enumerate(p.machine.devices):
-            t = d.main_memory
-            if t.shared_with is not None:
-                key = (t.shared_with, t.capacity_bytes)
+            tier = d.main_memory
+            if tier.shared_with is not None:
+                key = (tier.shared_with, tier.capacity_bytes)
                 if key not in groups:
                     groups[key] = len(self.cap)
-                    self.cap.append(t.capacity_bytes)
+                    self.cap.append(tier.capacity_bytes)
                 pool_of[di] = groups[key]
             else:
                 pool_of[di] = len(self.cap)
-                self.cap.append(t.capacity_bytes)
+                self.cap.append(tier.capacity_bytes)
         self.pool_of = pool_of
         # per vertex and candidate: ((param, device, held bits) key, bytes) of its weights
         self.items: list[list[tuple[tuple[tuple[str, int, int], int], ...]]] = []
@@ -302,22 +303,18 @@ class WeightGuard:
                 else:
                     self.refs[key] = n - 1
 
-    def fits(self, choice: Sequence[int], moves: dict[int, int]) -> bool:
-        """Whether the weights still fit after ``moves``; applies them if so."""
+    def apply(self, choice: Sequence[int], moves: dict[int, int]) -> bool:
+        """Apply ``moves`` to the placement ``choice`` (as it is before them); whether the
+        weights then fit every pool."""
         if not self.active:
             return True
         for v, k in moves.items():
             self._add(v, choice[v], -1)
             self._add(v, k, +1)
-        if all(u <= c for u, c in zip(self.used, self.cap, strict=True)):
-            return True
-        for v, k in moves.items():
-            self._add(v, k, -1)
-            self._add(v, choice[v], +1)
-        return False
+        return all(u <= c for u, c in zip(self.used, self.cap, strict=True))
 
     def undo(self, choice: Sequence[int], moves: dict[int, int]) -> None:
-        """Take back ``moves`` (applied by ``fits``) given the choice before them."""
+        """Take back ``moves`` (applied by ``apply``) given the choice before them."""
         if not self.active:
             return
         for v, k in moves.items():
@@ -484,7 +481,8 @@ def local_search(model: Model, tracker: Tracker,
                 break
             continue
         proposed += 1
-        if cur_key[0] == 0 and not guard.fits(cur, mv):
+        if not guard.apply(cur, mv) and cur_key[0] == 0:
+            guard.undo(cur, mv)
             rejected_memory += 1
             since_best += 1
             budget.charge(MOVE_BASE_S)
@@ -514,7 +512,8 @@ def local_search(model: Model, tracker: Tracker,
             before = {v: est.choice[v] for v in mv}
             val, undo = est.apply(mv)
             tracker.estimates += 1
-            budget.charge(MOVE_BASE_S + 1e-8 * sp.n + MOVE_VERTEX_S * (est.touched - last_touched))
+            budget.charge(MOVE_BASE_S + 1e-8 * sp.n
+                          + MOVE_VERTEX_S * (est.touched - last_touched))
             last_touched = est.touched
             w = (val - est_val) / est_val if est_val > 0 else (0.0 if val <= est_val else 1.0)
             if w <= 0.0 or rng.random() < math.exp(-w / temp):
@@ -560,6 +559,7 @@ def local_search(model: Model, tracker: Tracker,
                 assert est is not None
                 est.reset(cur)
                 est_val = est.value()
+                budget.charge(MOVE_VERTEX_S * (est.touched - last_touched))
                 last_touched = est.touched
                 cur = est.choice
     if est is not None and tuple(est.choice) != best:

@@ -66,9 +66,11 @@ PRUNE_REASONS = ("kind", "dtype", "cost model", "memory", "screened")
 # they need not be accurate, only deterministic and roughly proportional)
 COST_QUERY_S = 6e-5  # one cost-model answer (op x device x dtype)
 EVAL_BASE_S = 4e-4  # one full scheduler evaluation, fixed part
-EVAL_VERTEX_S = 6e-5  # one full scheduler evaluation, per vertex
-MOVE_VERTEX_S = 8e-6  # one incremental estimate, per vertex touched (CPU, with revert)
+EVAL_VERTEX_S = 2.5e-5  # one full scheduler evaluation, per vertex (12-30 us measured)
+MOVE_VERTEX_S = 2.5e-6  # one incremental estimate, per vertex or edge read (with revert)
 MOVE_BASE_S = 2e-5  # one incremental estimate, fixed part
+HEFT_UNIT_S = 2.4e-5  # HEFT, per candidate and per edge (crossings charged as queries)
+DP_STATE_S = 2e-6  # one DP table entry
 
 
 class Budget:
