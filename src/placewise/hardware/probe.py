@@ -63,9 +63,11 @@ from placewise.hardware.spec import Machine, load_machine
 
 __all__ = [
     "PROBE_SOURCE_PREFIX",
+    "cpu_model",
     "host_fingerprint",
     "load_local",
     "local_cache_path",
+    "package_version",
     "probe",
 ]
 
@@ -85,7 +87,8 @@ def _usable_cores() -> list[int]:
     return list(range(os.cpu_count() or 1))
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU model name from /proc/cpuinfo (or platform), for tags."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
@@ -98,7 +101,8 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown cpu"
 
 
-def _version(dist: str) -> str:
+def package_version(dist: str) -> str:
+    """An installed distribution's version, or "absent"."""
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
@@ -138,7 +142,7 @@ def host_fingerprint() -> str:
     >>> len(host_fingerprint())
     16
     """
-    key = f"{_cpu_model()}|{len(_usable_cores())}|torch {_version('torch')}"
+    key = f"{cpu_model()}|{len(_usable_cores())}|torch {package_version('torch')}"
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
@@ -679,11 +683,11 @@ def probe(*, progress: Progress | None = None, quick: bool = False) -> Machine:
                  f"pipe handshake")
     lat, link_bw = _link_fit(r_link["results"], link_what)
 
-    versions = {d: _version(d) for d in ("torch", "onnxruntime", "numpy")}
-    cpu_model = _cpu_model()
+    versions = {d: package_version(d) for d in ("torch", "onnxruntime", "numpy")}
+    cpu_name = cpu_model()
     dram = _dram_bytes()
     tags = {
-        "cpu_model": cpu_model,
+        "cpu_model": cpu_name,
         "cores": ",".join(map(str, [c0, c1] if dual else [c0])),
         "usable_cores": str(len(usable)),
         "logical_cpus": str(os.cpu_count() or 0),
@@ -709,13 +713,13 @@ def probe(*, progress: Progress | None = None, quick: bool = False) -> Machine:
 
     cpu1_backend = r_int8.get("backend", "onnxruntime")
     devices: list[dict[str, Any]] = [
-        {"name": "cpu0", "kind": "cpu", "model": f"{cpu_model}, core {c0}, torch fp32",
+        {"name": "cpu0", "kind": "cpu", "model": f"{cpu_name}, core {c0}, torch fp32",
          "peak_flops_per_s": {"fp32": peak0.value}, "peak_source": peak0.source(date),
          "memory": [tier(bw0)], "launch_overhead_s": disp0.value,
          "launch_source": disp0.source(date), "compute_units": 1, "lanes": 1,
          "resources": ["dram-mc"], "cores": [c0], "backend": "torch"},
         {"name": "cpu1", "kind": "cpu",
-         "model": f"{cpu_model}, core {c1}, {cpu1_backend} int8/fp32",
+         "model": f"{cpu_name}, core {c1}, {cpu1_backend} int8/fp32",
          "peak_flops_per_s": {"int8": int8_1.value, "fp32": fp32_1.value},
          "peak_source": f"int8: {int8_1.source(date)}; fp32: {fp32_1.source(date)}",
          "memory": [tier(bw1)], "launch_overhead_s": disp1.value,
@@ -726,7 +730,7 @@ def probe(*, progress: Progress | None = None, quick: bool = False) -> Machine:
         peak01 = _best_rate(r_mm01, f"cores {c0},{c1}, 2 threads:")
         disp01 = _per_call(r_d01, f"cores {c0},{c1}:")
         devices.append(
-            {"name": "cpu01", "kind": "cpu", "model": f"{cpu_model}, cores {c0},{c1}, "
+            {"name": "cpu01", "kind": "cpu", "model": f"{cpu_name}, cores {c0},{c1}, "
                                                       f"torch fp32, 2 threads",
              "peak_flops_per_s": {"fp32": peak01.value}, "peak_source": peak01.source(date),
              "memory": [tier(both)], "launch_overhead_s": disp01.value,
@@ -747,7 +751,7 @@ def probe(*, progress: Progress | None = None, quick: bool = False) -> Machine:
                 "source": f"bandwidth: {link_bw.source(date)}; latency: {lat.source(date)}"})
     kinds = f"fp32 torch on core {c0}, int8/fp32 {cpu1_backend} on core {c1}"
     description = (
-        f"This machine ({cpu_model}, {len(usable)} usable cores) as placewise worker devices: "
+        f"This machine ({cpu_name}, {len(usable)} usable cores) as placewise worker devices: "
         f"{kinds}" + (f", fp32 torch on cores {c0},{c1} with 2 threads" if dual else
                       "; only one usable core, so cpu0 and cpu1 share it and cpu01 is absent")
         + ". Every device's dram tier is the same physical memory (capacity shared, not "

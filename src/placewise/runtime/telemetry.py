@@ -49,8 +49,10 @@ import os
 import platform
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import metadata
 from typing import Any
+
+from placewise.hardware.probe import cpu_model as _cpu_model
+from placewise.hardware.probe import package_version as _version
 
 __all__ = [
     "DeviceRecord",
@@ -325,26 +327,6 @@ def memory_timeline(tasks: Iterable[TaskRecord], device: str) -> list[tuple[int,
             pts.append((t.end_ns, t.live_bytes))
     pts.sort()
     return pts
-
-
-def _version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "absent"
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.lower().startswith(("model name", "hardware", "cpu model")):
-                    _, _, value = line.partition(":")
-                    if value.strip():
-                        return value.strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown cpu"
 
 
 def collect_tags(devices: Sequence[tuple[str, Sequence[int], int, str]] = ()) -> dict[str, str]:
