@@ -549,7 +549,7 @@ def demo(
     out.rule("4. measure this model's ops on this machine's devices")
     cal_file = folder / "calibration.json"
     out.print(f"$ placewise profile {model} --hw local --out {cal_file}")
-    source = load_source(model)
+    source = load_source(model, with_graph=False)  # the graph is loaded above
     with _progress("profiling") as cb:
         cal = profile_model(graph, source, local, max_time_s=0.5,
                             progress=lambda d, t, msg: cb(msg, d / max(t, 1)))

@@ -284,6 +284,11 @@ def test_external_data_escaping_the_folder_is_refused(tmp_path: Path, location: 
     with pytest.raises(ModelFormatError, match="initializer 'W'") as e:
         load_onnx(path)
     assert "absolute" in e.value.problem or "escapes" in e.value.problem
+    # the executable-source loader (profile, validate) applies the same check
+    from placewise.runtime.opexec import load_source
+
+    with pytest.raises(ModelFormatError, match="initializer 'W'"):
+        load_source(path, with_graph=False)
 
 
 def test_external_data_symlink_out_of_the_folder_is_refused(tmp_path: Path) -> None:

@@ -197,6 +197,11 @@ def test_pt2_with_pickled_payload_is_refused(tmp_path: Path) -> None:
             dst.writestr(info, data)
     with pytest.raises(ModelFormatError, match="pickled"):
         load_pt2(forged)
+    # the executable-source loader (profile, validate) applies the same check
+    from placewise.runtime.opexec import load_source
+
+    with pytest.raises(ModelFormatError, match="pickled"):
+        load_source(str(forged), with_graph=False)
     # sample inputs that need full unpickling are refused before torch.export.load runs
     forged2 = tmp_path / "forged2.pt2"
     buf = io.BytesIO()

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     import numpy as np
     from onnx import GraphProto, ModelProto, NodeProto, TensorProto, TypeProto
 
-__all__ = ["MIN_OPSET", "load_onnx", "onnx_dtype"]
+__all__ = ["MIN_OPSET", "load_onnx", "onnx_dtype", "read_onnx"]
 
 MIN_OPSET = 13
 # external tensors up to this size are read in (shape inference may need their values);
@@ -717,6 +717,18 @@ def _module_path(node: NodeProto) -> str:
 # ---- the importer ---------------------------------------------------------------------------
 
 
+def read_onnx(path: str | os.PathLike[str]) -> ModelProto:
+    """The ONNX model at ``path`` with its external data, safely: unreadable, truncated or
+    invalid files, opsets older than ``MIN_OPSET`` and external-data references that escape
+    the model's folder are refused with ``ModelFormatError``. Every reader of ``.onnx``
+    files goes through here."""
+    file = os.fspath(path)
+    model = _read_model(file)
+    _default_opset(model, file)  # refuses opsets older than MIN_OPSET
+    _resolve_external(model, file)
+    return model
+
+
 def load_onnx(path: str | os.PathLike[str], *,
               shapes: Mapping[str, Sequence[int]] | None = None,
               batch: int | None = None) -> Graph:
@@ -734,9 +746,7 @@ def load_onnx(path: str | os.PathLike[str], *,
     import onnx
 
     file = os.fspath(path)
-    model = _read_model(file)
-    _default_opset(model, file)  # refuses opsets older than MIN_OPSET
-    _resolve_external(model, file)
+    model = read_onnx(file)
     env = _bind_inputs(model, file, shapes, batch)
     inference_problem = ""
     try:

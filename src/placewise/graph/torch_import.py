@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from torch.export import ExportedProgram
     from torch.fx import Node
 
-__all__ = ["import_module", "load_exported", "load_pt2", "torch_dtype"]
+__all__ = ["import_module", "load_exported", "load_pt2", "read_pt2", "torch_dtype"]
 
 
 # ---- dtypes and dims -------------------------------------------------------------------------
@@ -754,12 +754,12 @@ def _check_archive(path: str) -> None:
                         place=sample) from None
 
 
-def load_pt2(path: str | os.PathLike[str]) -> Graph:
-    """Load a ``.pt2`` file saved by ``torch.export.save`` and convert it.
+def read_pt2(path: str | os.PathLike[str]) -> Any:
+    """The ``torch.export.ExportedProgram`` saved at ``path``, safely.
 
     The archive is checked first: a file that is not a PT2 archive, is truncated, or would
     need unpickling arbitrary objects is refused with ``ModelFormatError``, as is any failure
-    inside ``torch.export.load``.
+    inside ``torch.export.load``. Every reader of ``.pt2`` files goes through here.
     """
     import torch
 
@@ -772,12 +772,19 @@ def load_pt2(path: str | os.PathLike[str]) -> Graph:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            ep = torch.export.load(file)
+            return torch.export.load(file)
     except ModelFormatError:
         raise
     except Exception as e:
         raise ModelFormatError(f"torch.export.load failed: {type(e).__name__}: "
                                f"{_short(str(e))}", file=file) from None
+
+
+def load_pt2(path: str | os.PathLike[str]) -> Graph:
+    """Load a ``.pt2`` file saved by ``torch.export.save`` (checked by ``read_pt2``) and
+    convert it."""
+    file = os.fspath(path)
+    ep = read_pt2(file)
     stem = os.path.splitext(os.path.basename(file))[0]
     return load_exported(ep, name=stem, file=file)
 

@@ -55,7 +55,7 @@ import numpy as np
 import torch
 
 from placewise.cost.model import Representation
-from placewise.errors import InputError, ModelFormatError, UnsupportedError
+from placewise.errors import InputError, UnsupportedError
 from placewise.graph.ir import Graph, Op, OpKind
 from placewise.units import DType, Layout
 
@@ -134,25 +134,16 @@ def load_source(ref: str | os.PathLike[str], *, shapes: Mapping[str, Sequence[in
     path = Path(text)
     suffix = path.suffix.lower()
     if suffix == ".onnx":
-        import onnx
+        from placewise.graph.onnx_import import read_onnx
 
-        if not path.is_file():
-            raise ModelFormatError("no such file", file=text)
-        try:
-            model = onnx.load(text)
-        except Exception as exc:  # onnx raises DecodeError, OSError, ...
-            raise ModelFormatError(f"cannot read ONNX model: {exc}", file=text) from None
+        model = read_onnx(text)
         graph = _load_graph(text, shapes, batch) if with_graph else None
         return ModelSource(text, SourceFormat.ONNX, graph, path, onnx_model=model,
                            shapes=shp, batch=batch)
     if suffix == ".pt2":
-        if not path.is_file():
-            raise ModelFormatError("no such file", file=text)
-        try:
-            ep = torch.export.load(text)
-        except Exception as exc:
-            raise ModelFormatError(f"cannot read torch.export program: {exc}",
-                                   file=text) from None
+        from placewise.graph.torch_import import read_pt2
+
+        ep = read_pt2(text)
         graph = _load_graph(text, shapes, batch) if with_graph else None
         return ModelSource(text, SourceFormat.TORCH_EXPORT, graph, path,
                            exported_program=ep, shapes=shp, batch=batch)
