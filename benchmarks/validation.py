@@ -44,7 +44,7 @@ def _now() -> str:
 
 
 def _calibrations(name: str, batches: list[int], machine: Any, cache: Path,
-                  max_time_s: float, log: Any) -> dict[int, Any]:
+                  max_time_s: float, log: Any, context: bool = True) -> dict[int, Any]:
     from placewise.cost.calibrated import Calibration, load_calibration
     from placewise.cost.profile import profile_models
     from placewise.runtime.opexec import load_source
@@ -67,6 +67,20 @@ def _calibrations(name: str, batches: list[int], machine: Any, cache: Path,
         for (b, path, _), cal in zip(todo, cals, strict=True):
             cal.save(path)
             out[b] = cal
+    if not context:
+        return out
+    from placewise.cost.context import profile_in_context
+
+    for b in batches:
+        path = cache / f"ctx-{name}-b{b}-{machine.fingerprint()[7:19]}.json"
+        if path.is_file():
+            out[b] = load_calibration(path)
+            continue
+        src = load_source(f"zoo:{name}", batch=b)
+        t0 = time.perf_counter()
+        out[b] = profile_in_context(src.graph, src, machine, out[b], requests=20)
+        log(f"  {name} b{b} in model order: {time.perf_counter() - t0:.0f} s")
+        out[b].save(path)
     return out
 
 
@@ -213,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "placewise",
         "bench-calibrations"))
     p.add_argument("--out", default="benchmarks/results/validation.json")
+    p.add_argument("--no-context", action="store_true",
+                   help="op-by-op calibration only (no model-order run)")
     args = p.parse_args(argv)
 
     from placewise.hardware.probe import load_local
@@ -234,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     for name in models:
-        cals = _calibrations(name, batches, machine, cache, args.profile_max_time_s, log)
+        cals = _calibrations(name, batches, machine, cache, args.profile_max_time_s, log,
+                             context=not args.no_context)
         for b in batches:
             try:
                 plans = _plans(name, b, machine, cals[b], args.time_limit)
@@ -246,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
             baseline_done = False
             for kind, plan in plans:
                 log(f"{name} b{b} {kind} ({plan.strategy}): predicted "
-                    f"{plan.makespan_s * 1e6:.0f} us")
+                    f"{plan.predicted_latency_s * 1e6:.0f} us")
                 try:
                     rep = validate_plan(plan, machine=machine, requests=args.requests,
                                         stream_s=args.stream_s, baseline=not baseline_done,

@@ -297,9 +297,17 @@ def profile(
     batch: Annotated[int | None, typer.Option(help="Bind the batch dimension")] = None,
     device: Annotated[list[str] | None, typer.Option("--device", help="Only these devices")] = None,
     max_time: Annotated[float, typer.Option(help="Time cap per op and device (s)")] = 2.0,
+    context: Annotated[bool, typer.Option(
+        "--context/--no-context",
+        help="Also run the model with the executor on each device and time every region "
+             "in model order (what plans use first)")] = True,
+    context_requests: Annotated[int, typer.Option(
+        help="Requests per device in the model-order run")] = 20,
     as_json: JsonOpt = False,
 ) -> None:
-    """Measure every distinct op of MODEL at its real shape on this machine's devices."""
+    """Measure every distinct op of MODEL at its real shape on this machine's devices, then
+    (by default) every region as the executor runs the whole model on each device."""
+    from placewise.cost.context import profile_in_context
     from placewise.cost.profile import profile_model
     from placewise.runtime.opexec import load_source
 
@@ -312,9 +320,17 @@ def profile(
     graph = source.graph
     if graph is None:
         raise InputError("the model has no graph to profile", file=model)
+    if context_requests < 1:
+        raise InputError(f"context-requests must be >= 1, got {context_requests}",
+                         place="--context-requests")
     with _progress("profiling") as cb:
         cal = profile_model(graph, source, machine, devices=device, max_time_s=max_time,
                             progress=lambda done, total, msg: cb(msg, done / max(total, 1)))
+    if context:
+        with _progress("in model order") as cb:
+            cal = profile_in_context(
+                graph, source, machine, cal, devices=device, requests=context_requests,
+                progress=lambda done, total, msg: cb(msg, done / max(total, 1)))
     data = cal.to_json()
     if out_file is not None:
         from placewise.io import atomic_write_json
@@ -322,6 +338,7 @@ def profile(
         atomic_write_json(out_file, data)
     if as_json:
         _print_json({"measurements": len(cal.measurements), "fits": len(cal.fits),
+                     "context_measurements": len(cal.context),
                      "failures": [f.model_dump(mode="json") for f in cal.failures],
                      "out": str(out_file) if out_file else None})
         return
@@ -331,8 +348,23 @@ def profile(
                                                      "p90 us", "n"], rows[:60]))
     if len(rows) > 60:
         out.print(f"... and {len(rows) - 60} more measurements")
-    out.print(f"{len(cal.measurements)} measurements, {len(cal.fits)} fits, "
-              f"{len(cal.failures)} failures" + (f"; wrote {out_file}" if out_file else ""))
+    if cal.context:
+        rows = [[c.device, f"{c.kind} {c.label}"[:40], c.dtype, f"{c.median_s * 1e6:.1f}",
+                 f"{c.kernel_s * 1e6:.1f}", f"{c.overhead_s * 1e6:.1f}", c.n]
+                for c in cal.context]
+        out.print(_table("in model order (executor)", ["device", "region", "dtype",
+                                                       "median us", "kernels us",
+                                                       "executor us", "n"], rows[:60]))
+        if len(rows) > 60:
+            out.print(f"... and {len(rows) - 60} more")
+        for d in cal.devices:
+            if d.request.n:
+                out.print(f"request hand-off on {d.name}: {d.request.median_s * 1e6:.1f} us "
+                          f"(p10 {d.request.p10_s * 1e6:.1f}, p90 {d.request.p90_s * 1e6:.1f}, "
+                          f"n={d.request.n})")
+    out.print(f"{len(cal.measurements)} measurements, {len(cal.context)} in model order, "
+              f"{len(cal.fits)} fits, {len(cal.failures)} failures"
+              + (f"; wrote {out_file}" if out_file else ""))
 
 
 # ---- plan ----------------------------------------------------------------------------------
@@ -385,6 +417,7 @@ def plan(
     summary = {
         "out": str(out_file),
         "strategy": result.strategy,
+        "latency_s": p.predicted_latency_s,
         "chosen": result.chosen,
         "objective": result.objective.value,
         "makespan_s": result.makespan_s,
@@ -511,6 +544,7 @@ def demo(
     preset and on this machine, explain, validate, and predicted vs measured."""
     import tempfile
 
+    from placewise.cost.context import profile_in_context
     from placewise.cost.load import load_cost_model
     from placewise.cost.profile import profile_model
     from placewise.explain import explain as explain_plan
@@ -553,8 +587,12 @@ def demo(
     with _progress("profiling") as cb:
         cal = profile_model(graph, source, local, max_time_s=0.5,
                             progress=lambda d, t, msg: cb(msg, d / max(t, 1)))
+    with _progress("in model order") as cb:
+        cal = profile_in_context(graph, source, local, cal,
+                                 progress=lambda d, t, msg: cb(msg, d / max(t, 1)))
     atomic_write_json(cal_file, cal.to_json())
-    out.print(f"{len(cal.measurements)} measurements on {len(local.devices)} devices, "
+    out.print(f"{len(cal.measurements)} op measurements on {len(local.devices)} devices, "
+              f"{len(cal.context)} regions timed in model order by the executor, "
               f"{len(cal.fits)} fitted models, {len(cal.failures)} failures")
 
     out.rule("5. plan for this machine with the measured costs")

@@ -16,6 +16,10 @@ A ``Plan`` is everything the scheduler said about one placement, written down so
 - ``makespan_s``, ``exact`` (False: the makespan is a lower bound of the model's, and
   ``notes`` says why), ``throughput_rps``, ``bottleneck_resource``, ``lower_bound_s`` with
   its parts (``bounds``);
+- ``request`` (when the cost model measured it: ``CalibratedModel.request_cost``): a
+  request's hand-off between the client and the host's worker, outside the schedule, with
+  its terms and interval; ``latency_s`` = ``makespan_s`` + that hand-off, what one request
+  is predicted to take end to end (``predicted_latency_s`` falls back to the makespan);
 - ``memory``: device -> tier -> peak, capacity, breakdown at the peak, the largest occupants
   and a timeline decimated to at most ``MAX_TIMELINE_POINTS`` points (an upper envelope:
   each kept point holds the highest level of the points it replaces, so the peak survives);
@@ -321,6 +325,22 @@ class ThroughputRecord(_Record):
     occupancy_s: tuple[tuple[str, float], ...]
 
 
+class RequestRecord(_Record):
+    """A request's hand-off between the client and the workers, outside the schedule: the
+    client writes the graph's inputs to ``device`` (the host) and reads its outputs back
+    there. ``latency_s`` (interval ``low_s``..``high_s``) adds to the makespan; ``busy_s`` is
+    the host's own time per request in it (its input and output steps)."""
+
+    device: str
+    latency_s: float
+    low_s: float
+    high_s: float
+    busy_s: float = 0.0
+    terms_s: dict[Term, float] = {}
+    source: Source
+    assumptions: dict[str, float | str] = {}
+
+
 class Breakdown(_Record):
     weights: int = 0
     activations: int = 0
@@ -517,6 +537,8 @@ class Plan(_Record):
     graph_outputs: tuple[str, ...]
     schedule: ScheduleRecord
     makespan_s: float
+    latency_s: float | None = None
+    request: RequestRecord | None = None
     exact: bool
     notes: tuple[str, ...] = ()
     throughput_rps: float | None = None
@@ -528,6 +550,12 @@ class Plan(_Record):
     memory: MemoryRecord
     crossings: tuple[CrossingRecord, ...] = ()
     search: SearchRecord | None = None
+
+    @property
+    def predicted_latency_s(self) -> float:
+        """One request end to end: ``latency_s`` when the request hand-off was measured,
+        else the makespan."""
+        return self.latency_s if self.latency_s is not None else self.makespan_s
 
     # -- lookups --
     def assignment(self, vertex: str) -> Assignment:
@@ -673,6 +701,21 @@ def _task_json(t: Task) -> dict[str, Any]:
         "assumptions": dict(c.assumptions), "memory_bytes": c.memory_bytes,
         "buffer_bytes": c.buffer_bytes, "cores": list(t.cores) if t.cores else None,
     }
+
+
+def _request_json(problem: Problem, makespan_s: float) -> dict[str, Any]:
+    """``request`` and ``latency_s`` when the cost model knows the request hand-off."""
+    fn = getattr(problem.cost_model, "request_cost", None)
+    cost = fn(problem.host) if fn is not None else None
+    if cost is None:
+        return {}
+    busy = dict(cost.assumptions).get("busy_s")
+    return {"request": {"device": problem.host, "latency_s": cost.total_s,
+                        "low_s": cost.low_s, "high_s": cost.high_s,
+                        "busy_s": float(busy) if isinstance(busy, (int, float)) else 0.0,
+                        "terms_s": {k.value: v for k, v in cost.terms},
+                        "source": cost.source.value, "assumptions": dict(cost.assumptions)},
+            "latency_s": makespan_s + cost.total_s}
 
 
 def _bound_json(b: LowerBound) -> dict[str, Any]:
@@ -1008,6 +1051,7 @@ def build_plan(problem: Problem, result: SearchLike | Evaluation, *, model_ref: 
             "critical_path": [t.name for t in s.critical_path()],
         },
         "makespan_s": s.makespan_s,
+        **_request_json(problem, s.makespan_s),
         "exact": s.exact,
         "notes": list(s.notes),
         "throughput_rps": _finite(ev.throughput_rps),

@@ -76,6 +76,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from placewise.cost.model import Term
 from placewise.errors import InputError, PlacewiseError, UnsupportedError
 from placewise.graph.ir import Graph, OpKind
 from placewise.hardware.spec import Machine
@@ -502,27 +503,6 @@ class ValidationReport:
 # ---- inputs and references -----------------------------------------------------------------
 
 
-def _request_inputs(source: ModelSource, graph: Graph, n: int, seed: int
-                    ) -> list[list[np.ndarray[Any, Any]]]:
-    from placewise.runtime.opexec import FxProgram, OnnxProgram, SourceFormat
-
-    out: list[list[np.ndarray[Any, Any]]] = []
-    if source.format is SourceFormat.TORCH_EXPORT:
-        prog = FxProgram(source.exported_program)
-        shapes = {t: graph.tensor(t).concrete_shape for t in graph.inputs}
-        if list(prog.user_inputs) != list(graph.inputs):
-            shapes = {}
-        for k in range(n):
-            xs = prog.example_inputs(seed + k, shapes=shapes or None)
-            out.append([x.detach().numpy().copy() for x in xs])
-    else:
-        oprog = OnnxProgram(source.onnx_model)
-        for k in range(n):
-            feeds = oprog.example_inputs(graph, seed + k)
-            out.append([np.asarray(feeds[t]) for t in graph.inputs])
-    return out
-
-
 def _reference_outputs(source: ModelSource, graph: Graph,
                        requests: Sequence[Sequence[np.ndarray[Any, Any]]]
                        ) -> list[list[np.ndarray[Any, Any]]]:
@@ -855,16 +835,25 @@ def _solo_index(program: ExecProgram, solo: Sequence[SoloRecord]
     return {(s.task, s.device): s for s in solo}
 
 
-def _pred_parts(trec: Any) -> tuple[float, float]:
-    """(total, contention) seconds of a plan task."""
+def _pred_parts(trec: Any) -> tuple[float, float, float, float]:
+    """(total, contention, launch, hidden-conversion) seconds of a plan task: the launch
+    term is the executor's dispatch (compared with the measured time around kernels), the
+    conversion term of a compute task is conversion inside its step (int8 kernels)."""
     total = float(trec.end_s - trec.start_s)
     cont = float(trec.contention_s)
-    return total, cont
+    terms = getattr(trec, "terms_s", {}) or {}
+    launch = float(terms.get(Term.LAUNCH, 0.0))
+    kind = getattr(trec, "kind", "")
+    conv = float(terms.get(Term.CONVERSION, 0.0)) if getattr(kind, "value", kind) == \
+        "compute" else 0.0
+    return total, cont, launch, conv
 
 
-def _split_step(st: _Step, solo: SoloRecord | None, pred_total: float, pred_cont: float,
-                counted: bool) -> dict[str, float]:
-    """The measured-minus-predicted seconds of one step, by term (excluding its gap)."""
+def _split_step(st: _Step, solo: SoloRecord | None,
+                pred: tuple[float, float, float, float], counted: bool) -> dict[str, float]:
+    """The measured-minus-predicted seconds of one step, by term (excluding its gap): each
+    measured part against the plan's own term for it."""
+    pred_total, pred_cont, pred_launch, pred_conv = pred
     d = _terms0()
     dur = (st.end - st.start) / 1e9
     k = st.kernel / 1e9
@@ -872,19 +861,20 @@ def _split_step(st: _Step, solo: SoloRecord | None, pred_total: float, pred_cont
     extra = st.extra / 1e9
     sk = solo.kernel_s if solo is not None else k
     if st.kind is StepKind.COMPUTE:
-        d["compute"] = sk - (pred_total - pred_cont)
+        d["compute"] = sk - (pred_total - pred_cont - pred_launch - pred_conv)
         d["contention"] = (k - sk) - pred_cont
-        d["conversion"] = h
-        d["launch/dispatch"] = dur - k - h
+        d["conversion"] = h - pred_conv
+        d["launch/dispatch"] = dur - k - h - pred_launch
     elif st.kind is StepKind.CONVERT:
-        d["conversion"] = sk - (pred_total - pred_cont)
+        d["conversion"] = sk - (pred_total - pred_cont - pred_launch)
         d["contention"] = (k - sk) - pred_cont
-        d["launch/dispatch"] = dur - k
+        d["launch/dispatch"] = dur - k - pred_launch
     elif st.kind is StepKind.SEND:
-        p_total, p_cont = (pred_total, pred_cont) if counted else (0.0, 0.0)
-        d["transfer"] = sk + extra - (p_total - p_cont)
+        p_total, p_cont, p_launch = (pred_total, pred_cont, pred_launch) if counted else \
+            (0.0, 0.0, 0.0)
+        d["transfer"] = sk + extra - (p_total - p_cont - p_launch)
         d["contention"] = (k - sk) - p_cont
-        d["launch/dispatch"] = dur - k - extra
+        d["launch/dispatch"] = dur - k - extra - p_launch
     elif st.kind is StepKind.RECV:
         d["transfer"] = sk
         d["contention"] = k - sk
@@ -943,19 +933,20 @@ def _critical_path(program: ExecProgram, plan: Plan, steps: dict[str, list[_Step
     counted_pred = 0.0
     for idx, (st, gap, cross) in enumerate(chain):
         nxt = chain[idx + 1][0] if idx + 1 < len(chain) else None
-        p_total = p_cont = 0.0
+        parts = (0.0, 0.0, 0.0, 0.0)
         counted = False
         task_name = program.tasks[st.task].name if st.task >= 0 else st.name
         if st.task >= 0:
             trec = pred.get(task_name)
             if trec is not None:
-                p_total, p_cont = _pred_parts(trec)
+                parts = _pred_parts(trec)
+        p_total = parts[0]
         if st.kind is StepKind.SEND:
             counted = nxt is not None and nxt.kind is StepKind.RECV and nxt.task == st.task
         elif st.kind in (StepKind.COMPUTE, StepKind.CONVERT):
             counted = True
         s = solo.get((task_name, st.device))
-        d = _split_step(st, s, p_total, p_cont, counted)
+        d = _split_step(st, s, parts, counted)
         # a wait for another device's data is waiting; a gap after the previous step of
         # the same worker is the worker's own loop (bookkeeping between steps)
         d["waiting" if cross else "launch/dispatch"] += gap / 1e9
@@ -966,7 +957,9 @@ def _critical_path(program: ExecProgram, plan: Plan, steps: dict[str, list[_Step
         shares.append(StepShare(st.name, task_name, st.kind.value, st.device,
                                 _label(program, st.task), (st.end - st.start) / 1e9,
                                 predicted, gap / 1e9, d, st.off_cpu / 1e9))
-    terms["launch/dispatch"] += (head + tail) / 1e9
+    # the client hand-off at both ends, against the plan's request term (if any)
+    terms["launch/dispatch"] += (head + tail) / 1e9 - (plan.predicted_latency_s -
+                                                       float(plan.makespan_s))
     terms["path"] = -(float(plan.makespan_s) - counted_pred)
     return shares, terms, head / 1e9, tail / 1e9
 
@@ -984,25 +977,25 @@ def _task_shares(program: ExecProgram, plan: Plan, tel: Telemetry, phase: str,
         trec = pred.get(t.name)
         if not rs or trec is None:
             continue
-        p_total, p_cont = _pred_parts(trec)
+        p_total, p_cont, p_launch, p_conv = _pred_parts(trec)
         med = statistics.median(r.duration_ns for r in rs) / 1e9
         kern = statistics.median(r.kernel_ns for r in rs) / 1e9
         hid = statistics.median(r.hidden_conversion_ns for r in rs) / 1e9
         d = _terms0()
         if t.kind.value == "transfer":
             sk = sum(s.kernel_s for (name, _dev), s in solo.items() if name == t.name) or kern
-            d["transfer"] = sk - (p_total - p_cont)
+            d["transfer"] = sk - (p_total - p_cont - p_launch)
             d["contention"] = (kern - sk) - p_cont
-            d["waiting"] = med - kern
+            d["waiting"] = med - kern - p_launch
             solo_s: float | None = sk
         else:
             s = solo.get((t.name, t.device))
             sk = s.kernel_s if s is not None else kern
             main = "compute" if t.kind.value == "compute" else "conversion"
-            d[main] = sk - (p_total - p_cont)
+            d[main] = sk - (p_total - p_cont - p_launch - p_conv)
             d["contention"] = (kern - sk) - p_cont
-            d["conversion"] += hid
-            d["launch/dispatch"] = med - kern - hid
+            d["conversion"] += hid - p_conv
+            d["launch/dispatch"] = med - kern - hid - p_launch
             solo_s = s.total_s if s is not None else None
         ops = tuple(o.name for o in program.vertices[t.name].ops) if t.name in \
             program.vertices else ()
@@ -1311,7 +1304,9 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
     graph = src.graph
     check_fingerprints(plan, graph=graph, file=file)
     program = program_from_plan(plan, graph, machine)
-    inputs = _request_inputs(src, graph, requests, seed)
+    from placewise.runtime.opexec import request_inputs
+
+    inputs = request_inputs(src, graph, requests, seed)
     report("computing the fp32 reference outputs", 0.05)
     reference = _reference_outputs(src, graph, inputs)
     n_dev = len(program.devices)
@@ -1390,13 +1385,13 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
                                                med_req.submit_ns, med_req.outputs_ns)
     tasks = _task_shares(program, plan, tel, "isolated", solo_idx)
     kinds, edges = _rank_labels(shares)
-    delta = med_req.latency_ns / 1e9 - float(plan.makespan_s)
+    delta = med_req.latency_ns / 1e9 - plan.predicted_latency_s
     off_cpu = sum(s.off_cpu_s for s in shares)
     explanation = _explain(terms, delta, kinds, edges)
     if off_cpu > 0.1 * abs(delta) and off_cpu > 0:
         explanation += (f"; the critical path's workers were off their cores for "
                         f"{_fmt_s(off_cpu)} (other processes ran on them)")
-    attribution = Attribution(med_req.request, med_req.latency_ns / 1e9, float(plan.makespan_s),
+    attribution = Attribution(med_req.request, med_req.latency_ns / 1e9, plan.predicted_latency_s,
                               terms, tuple(shares), tuple(tasks), tuple(kinds), tuple(edges),
                               head, tail, explanation, off_cpu)
     tp_attr = _throughput_attribution(program, plan, tel, "stream", solo_idx, rps)
@@ -1422,7 +1417,7 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
     report("done", 1.0)
     return ValidationReport(
         plan.model, plan.strategy, plan.objective.value, int(plan.batch),
-        tuple(d.name for d in program.devices), float(plan.makespan_s),
+        tuple(d.name for d in program.devices), plan.predicted_latency_s,
         plan.throughput_rps, plan.throughput.bottleneck_resource, lat, lat_on_cpu, rps,
         len(stream), k,
         tuple(mem), attribution, tp_attr, tuple(quality), tuple(baselines), tuple(solo), tags,

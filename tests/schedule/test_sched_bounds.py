@@ -114,3 +114,21 @@ def test_evaluate_bundles_every_answer() -> None:
     ev2 = evaluate(Problem(chain(2), None, tiny, ToyCostModel(tiny)),
                    Placement.of({"o0": CPU32, "o1": CPU32}))
     assert not ev2.feasible and math.isinf(ev2.score(Objective.LATENCY))
+
+
+def test_schedule_bound_counts_no_task_longer_than_it_runs() -> None:
+    # a (cpu): 1 s moving 40 GB, four times the 10 GB/s controller; b (gpu): 1 s, 10 GB.
+    # The controller shares at most max(C, 40 GB/s): b runs at full speed, a at 3/4 until
+    # 1 s, then alone: makespan 1.25 s. 50 GB / C = 5 s would be no bound at all, and
+    # neither would the occupancy min(4 s, 1 s) + min(1 s, 1 s) = 2 s; 50 GB at 40 GB/s is.
+    m = toy_machine(shared_controller=True)
+    cm = ToyCostModel(m, {("a", "cpu"): 1.0, ("b", "gpu"): 1.0},
+                      {("a", "cpu"): 40 * 10**9, ("b", "gpu"): 10 * 10**9})
+    prob = Problem(sources(["a", "b"]), None, m, cm, outputs_to_host=False)
+    s = schedule(prob, Placement.of({"a": CPU32, "b": GPU32}))
+    assert s.makespan_s == pytest.approx(1.25)
+    b = schedule_lower_bound(s)
+    assert b.binding == "mc" and b.value_s == pytest.approx(1.25)
+    assert b.value_s <= s.makespan_s * (1 + 1e-12)
+    tp = throughput(s)
+    assert tp.bottleneck_resource == "mc" and tp.period_s == pytest.approx(1.25)

@@ -110,14 +110,15 @@ def test_copies_and_conversions_follow_the_representations(data: st.DataObject) 
 
 def _reference_fluid(tasks: list[tuple[float, float]], capacity: float) -> list[float]:
     """End times of independent tasks (duration, bytes) all starting at 0 and sharing
-    ``capacity`` max-min fairly: a direct, step-by-step re-derivation of the model."""
+    ``max(capacity, largest active demand)`` max-min fairly (a task is never slowed by its
+    own traffic): a direct, step-by-step re-derivation of the model."""
     rem = [1.0] * len(tasks)
     end = [0.0] * len(tasks)
     now = 0.0
     active = [i for i, (d, _) in enumerate(tasks) if d > 0]
     while active:
         demand = {i: tasks[i][1] / tasks[i][0] for i in active}
-        left, alloc = capacity, {}
+        left, alloc = max(capacity, *demand.values()), {}
         for k, i in enumerate(sorted(active, key=lambda i: (demand[i], i))):
             alloc[i] = min(demand[i], left / (len(active) - k))
             left -= alloc[i]
@@ -162,7 +163,7 @@ def test_contention_matches_a_direct_fluid_computation(tasks: list[tuple[float, 
         assert x.start_s == 0.0
         assert abs(x.end_s - w) <= 1e-9 * max(1.0, w), (n, x.end_s, w)
     total = sum(b for _, b in tasks)
-    assert s.makespan_s >= total / capacity * (1 - 1e-9)
+    assert s.makespan_s >= total / max(capacity, *(b / d for d, b in tasks)) * (1 - 1e-9)
     if sum(b / d for d, b in tasks) <= capacity:
         assert all(x.contention_s == 0.0 for x in s.tasks)
 

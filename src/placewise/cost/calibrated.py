@@ -37,8 +37,17 @@ The executor adds its own cost per executed step (task): profiling measures it p
 (``DeviceRecord.dispatch``, see ``placewise.cost.profile``) and the model adds it as
 ``Term.LAUNCH`` once per op or region (a task), once per conversion and once on each side
 of a transfer (send and receive steps), the interval widened by its p10..p90. A calibration
-without it adds nothing and says "dispatch not measured". The hand-off of a request to the
-first worker is not modelled.
+without it adds nothing and says "dispatch not measured".
+
+**In model order** (``placewise.cost.context``, the default of ``placewise profile``): the
+executor itself runs the whole model on each local device (and precision) for a few
+requests, and every region and conversion is timed as it ran there: inputs as the
+previous step left them (from DRAM, not hot in cache), the executor's step and loop time
+included. A region or conversion measured so (``Calibration.context``, keyed by
+``region_key`` / ``conversion_key``) is answered from that measurement before anything
+else: kernels as compute/memory, the executor's time as ``Term.LAUNCH``, conversions done
+inside an int8 kernel's step as ``Term.CONVERSION``. The same run measures the request
+hand-off on the host (``request_cost``; the plan adds it to the latency).
 
 >>> cal = Calibration.empty("local")
 >>> Calibration.from_json(cal.to_json(), file="<mem>").version
@@ -81,6 +90,7 @@ __all__ = [
     "MIN_FIT_POINTS",
     "CalibratedModel",
     "Calibration",
+    "ContextMeasurement",
     "DeviceRecord",
     "Failure",
     "Fit",
@@ -99,6 +109,7 @@ __all__ = [
     "op_key",
     "op_series",
     "predict",
+    "region_key",
 ]
 
 CALIBRATION_FORMAT = "placewise-calibration"
@@ -262,6 +273,58 @@ class DeviceRecord(_Strict):
     # precisions the device runs only for some op kinds, e.g. {"int8": ["linear", ...]}
     dtype_kinds: dict[str, list[str]] = Field(default_factory=dict)
     dispatch: StepOverhead = Field(default_factory=StepOverhead)
+    # this device as the host: a request's hand-off from the client to the workers and
+    # back (inputs written -> graph starts, graph ends -> outputs ready), measured in model
+    # order by ``placewise.cost.context`` (absent: not measured)
+    request: StepOverhead = Field(default_factory=StepOverhead)
+    # the host worker's own time per request (its io steps): occupies the device when
+    # requests are pipelined
+    request_busy: StepOverhead = Field(default_factory=StepOverhead)
+
+
+class ContextMeasurement(_Strict):
+    """A region (or conversion) as the executor ran it *in model order*
+    (``placewise.cost.context``): its step time plus the worker's loop time before it, with
+    inputs as the previous steps left them (not hot in cache). ``kernel_s``: the ops' own
+    time; ``hidden_s``: conversions inside the step that the plan does not name (int8
+    kernels take fp32 activations); ``overhead_s``: the executor's time around them (step
+    bookkeeping, per-op dispatch, the loop between two steps). Medians over ``n`` samples;
+    ``median_s`` is the median of the step totals, so the parts need not add up to it
+    exactly."""
+
+    device: str
+    key: str = Field(min_length=1, max_length=200)  # ``region_key`` or ``conversion_key``
+    kind: str = "region"  # "region" | "conversion"
+    dtype: str
+    label: str = Field(default="", max_length=1_000)
+    ops: int = Field(default=1, ge=0)
+    median_s: float
+    p10_s: float
+    p90_s: float
+    n: int = Field(ge=1)
+    kernel_s: float = 0.0
+    hidden_s: float = 0.0
+    overhead_s: float = 0.0
+
+    @field_validator("median_s", "p10_s", "p90_s", "kernel_s", "hidden_s", "overhead_s")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        return _finite_nonneg(v)
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, v: str) -> str:
+        if v not in ("region", "conversion"):
+            raise ValueError(f"kind must be 'region' or 'conversion', got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _order(self) -> ContextMeasurement:
+        if self.median_s <= 0:
+            raise ValueError(f"median_s must be > 0, got {self.median_s!r}")
+        if not self.p10_s <= self.median_s <= self.p90_s:
+            raise ValueError("need p10_s <= median_s <= p90_s")
+        return self
 
 
 class Failure(_Strict):
@@ -292,6 +355,7 @@ class Calibration(_Strict):
     measurements: list[Measurement] = Field(default_factory=list)
     fits: list[Fit] = Field(default_factory=list)
     failures: list[Failure] = Field(default_factory=list)
+    context: list[ContextMeasurement] = Field(default_factory=list)
 
     @field_validator("format")
     @classmethod
@@ -322,6 +386,10 @@ class Calibration(_Strict):
             if f.device not in names:
                 raise ValueError(f"fits[{i}] names device {f.device!r}, which is not among "
                                  f"devices {sorted(names)}")
+        for i, c in enumerate(self.context):
+            if c.device not in names:
+                raise ValueError(f"context[{i}] names device {c.device!r}, which is not "
+                                 f"among devices {sorted(names)}")
         return self
 
     @classmethod
@@ -434,6 +502,22 @@ def op_key(graph: Graph, op: Op, dtype: DType) -> tuple[str, str]:
     sig = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha256(f"{op.kind.value}|{dtype.value}|{sig}".encode()).hexdigest()[:20]
     return f"{op.kind.value}:{dtype.value}:{digest}", sig
+
+
+def region_key(graph: Graph, ops: Sequence[Op], dtype: DType) -> str:
+    """The identity of a region (a fused vertex) measured in model order: its ops' keys in
+    order. Identical layers of a model share it.
+
+    >>> from placewise.graph.ir import Graph, Op, OpKind, Role, Tensor
+    >>> g = Graph.build("r", [Tensor("x", (2, 3), DType.FP32, role=Role.INPUT),
+    ...                       Tensor("y", (2, 3), DType.FP32, role=Role.OUTPUT)],
+    ...                 [Op("r", OpKind.RELU, ("x",), ("y",))])
+    >>> region_key(g, [g.op("r")], DType.FP32).startswith("region:fp32:1:")
+    True
+    """
+    keys = "\n".join(op_key(graph, op, dtype)[0] for op in ops)
+    digest = hashlib.sha256(keys.encode()).hexdigest()[:20]
+    return f"region:{dtype.value}:{len(ops)}:{digest}"
 
 
 def op_series(graph: Graph, op: Op, dtype: DType) -> str:
@@ -812,7 +896,74 @@ class CalibratedModel:
             for dt, kinds in d.dtype_kinds.items()}
         self._dispatch: dict[str, StepOverhead] = {
             d.name: d.dispatch for d in calibration.devices}
+        self._request: dict[str, tuple[StepOverhead, StepOverhead]] = {
+            d.name: (d.request, d.request_busy) for d in calibration.devices}
+        self._context: dict[tuple[str, str], ContextMeasurement] = {
+            (c.device, c.key): c for c in calibration.context}
         self._fp = calibration.fingerprint()
+
+    def request_cost(self, host: str) -> Cost | None:
+        """A request's hand-off between the client and the workers when ``host`` holds the
+        graph's inputs and outputs (inputs written -> graph starts, graph ends -> outputs
+        ready), measured in model order, as ``Term.SYNC``; its ``buffer_bytes`` is 0 and
+        ``assumptions`` carry ``busy_s``, the host worker's own time per request (it
+        occupies the host when requests are pipelined). None when not measured."""
+        got = self._request.get(host)
+        if got is None or got[0].n == 0:
+            return None
+        req, busy = got
+        a: dict[str, float | str] = {
+            "model": "profiled in model order (executor)", "measured_s": req.median_s,
+            "p10_s": req.p10_s, "p90_s": req.p90_s, "requests": float(req.n),
+            "method": req.method, "busy_s": busy.median_s if busy.n else 0.0,
+            "calibration": self._fp, "interval": "measured p10..p90"}
+        return Cost(((Term.SYNC, req.median_s),) if req.median_s > 0 else (),
+                    req.p10_s, req.p90_s, Bottleneck.LAUNCH, Source.PROFILED,
+                    tuple(sorted(a.items())))
+
+    def _context_cost(self, graph: Graph, ops: Sequence[Op], device: str, dtype: DType
+                      ) -> Cost | None:
+        """The region as measured in model order, when it was: kernels split into compute
+        and memory in the ops' own proportions, hidden conversions as ``Term.CONVERSION``,
+        the executor's time as ``Term.LAUNCH``."""
+        if not self._context:
+            return None
+        m = self._context.get((device, region_key(graph, ops, dtype)))
+        if m is None:
+            return None
+        compute = memory = 0.0
+        mem_bytes = buf = 0
+        for op in ops:
+            try:
+                c = self._op_cost(graph, op, device, dtype)
+            except UnsupportedError:
+                continue
+            compute += c.term(Term.COMPUTE)
+            memory += c.term(Term.MEMORY)
+            mem_bytes += c.memory_bytes
+            buf = max(buf, c.buffer_bytes)
+        share = compute / (compute + memory) if compute + memory > 0 else 0.0
+        total = m.median_s
+        hidden = min(m.hidden_s, total)
+        launch = min(m.overhead_s, total - hidden)
+        kernel = total - hidden - launch
+        terms = {Term.COMPUTE: kernel * share, Term.MEMORY: kernel * (1 - share),
+                 Term.CONVERSION: hidden, Term.LAUNCH: launch}
+        if launch >= kernel + hidden:
+            b = Bottleneck.LAUNCH
+        else:
+            b = Bottleneck.COMPUTE if share >= 0.5 else Bottleneck.MEMORY
+        a: dict[str, float | str] = {
+            "model": "profiled in model order (executor)", "measured_s": m.median_s,
+            "p10_s": m.p10_s, "p90_s": m.p90_s, "samples": float(m.n),
+            "kernel_s": m.kernel_s, "executor_s": m.overhead_s, "ops": float(len(ops)),
+            "measured_as": m.label, "calibration": self._fp, "interval": "measured p10..p90"}
+        if hidden > 0:
+            a["conversion"] = ("int8 kernel takes fp32 activations: quantize/dequantize "
+                               "inside the step")
+        return Cost(tuple((k, v) for k, v in terms.items() if v), m.p10_s, m.p90_s, b,
+                    Source.PROFILED, tuple(sorted(a.items())), memory_bytes=mem_bytes,
+                    buffer_bytes=buf)
 
     def step_overhead(self, device: str) -> StepOverhead | None:
         """The executor's measured per-step overhead on ``device`` (None: not a calibrated
@@ -920,6 +1071,12 @@ class CalibratedModel:
     def op_cost(self, graph: Graph, op: Op, device: str, dtype: DType) -> Cost:
         """The op's measured/fitted time plus, on a calibrated device, one executor step
         (an op alone is one task)."""
+        if device in self._devices and op.kind is not OpKind.TASK:
+            ctx = self._context_cost(graph, [op], device, dtype)
+            if ctx is not None:
+                self.roofline._check_supported(self.roofline._device(device, op.where()),
+                                               op, dtype)
+                return ctx
         cost = self._op_cost(graph, op, device, dtype)
         if device in self._devices and op.kind is not OpKind.TASK:
             cost = self._with_dispatch(cost, (device,))
@@ -994,6 +1151,9 @@ class CalibratedModel:
         costs = [self._op_cost(graph, op, device, dtype) for op in ops]
         if not costs:
             return Cost.zero()
+        ctx = self._context_cost(graph, ops, device, dtype)
+        if ctx is not None:
+            return ctx
         terms: dict[Term, float] = {}
         for c in costs:
             for k, v in c.terms:
@@ -1030,6 +1190,19 @@ class CalibratedModel:
             return base
         numel = tensor.numel
         key, kind = conversion_key(numel, src, dst)
+        ctx = self._context.get((device, key))
+        if ctx is not None:
+            launch = min(ctx.overhead_s, ctx.median_s)
+            return Cost(((Term.CONVERSION, ctx.median_s - launch), (Term.LAUNCH, launch)),
+                        ctx.p10_s, ctx.p90_s,
+                        Bottleneck.LAUNCH if launch > ctx.median_s - launch else
+                        Bottleneck.MEMORY, Source.PROFILED,
+                        (("model", "profiled in model order (executor)"),
+                         ("interval", "measured p10..p90"), ("from", str(src)),
+                         ("to", str(dst)), ("samples", float(ctx.n)),
+                         ("calibration", self._fp)),
+                        memory_bytes=src.dtype.nbytes(numel) + dst.dtype.nbytes(numel),
+                        buffer_bytes=dst.dtype.nbytes(numel))
         m = self._meas.get((device, key))
         out_bytes = dst.dtype.nbytes(numel)
         feats = conversion_features(numel, src, dst)

@@ -76,6 +76,7 @@ __all__ = [
     "pin_process",
     "program_of",
     "quantize_int8",
+    "request_inputs",
     "torch_dtype",
 ]
 
@@ -833,3 +834,23 @@ def make_conversion_runner(shape: Sequence[int], src: Representation,
         return convert_tensor(x, src, dst, scale)
 
     return OpRunner(run, "torch", f"convert {src} -> {dst} {list(shp)}", (x,))
+
+
+def request_inputs(source: ModelSource, graph: Graph, n: int, seed: int
+                    ) -> list[list[np.ndarray[Any, Any]]]:
+    """``n`` requests' inputs (arrays in graph-input order), seeded ``seed``, ``seed + 1``..."""
+    out: list[list[np.ndarray[Any, Any]]] = []
+    if source.format is SourceFormat.TORCH_EXPORT:
+        prog = FxProgram(source.exported_program)
+        shapes = {t: graph.tensor(t).concrete_shape for t in graph.inputs}
+        if list(prog.user_inputs) != list(graph.inputs):
+            shapes = {}
+        for k in range(n):
+            xs = prog.example_inputs(seed + k, shapes=shapes or None)
+            out.append([x.detach().numpy().copy() for x in xs])
+    else:
+        oprog = OnnxProgram(source.onnx_model)
+        for k in range(n):
+            feeds = oprog.example_inputs(graph, seed + k)
+            out.append([np.asarray(feeds[t]) for t in graph.inputs])
+    return out

@@ -2,14 +2,24 @@
 
 With many runs in flight, a new run can start every ``period_s`` seconds, where the period
 is the busiest resource's occupancy per run: an exclusive resource (a device's lanes, a
-link direction) is occupied for its tasks' uncontended work divided by its lanes; a shared
-resource (memory controller) for the bytes it serves divided by its bandwidth; a CPU core
-that several devices share (``core:N``, see ``placewise.schedule.simulate``) for the sum
-of those devices' work on it over their lanes, since one device holds it at a time. This is
-the classical resource bound: it is reached by an acyclic task graph given enough runs in
-flight (and enough memory to hold them, which is not checked here), and no pipelining
-does better under the model. Latency (one run's makespan) and throughput are different
-objectives: pipelining raises throughput while one request still takes the makespan.
+link direction) is occupied for its tasks' uncontended work divided by its lanes; a CPU
+core that several devices share (``core:N``, see ``placewise.schedule.simulate``) for the
+sum of those devices' work on it over their lanes, since one device holds it at a time.
+This is the classical resource bound: it is reached by an acyclic task graph given enough
+runs in flight (and enough memory to hold them, which is not checked here), and no
+pipelining does better under the model.
+
+A shared resource of bandwidth ``C`` (a memory controller) is occupied, per task, for
+``min(bytes / C, T)`` where ``T`` is the task's uncontended duration: a task cannot
+occupy the controller longer than it runs (a task whose demand exceeds ``C`` is served
+partly from caches and is never slowed by its own traffic, see
+``placewise.schedule.simulate``). Its occupancy per run is the sum over its tasks
+(``ResourceUse.work_s``), and never more than the makespan (runs one after another reach
+one run per makespan). This is an estimate rather than a strict bound: when tasks whose
+demand exceeds ``C`` overlap others, the model lets them share more than ``C``.
+
+Latency (one run's makespan) and throughput are different objectives: pipelining raises
+throughput while one request still takes the makespan.
 
 Each run processes ``batch`` requests: ``requests_per_s = batch / period_s``.
 
@@ -59,7 +69,7 @@ def throughput(schedule: Schedule, *, batch: int = 1) -> Throughput:
     """The pipelined throughput of ``schedule``'s placement (see the module docstring)."""
     occ: dict[str, float] = {}
     for r in schedule.resources:
-        occ[r.name] = r.work_s / r.lanes if r.exclusive else r.work_s
+        occ[r.name] = r.work_s / r.lanes if r.exclusive else min(r.work_s, schedule.makespan_s)
     occ.update(schedule.core_occupancy_s())
     ranked = tuple(sorted(occ.items(), key=lambda kv: (-kv[1], kv[0])))
     if not ranked or ranked[0][1] <= 0.0:

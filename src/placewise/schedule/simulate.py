@@ -43,12 +43,18 @@ bandwidth shared by processor sharing. A task draws memory bandwidth uniformly o
 uncontended duration ``T``: demand ``d = bytes / T`` on every shared resource it touches
 (compute and conversion tasks: ``Cost.memory_bytes`` on the shared resources of their
 device — ``Device.resources`` and the main tier's ``shared_with``; transfers: the bytes
-moved, on the link's shared resource and on those of both ends). Whenever the set of
-active tasks on a shared resource of bandwidth ``C`` changes, ``C`` is divided max-min
-fairly (water-filling, each task capped at its demand); a task then progresses at
+moved, on the link's shared resource and on those of both ends). ``T`` already includes
+the task's own bandwidth limit, so a task is never slowed by its own traffic: a task alone
+on a shared resource runs at full speed even when ``d`` exceeds the bandwidth ``C`` (its
+bytes then come partly from caches: weights that stay in L2/L3, small activations).
+Whenever the set of active tasks on a shared resource changes, the capacity
+``C_eff = max(C, largest demand among the active tasks)`` (a task that draws ``d > C``
+alone shows the resource delivers at least ``d``) is divided max-min fairly among them
+(water-filling, each task capped at its demand); a task then progresses at
 ``min over its shared resources (allocation / demand)`` of its full speed. The added time
-is the task's ``Term.CONTENTION``. Two memory-bound tasks demanding ``b`` each on a
-controller of bandwidth ``C < 2b`` thus each slow down by ``2b / C``.
+is the task's ``Term.CONTENTION``. Two memory-bound tasks demanding ``b <= C`` each on a
+controller of bandwidth ``C < 2b`` thus each slow down by ``2b / C``; two tasks demanding
+``2C`` each share ``C_eff = 2C`` and each slow down by 2; a lone task never slows down.
 
 **Policy.** Dynamic list scheduling: when a lane frees or a task becomes ready, the ready
 task with the highest upward rank (its duration plus the longest chain of durations after
@@ -188,8 +194,14 @@ class ResourceUse:
     """A resource the schedule used.
 
     ``busy_s``: summed task durations on it (contention included); ``work_s``: summed
-    uncontended durations. For a ``SHARED`` resource both are ``bytes / bandwidth`` (the
-    time it would be saturated by the bytes drawn), and ``lanes`` is 0 (unbounded).
+    uncontended durations. For a ``SHARED`` resource (``lanes`` 0: unbounded) they are
+    what its bandwidth ``C`` implies: ``work_s`` is its *occupancy* per run, the sum over
+    its tasks of ``min(bytes / C, T)`` (each task's bytes at the full bandwidth, never
+    longer than the task's uncontended duration ``T``: a task cannot occupy the resource
+    longer than it runs); ``busy_s`` is the least time in which it can serve the bytes of
+    its tasks of positive duration under the model, ``bytes / max(C, largest demand)``
+    (see the module docstring: the active tasks never share more than that), a valid lower
+    bound of the makespan.
     """
 
     name: str
@@ -883,10 +895,22 @@ class _Build:
 
 # ---- the simulation ----------------------------------------------------------------------------
 def _waterfill(capacity: float, demands: dict[int, float]) -> dict[int, float]:
-    """Max-min fair shares of ``capacity`` among ``demands`` (each capped at its demand)."""
+    """Max-min fair shares among ``demands`` (each capped at its demand) of
+    ``max(capacity, largest demand)``: a task is never slowed by its own traffic (see the
+    module docstring), so a lone task always gets its demand.
+
+    >>> _waterfill(10.0, {0: 8.0, 1: 8.0})
+    {0: 5.0, 1: 5.0}
+    >>> _waterfill(10.0, {0: 30.0})
+    {0: 30.0}
+    >>> _waterfill(10.0, {0: 20.0, 1: 20.0})
+    {0: 10.0, 1: 10.0}
+    """
     order = sorted(demands.items(), key=lambda kv: (kv[1], kv[0]))
-    left = capacity
     n = len(order)
+    left = capacity
+    if n and order[-1][1] > left:
+        left = order[-1][1]
     out: dict[int, float] = {}
     for k, (i, d) in enumerate(order):
         share = left / (n - k)
@@ -1167,15 +1191,26 @@ def _assemble(problem: Problem, placement: Placement, tl: Timeline,
     work = [0.0] * nres
     count = [0] * nres
     shared_bytes = [0.0] * nres
+    served = [0.0] * nres  # bytes of tasks of positive duration (they take time to serve)
+    peak = [0.0] * nres  # largest demand
+    occupied = [0.0] * nres  # sum of min(bytes / bandwidth, uncontended duration)
     res = tl.res
     part = tl.part
+    bw = tl.res_bw
     for i in range(n):
         r = res[i]
+        d = dur[i]
         busy[r] += end[i] - start[i]
-        work[r] += dur[i]
+        work[r] += d
         count[r] += 1
         for c, by in part[i]:
             shared_bytes[c] += by
+            if d > 0.0:
+                served[c] += by
+                if by > peak[c] * d:
+                    peak[c] = by / d
+                sat = by / bw[c]
+                occupied[c] += sat if sat < d else d
     makespan = max(end, default=0.0)
     # copy lifetimes
     nc = len(tl.c_tensor)
@@ -1202,8 +1237,8 @@ def _assemble(problem: Problem, placement: Placement, tl: Timeline,
         if kind is ResourceKind.SHARED:
             if count[r] == 0 and shared_bytes[r] == 0.0:
                 continue
-            sat = shared_bytes[r] / tl.res_bw[r]
-            resources.append(ResourceUse(tl.res_name[r], kind, 0, sat, sat, count[r],
+            least = served[r] / max(bw[r], peak[r])
+            resources.append(ResourceUse(tl.res_name[r], kind, 0, least, occupied[r], count[r],
                                          bandwidth_bytes_per_s=tl.res_bw[r],
                                          bytes=int(shared_bytes[r])))
         elif count[r]:

@@ -1,0 +1,341 @@
+"""Profile a model *in model order*: the executor runs it, and every step is timed as it ran.
+
+Op-by-op profiling (``placewise.cost.profile``) times each op back to back on the same
+inputs, which stay hot in cache, and without the executor around it. A real pass is
+different: an op's inputs come from the previous op through DRAM, and the executor spends
+time of its own on every step (bookkeeping, per-op dispatch inside a region, the worker's
+loop between two steps) and on every request (the client's hand-off to the workers and
+back). Measured on this machine, those made plans run 1.5-5x slower than the op-by-op
+calibration predicted.
+
+``profile_in_context(graph, source, machine, calibration)`` therefore runs the model with
+the executor itself (``placewise.runtime.executor``), once per local device and precision:
+
+- the placement puts every region of ``partition`` (default: ``graph.fuse.fuse(graph)``)
+  on that device, in that precision where the device runs it there and the executor has
+  kernels for it (int8: regions of linear/matmul/gemm/conv only), fp32 otherwise;
+  devices that cannot run every region are skipped, and the result says so;
+- the executor starts one worker for it (and the host's, which holds the graph's inputs
+  and outputs), runs ``warmup`` requests, then ``requests`` isolated requests, each on its
+  own seeded inputs;
+- from the telemetry, every compute and conversion step of every request gives one
+  sample: its duration plus the gap since the previous step of its worker in the same
+  request (the loop between steps), less any time the worker spent waiting for a message
+  in that gap; the kernel time, the conversions hidden in it (int8 kernels take fp32
+  activations) and the rest (executor time) are kept apart;
+- samples of the same region key (``calibrated.region_key``: identical layers share one)
+  or conversion key on one device are pooled: median, p10, p90, count
+  (``calibrated.ContextMeasurement``);
+- per device, the median executor time per step becomes its ``DeviceRecord.dispatch``
+  (what the calibrated model adds to regions that were *not* measured in model order);
+- on the host, every request gives a hand-off sample: (inputs written -> input step ends)
+  + (last step before the output step ends -> outputs ready)
+  (``DeviceRecord.request``), and the host worker's own io time per request
+  (``DeviceRecord.request_busy``).
+
+The calibrated model answers a region or conversion measured here from the measurement
+before anything else (``CalibratedModel`` in ``placewise.cost.calibrated``). Progress goes
+through ``progress(done, total, message)``; the library never prints.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from placewise.cost.calibrated import (
+    CalibratedModel,
+    Calibration,
+    ContextMeasurement,
+    StepOverhead,
+    conversion_key,
+    region_key,
+)
+from placewise.errors import InputError, UnsupportedError
+from placewise.hardware.spec import Device, Machine
+from placewise.units import DType
+
+if TYPE_CHECKING:
+    from placewise.graph.fuse import Partition
+    from placewise.graph.ir import Graph
+    from placewise.runtime.opexec import ModelSource
+    from placewise.runtime.telemetry import Telemetry
+
+__all__ = [
+    "CONTEXT_METHOD",
+    "ContextConfig",
+    "context_configs",
+    "profile_in_context",
+    "samples_from_telemetry",
+]
+
+Progress = Callable[[int, int, str], None]
+
+CONTEXT_METHOD = ("in model order: the executor's step time of each region less its kernels "
+                  "and hidden conversions, plus the worker's loop time since its previous "
+                  "step (waits excluded), over every region step of single-device runs")
+REQUEST_METHOD = ("in model order: inputs written -> input step ends, plus last step before "
+                  "the output step -> outputs ready, per isolated request")
+
+
+@dataclass(frozen=True, slots=True)
+class ContextConfig:
+    """One run: every region on ``device``, in ``dtype`` where it runs there."""
+
+    device: str
+    dtype: DType
+
+    @property
+    def label(self) -> str:
+        return f"{self.device}:{self.dtype.value}"
+
+
+def context_configs(devices: Sequence[Device]) -> list[ContextConfig]:
+    """fp32 on every device, and int8 on devices that run it (the local machine's int8
+    kernels cover only some kinds: other regions stay fp32 in that run).
+
+    >>> from placewise.hardware.spec import Device
+    >>> d = Device.model_validate({"name": "c", "kind": "cpu", "dtypes": ["fp32", "int8"],
+    ...     "peak_flops": {"fp32": 1e9, "int8": 4e9}, "launch_overhead_s": 1e-6,
+    ...     "memory": [{"name": "m", "capacity_bytes": 1e9, "bandwidth_bytes_per_s": 1e9}]})
+    >>> [c.label for c in context_configs([d])]
+    ['c:fp32', 'c:int8']
+    """
+    out = []
+    for d in devices:
+        out.append(ContextConfig(d.name, DType.FP32))
+        if DType.INT8 in d.dtypes:
+            out.append(ContextConfig(d.name, DType.INT8))
+    return out
+
+
+@dataclass
+class _Samples:
+    """Per (device, key): totals, kernels, hidden conversions, executor time."""
+
+    kind: str
+    dtype: str
+    label: str
+    ops: int
+    total: list[float]
+    kernel: list[float]
+    hidden: list[float]
+    overhead: list[float]
+
+
+def _quantile(xs: Sequence[float], q: float) -> float:
+    s = sorted(xs)
+    if not s:
+        return 0.0
+    i = min(len(s) - 1, max(0, round(q * (len(s) - 1))))
+    return s[i]
+
+
+def _summary(xs: Sequence[float]) -> tuple[float, float, float]:
+    med = statistics.median(xs)
+    return med, min(_quantile(xs, 0.1), med), max(_quantile(xs, 0.9), med)
+
+
+def samples_from_telemetry(tel: Telemetry, phase: str, host: str
+                           ) -> tuple[dict[tuple[str, str], list[tuple[float, float, float,
+                                                                        float]]],
+                                      list[float], list[float]]:
+    """Per (device, task name): (total, kernel, hidden, executor) seconds of every compute
+    and conversion step of ``phase`` (see the module docstring), and per request the
+    host's hand-off and io busy time."""
+    steps: dict[tuple[str, str], list[tuple[float, float, float, float]]] = {}
+    handoff: list[float] = []
+    busy: list[float] = []
+    waits: dict[tuple[int, str], list[tuple[int, int]]] = {}
+    for wr in tel.waits:
+        if wr.phase == phase:
+            waits.setdefault((wr.request, wr.device), []).append((wr.start_ns, wr.end_ns))
+    for req in tel.requests_of(phase):
+        # every step of every worker in this request, as (device, start, end, record)
+        lanes: dict[str, list[tuple[int, int, Any]]] = {}
+        io_in = io_out = None
+        for t in tel.tasks_of(req.request):
+            if t.phase != phase:
+                continue
+            if t.kind == "transfer":
+                sent = t.mark("sent") or t.mark("write_end") or t.start_ns
+                lanes.setdefault(t.device, []).append((t.start_ns, sent, None))
+                if t.dst_device is not None:
+                    r0 = t.mark("read_start") or t.end_ns
+                    lanes.setdefault(t.dst_device, []).append((r0, t.end_ns, None))
+                continue
+            lanes.setdefault(t.device, []).append((t.start_ns, t.end_ns, t))
+            if t.kind == "io" and t.task == "io:in":
+                io_in = t
+            elif t.kind == "io" and t.task == "io:out":
+                io_out = t
+        for dev, lane in lanes.items():
+            lane.sort(key=lambda x: (x[0], x[1]))
+            w = waits.get((req.request, dev), [])
+            prev_end: int | None = None
+            for start, end, rec in lane:
+                if rec is not None and rec.kind in ("compute", "conversion"):
+                    gap = 0
+                    if prev_end is not None and start > prev_end:
+                        gap = start - prev_end
+                        for a, b in w:  # time spent blocked for a message is not ours
+                            lo, hi = max(a, prev_end), min(b, start)
+                            if hi > lo:
+                                gap -= hi - lo
+                        gap = max(gap, 0)
+                    total = (end - start + gap) / 1e9
+                    kernel = rec.kernel_ns / 1e9
+                    hidden = rec.hidden_conversion_ns / 1e9
+                    steps.setdefault((dev, rec.task), []).append(
+                        (total, kernel, hidden, max(total - kernel - hidden, 0.0)))
+                prev_end = end if prev_end is None else max(prev_end, end)
+        if io_in is not None and io_out is not None and io_in.device == host:
+            lane = lanes.get(host, [])
+            before = [e for s, e, r in lane if e <= io_out.start_ns and r is not io_out]
+            last = max(before) if before else io_in.end_ns
+            handoff.append(((io_in.end_ns - req.submit_ns) + (req.outputs_ns - last)) / 1e9)
+            busy.append((io_in.duration_ns + io_out.duration_ns) / 1e9)
+    return steps, handoff, busy
+
+
+def _placement(problem: Any, cfg: ContextConfig) -> tuple[Any, int] | None:
+    """Every vertex on ``cfg.device``: in ``cfg.dtype`` where feasible, else fp32; None when
+    some vertex cannot run there. Also the number of vertices in ``cfg.dtype``."""
+    from placewise.runtime.opexec import INT8_KINDS
+    from placewise.schedule.placement import Assignment, Placement, feasible_assignments
+
+    out = {}
+    n_dtype = 0
+    for v in problem.vertices:
+        feas = set(feasible_assignments(problem, v.name))
+        want = Assignment(cfg.device, cfg.dtype)
+        runs = cfg.dtype is not DType.INT8 or all(op.kind in INT8_KINDS for op in v.ops)
+        if want in feas and runs:
+            out[v.name] = want
+            n_dtype += 1
+        elif Assignment(cfg.device, DType.FP32) in feas:
+            out[v.name] = Assignment(cfg.device, DType.FP32)
+        else:
+            return None
+    return Placement.of(out), n_dtype
+
+
+def profile_in_context(graph: Graph, source: ModelSource, machine: Machine,
+                       calibration: Calibration, *, partition: Partition | None = None,
+                       devices: Sequence[str] | None = None, requests: int = 20,
+                       warmup: int = 3, seed: int = 1, timeout_s: float = 120.0,
+                       progress: Progress | None = None) -> Calibration:
+    """``calibration`` with the model-order measurements of ``graph`` added (see the
+    module docstring). ``calibration`` orders the single-device runs (any calibration of
+    this machine: the op-by-op one of ``profile_model``); ``graph`` must be ``source``'s
+    graph with concrete shapes. Raises ``InputError`` for bad settings or a machine
+    without local devices, ``ExecutionError`` when a run fails."""
+    from placewise.cost.profile import local_devices
+    from placewise.graph.fuse import fuse
+    from placewise.runtime.executor import Executor, program_from_schedule
+    from placewise.runtime.opexec import request_inputs
+    from placewise.schedule.placement import Problem
+    from placewise.schedule.simulate import TaskKind, schedule
+
+    if requests < 1 or warmup < 0:
+        raise InputError(f"requests must be >= 1 and warmup >= 0, got {requests} and "
+                         f"{warmup}", place="context profile settings")
+    graph.check_concrete()
+    devs = local_devices(machine, devices)
+    if not devs:
+        raise InputError(f"machine {machine.name!r} has no local device to profile (devices "
+                         f"need cores and a backend: use --hw local)", place="--hw")
+    part = partition if partition is not None else fuse(graph)
+    model = CalibratedModel(machine, calibration)
+    problem = Problem(graph, part, machine, model)
+    configs = context_configs(devs)
+    inputs = request_inputs(source, graph, requests + warmup, seed)
+    pooled: dict[tuple[str, str], _Samples] = {}
+    executor_s: dict[str, list[float]] = {}
+    handoff: list[float] = []
+    busy: list[float] = []
+    skipped: list[str] = []
+    total = len(configs)
+    for i, cfg in enumerate(configs):
+        if progress is not None:
+            progress(i, total, f"running the model on {cfg.label} in model order")
+        try:
+            got = _placement(problem, cfg)
+        except UnsupportedError:
+            got = None
+        if got is None or (cfg.dtype is not DType.FP32 and got[1] == 0):
+            skipped.append(cfg.label)
+            continue
+        placement, _ = got
+        sched = schedule(problem, placement)
+        program = program_from_schedule(problem, sched)
+        with Executor(program, source, reference_inputs=inputs[0], slots=1,
+                      timeout_s=timeout_s) as ex:
+            ex.start()
+            if warmup:
+                ex.run(inputs[:warmup], phase="warmup")
+            ex.run(inputs[warmup:], phase="context")
+            tel = ex.telemetry()
+        steps, h, b = samples_from_telemetry(tel, "context", problem.host)
+        handoff += h
+        busy += b
+        for (dev, name), xs in steps.items():
+            task = sched.task(name)
+            if task.kind is TaskKind.COMPUTE:
+                v = problem.vertex(task.name)
+                dt = placement[v.name].dtype
+                key = region_key(graph, list(v.ops), dt)
+                kind, label, n_ops = "region", v.name, len(v.ops)
+            elif task.kind is TaskKind.CONVERSION and task.src_rep is not None and \
+                    task.dst_rep is not None and task.tensor is not None:
+                numel = graph.tensor(task.tensor).numel
+                key, _ = conversion_key(numel, task.src_rep, task.dst_rep)
+                dt = task.dst_rep.dtype
+                kind, label, n_ops = "conversion", name, 0
+            else:
+                continue
+            s = pooled.setdefault((dev, key), _Samples(kind, dt.value, label, n_ops,
+                                                      [], [], [], []))
+            for tot, ker, hid, ovh in xs:
+                s.total.append(tot)
+                s.kernel.append(ker)
+                s.hidden.append(hid)
+                s.overhead.append(ovh)
+                if kind == "region":
+                    executor_s.setdefault(dev, []).append(ovh)
+    if progress is not None:
+        progress(total, total, "model-order measurements done")
+    context = []
+    for (dev, key), s in sorted(pooled.items()):
+        med, p10, p90 = _summary(s.total)
+        context.append(ContextMeasurement(
+            device=dev, key=key, kind=s.kind, dtype=s.dtype, label=s.label, ops=s.ops,
+            median_s=med, p10_s=p10, p90_s=p90, n=len(s.total),
+            kernel_s=statistics.median(s.kernel), hidden_s=statistics.median(s.hidden),
+            overhead_s=statistics.median(s.overhead)))
+    records = []
+    for d in calibration.devices:
+        upd: dict[str, Any] = {}
+        per_step = executor_s.get(d.name)
+        if per_step:
+            med, p10, p90 = _summary(per_step)
+            upd["dispatch"] = StepOverhead(median_s=med, p10_s=p10, p90_s=p90, n=len(per_step),
+                                           method=CONTEXT_METHOD)
+        if d.name == problem.host and handoff:
+            med, p10, p90 = _summary(handoff)
+            upd["request"] = StepOverhead(median_s=med, p10_s=p10, p90_s=p90,
+                                          n=len(handoff), method=REQUEST_METHOD)
+            med, p10, p90 = _summary(busy)
+            upd["request_busy"] = StepOverhead(median_s=med, p10_s=p10, p90_s=p90,
+                                               n=len(busy), method="host io steps per request")
+        records.append(d.model_copy(update=upd) if upd else d)
+    settings = dict(calibration.settings)
+    settings.update({"context_requests": float(requests), "context_warmup": float(warmup),
+                     "context_runs": float(len(configs) - len(skipped))})
+    tags = dict(calibration.tags)
+    if skipped:
+        tags["context_skipped"] = ", ".join(skipped)
+    return calibration.model_copy(update={"context": context, "devices": records,
+                                          "settings": settings, "tags": tags})
