@@ -76,7 +76,7 @@ def calibrated() -> Calibration:
     base = Calibration(machine=m.name, machine_fingerprint=m.fingerprint(),
                        devices=[device_record(d) for d in m.devices])
     return profile_in_context(src.graph, src, m, base, devices=["cpu0", "cpu1"],
-                              requests=3, warmup=1)
+                              requests=3, warmup=1, rounds=1)
 
 
 def test_every_region_is_measured_on_every_device_and_precision(
@@ -106,7 +106,12 @@ def test_devices_get_the_measured_dispatch_and_request(calibrated: Calibration) 
     # the host (cpu0) saw every request: 3 per run, 3 runs (cpu0, cpu1, cpu1 int8)
     assert recs["cpu0"].request.n == 9 and recs["cpu0"].request.median_s > 0
     assert recs["cpu1"].request.n == 0
-    assert calibrated.settings["context_runs"] == 3
+    # three model runs and one alternating between cpu0 and cpu1
+    assert calibrated.settings["context_runs"] == 4
+    links = {(lk.src, lk.dst): lk for lk in calibrated.links}
+    assert {("cpu0", "cpu1"), ("cpu1", "cpu0")} <= set(links)
+    for lk in links.values():
+        assert lk.n >= 2 and lk.latency_s + lk.seconds_per_byte > 0
 
 
 def test_the_file_round_trips(calibrated: Calibration, tmp_path: object) -> None:
@@ -147,6 +152,35 @@ def test_the_model_answers_from_the_model_order_measurement(calibrated: Calibrat
         "cpu1", region_key(g, [g.op(n) for n in r.ops], DType.INT8)) in got)
     c8 = model.region_cost(g, [g.op(n) for n in lin.ops], "cpu1", DType.INT8)
     assert c8.term(Term.CONVERSION) > 0
+
+
+def test_transfers_use_the_measured_link(calibrated: Calibration) -> None:
+    m = local_machine()
+    g = tiny_source().graph
+    assert g is not None
+    model = CalibratedModel(m, calibrated)
+    lk = next(x for x in calibrated.links if (x.src, x.dst) == ("cpu0", "cpu1"))
+    t = g.tensor(g.inputs[0])
+    from placewise.cost.model import Representation
+
+    c = model.transfer_cost(t, Representation(DType.FP32, t.layout), "cpu0", "cpu1")
+    assert c.source is Source.CALIBRATED
+    assert c.term(Term.SYNC) == pytest.approx(lk.latency_s)
+    assert c.low_s <= c.total_s <= c.high_s
+    assert dict(c.assumptions)["model"] == "profiled in model order (executor)"
+
+
+def test_fit_link_recovers_latency_and_bandwidth() -> None:
+    from placewise.cost.context import fit_link
+
+    samples = [(b, 2e-5 + b / 4e9) for b in (1_000, 10_000, 100_000, 1_000_000)]
+    f = fit_link("a", "b", samples)
+    assert f is not None
+    assert f.latency_s == pytest.approx(2e-5, rel=1e-6)
+    assert 1 / f.seconds_per_byte == pytest.approx(4e9, rel=1e-6)
+    one = fit_link("a", "b", [(64, 3e-5), (64, 5e-5), (64, 4e-5)])
+    assert one is not None and one.seconds_per_byte == 0 and one.latency_s == 4e-5
+    assert fit_link("a", "b", []) is None
 
 
 def test_the_plan_adds_the_request_hand_off(calibrated: Calibration) -> None:

@@ -94,6 +94,7 @@ __all__ = [
     "DeviceRecord",
     "Failure",
     "Fit",
+    "LinkMeasurement",
     "Measurement",
     "StepOverhead",
     "conversion_features",
@@ -327,6 +328,40 @@ class ContextMeasurement(_Strict):
         return self
 
 
+class LinkMeasurement(_Strict):
+    """A transfer between two devices as the executor does it, measured in model order
+    (``placewise.cost.context.fit_link``): time = ``latency_s`` + bytes x
+    ``seconds_per_byte``, with the quantiles of log(measured / fitted) over ``n`` samples
+    of ``min_bytes``..``max_bytes``."""
+
+    src: str
+    dst: str
+    latency_s: float
+    seconds_per_byte: float
+    n: int = Field(ge=1)
+    resid_q10: float = 0.0
+    resid_q90: float = 0.0
+    min_bytes: int = Field(default=0, ge=0)
+    max_bytes: int = Field(default=0, ge=0)
+    method: str = Field(default="", max_length=2_000)
+
+    @field_validator("latency_s", "seconds_per_byte")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        return _finite_nonneg(v)
+
+    @model_validator(mode="after")
+    def _check(self) -> LinkMeasurement:
+        for q in (self.resid_q10, self.resid_q90):
+            if not math.isfinite(q) or abs(q) > 50:
+                raise ValueError(f"residual quantile {q!r} is not a finite log-ratio")
+        if not self.resid_q10 <= 0.0 <= self.resid_q90:
+            raise ValueError("need resid_q10 <= 0 <= resid_q90")
+        if self.latency_s <= 0 and self.seconds_per_byte <= 0:
+            raise ValueError("latency_s and seconds_per_byte are both zero")
+        return self
+
+
 class Failure(_Strict):
     """An op key that could not be measured on a device, and why. ``unsupported``: the
     device has no kernel for it (the model refuses the op too), otherwise a failed run."""
@@ -356,6 +391,7 @@ class Calibration(_Strict):
     fits: list[Fit] = Field(default_factory=list)
     failures: list[Failure] = Field(default_factory=list)
     context: list[ContextMeasurement] = Field(default_factory=list)
+    links: list[LinkMeasurement] = Field(default_factory=list)
 
     @field_validator("format")
     @classmethod
@@ -386,6 +422,11 @@ class Calibration(_Strict):
             if f.device not in names:
                 raise ValueError(f"fits[{i}] names device {f.device!r}, which is not among "
                                  f"devices {sorted(names)}")
+        for i, lk in enumerate(self.links):
+            for d in (lk.src, lk.dst):
+                if d not in names:
+                    raise ValueError(f"links[{i}] names device {d!r}, which is not among "
+                                     f"devices {sorted(names)}")
         for i, c in enumerate(self.context):
             if c.device not in names:
                 raise ValueError(f"context[{i}] names device {c.device!r}, which is not "
@@ -900,6 +941,8 @@ class CalibratedModel:
             d.name: (d.request, d.request_busy) for d in calibration.devices}
         self._context: dict[tuple[str, str], ContextMeasurement] = {
             (c.device, c.key): c for c in calibration.context}
+        self._links: dict[tuple[str, str], LinkMeasurement] = {
+            (lk.src, lk.dst): lk for lk in calibration.links}
         self._fp = calibration.fingerprint()
 
     def request_cost(self, host: str) -> Cost | None:
@@ -1179,6 +1222,31 @@ class CalibratedModel:
         cost = self.roofline.transfer_cost(tensor, rep, src, dst)
         if src == dst:
             return cost
+        lk = self._links.get((src, dst))
+        if lk is not None:
+            nbytes = rep.dtype.nbytes(tensor.numel)
+            wire = nbytes * lk.seconds_per_byte
+            how = "measured"
+            if lk.seconds_per_byte == 0 or nbytes > 4 * max(lk.max_bytes, 1):
+                # sizes too alike to fit a bandwidth (or far beyond the measured ones):
+                # the link's bandwidth for the bytes
+                bw = dict(cost.assumptions).get("bandwidth_bytes_per_s")
+                if isinstance(bw, float) and bw > 0:
+                    wire = max(wire, nbytes / bw)
+                    how = "link bandwidth (not resolved by the measured sizes)"
+            total = lk.latency_s + wire
+            a: dict[str, float | str] = {
+                "model": "profiled in model order (executor)", "bytes": float(nbytes),
+                "representation": str(rep), "latency_s": lk.latency_s,
+                "seconds_per_byte": lk.seconds_per_byte, "samples": float(lk.n),
+                "measured_bytes": f"{lk.min_bytes}..{lk.max_bytes}", "method": lk.method,
+                "bandwidth": how,
+                "calibration": self._fp, "interval": "fit residual p10..p90"}
+            return Cost(tuple((k, v) for k, v in ((Term.TRANSFER, wire),
+                                                  (Term.SYNC, lk.latency_s)) if v),
+                        total * math.exp(lk.resid_q10), total * math.exp(lk.resid_q90),
+                        Bottleneck.LINK, Source.CALIBRATED, tuple(sorted(a.items())),
+                        memory_bytes=nbytes)
         return self._with_dispatch(cost, (src, dst))
 
     def conversion_cost(self, tensor: Tensor, src: Representation, dst: Representation,

@@ -33,6 +33,14 @@ the executor itself (``placewise.runtime.executor``), once per local device and 
   (``DeviceRecord.request``), and the host worker's own io time per request
   (``DeviceRecord.request_busy``).
 
+With ``transfers`` (the default), every pair of local devices on disjoint cores also runs
+the model with its regions alternating between the two (nearly every edge crosses):
+transfers whose receiver was waiting give samples of send start -> receive end, fitted
+per direction as latency + bytes x seconds per byte (``calibrated.LinkMeasurement``).
+Everything runs ``rounds`` times, round-robin over the runs, so that each measurement
+pools moments several seconds apart (this machine's speed drifts by tens of percent over
+seconds).
+
 The calibrated model answers a region or conversion measured here from the measurement
 before anything else (``CalibratedModel`` in ``placewise.cost.calibrated``). Progress goes
 through ``progress(done, total, message)``; the library never prints.
@@ -45,10 +53,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from placewise.cost.calibrated import (
     CalibratedModel,
     Calibration,
     ContextMeasurement,
+    LinkMeasurement,
     StepOverhead,
     conversion_key,
     region_key,
@@ -67,8 +78,10 @@ __all__ = [
     "CONTEXT_METHOD",
     "ContextConfig",
     "context_configs",
+    "fit_link",
     "profile_in_context",
     "samples_from_telemetry",
+    "transfer_samples",
 ]
 
 Progress = Callable[[int, int, str], None]
@@ -76,6 +89,9 @@ Progress = Callable[[int, int, str], None]
 CONTEXT_METHOD = ("in model order: the executor's step time of each region less its kernels "
                   "and hidden conversions, plus the worker's loop time since its previous "
                   "step (waits excluded), over every region step of single-device runs")
+TRANSFER_METHOD = ("in model order: send step start -> receive step end of transfers whose "
+                   "receiver was waiting, in runs alternating the regions between two devices; "
+                   "fit latency + bytes x seconds_per_byte")
 REQUEST_METHOD = ("in model order: inputs written -> input step ends, plus last step before "
                   "the output step -> outputs ready, per isolated request")
 
@@ -96,12 +112,9 @@ def context_configs(devices: Sequence[Device]) -> list[ContextConfig]:
     """fp32 on every device, and int8 on devices that run it (the local machine's int8
     kernels cover only some kinds: other regions stay fp32 in that run).
 
-    >>> from placewise.hardware.spec import Device
-    >>> d = Device.model_validate({"name": "c", "kind": "cpu", "dtypes": ["fp32", "int8"],
-    ...     "peak_flops": {"fp32": 1e9, "int8": 4e9}, "launch_overhead_s": 1e-6,
-    ...     "memory": [{"name": "m", "capacity_bytes": 1e9, "bandwidth_bytes_per_s": 1e9}]})
-    >>> [c.label for c in context_configs([d])]
-    ['c:fp32', 'c:int8']
+    >>> from placewise.schedule.testing import toy_machine
+    >>> [c.label for c in context_configs(toy_machine().devices)]
+    ['cpu:fp32', 'gpu:fp32']
     """
     out = []
     for d in devices:
@@ -200,6 +213,91 @@ def samples_from_telemetry(tel: Telemetry, phase: str, host: str
     return steps, handoff, busy
 
 
+def transfer_samples(tel: Telemetry, phase: str
+                     ) -> dict[tuple[str, str, str], list[float]]:
+    """Per (source device, destination device, transfer task): seconds from the start of
+    the send step to the end of the receive step, for the transfers whose receiver was
+    waiting for a message when the data was sent (so the whole interval is the
+    transfer's: write, notification, wake-up, read)."""
+    waits: dict[tuple[int, str], list[tuple[int, int]]] = {}
+    for wr in tel.waits:
+        if wr.phase == phase:
+            waits.setdefault((wr.request, wr.device), []).append((wr.start_ns, wr.end_ns))
+    out: dict[tuple[str, str, str], list[float]] = {}
+    for t in tel.tasks:
+        if t.phase != phase or t.kind != "transfer" or t.dst_device is None:
+            continue
+        sent = t.mark("sent")
+        if sent is None:
+            continue
+        if any(a <= sent <= b for a, b in waits.get((t.request, t.dst_device), [])):
+            out.setdefault((t.device, t.dst_device, t.task), []).append(t.duration_ns / 1e9)
+    return out
+
+
+def fit_link(src: str, dst: str, samples: Sequence[tuple[int, float]]
+             ) -> LinkMeasurement | None:
+    """time = latency + bytes x seconds_per_byte, least squares on relative error with
+    both coefficients >= 0, over (bytes, seconds) samples; None when there are none.
+
+    >>> f = fit_link("a", "b", [(0, 2e-5), (1000, 3e-5), (2000, 4e-5), (2000, 4e-5)])
+    >>> round(f.latency_s * 1e6, 3), round(f.seconds_per_byte * 1e9, 3), f.n
+    (20.0, 10.0, 4)
+    """
+    pts = [(float(b), float(t)) for b, t in samples if t > 0]
+    if not pts:
+        return None
+    x = np.array([p[0] for p in pts])
+    t = np.array([p[1] for p in pts])
+    w = 1.0 / t
+    a_mat = np.stack([np.ones_like(x) * w, x * w], axis=1)
+    coef = np.linalg.lstsq(a_mat, np.ones_like(t), rcond=None)[0] if np.ptp(x) > 0 else \
+        np.array([-1.0, 0.0])
+    lat, spb = float(coef[0]), float(coef[1])
+    if np.ptp(x) == 0 or spb < 0 or lat < 0:
+        if np.ptp(x) > 0 and lat < 0:  # through the origin
+            lat, spb = 0.0, float(np.median(t / np.maximum(x, 1.0)))
+        else:  # one size (or bandwidth not resolvable): a constant
+            lat, spb = float(np.median(t)), 0.0
+    pred = lat + spb * x
+    ratio = np.log(t / np.maximum(pred, 1e-12))
+    return LinkMeasurement(
+        src=src, dst=dst, latency_s=lat, seconds_per_byte=spb, n=len(pts),
+        resid_q10=min(float(np.quantile(ratio, 0.1)), 0.0),
+        resid_q90=max(float(np.quantile(ratio, 0.9)), 0.0),
+        min_bytes=int(x.min()), max_bytes=int(x.max()), method=TRANSFER_METHOD)
+
+
+def _pairs(devs: Sequence[Device]) -> list[tuple[Device, Device]]:
+    """Pairs of local devices on disjoint cores (a transfer between them can be timed
+    without one waiting for the other's cores)."""
+    out = []
+    for i, a in enumerate(devs):
+        for b in devs[i + 1:]:
+            if not set(a.cores or ()) & set(b.cores or ()):
+                out.append((a, b))
+    return out
+
+
+def _alternating(problem: Any, a: str, b: str) -> Any:
+    """Vertices in topological order alternately on ``a`` and ``b`` (fp32; the other one
+    when a vertex cannot run on its turn): nearly every edge crosses. None when some
+    vertex runs on neither."""
+    from placewise.schedule.placement import Assignment, Placement, feasible_assignments
+
+    out = {}
+    for i, v in enumerate(problem.vertices):
+        feas = set(feasible_assignments(problem, v.name))
+        first, second = (a, b) if i % 2 == 0 else (b, a)
+        for d in (first, second):
+            if Assignment(d, DType.FP32) in feas:
+                out[v.name] = Assignment(d, DType.FP32)
+                break
+        else:
+            return None
+    return Placement.of(out)
+
+
 def _placement(problem: Any, cfg: ContextConfig) -> tuple[Any, int] | None:
     """Every vertex on ``cfg.device``: in ``cfg.dtype`` where feasible, else fp32; None when
     some vertex cannot run there. Also the number of vertices in ``cfg.dtype``."""
@@ -224,8 +322,9 @@ def _placement(problem: Any, cfg: ContextConfig) -> tuple[Any, int] | None:
 
 def profile_in_context(graph: Graph, source: ModelSource, machine: Machine,
                        calibration: Calibration, *, partition: Partition | None = None,
-                       devices: Sequence[str] | None = None, requests: int = 20,
-                       warmup: int = 3, seed: int = 1, timeout_s: float = 120.0,
+                       devices: Sequence[str] | None = None, requests: int = 10,
+                       rounds: int = 3, warmup: int = 2, seed: int = 1,
+                       transfers: bool = True, timeout_s: float = 120.0,
                        progress: Progress | None = None) -> Calibration:
     """``calibration`` with the model-order measurements of ``graph`` added (see the
     module docstring). ``calibration`` orders the single-device runs (any calibration of
@@ -239,9 +338,9 @@ def profile_in_context(graph: Graph, source: ModelSource, machine: Machine,
     from placewise.schedule.placement import Problem
     from placewise.schedule.simulate import TaskKind, schedule
 
-    if requests < 1 or warmup < 0:
-        raise InputError(f"requests must be >= 1 and warmup >= 0, got {requests} and "
-                         f"{warmup}", place="context profile settings")
+    if requests < 1 or warmup < 0 or rounds < 1:
+        raise InputError(f"requests and rounds must be >= 1 and warmup >= 0, got {requests}, "
+                         f"{rounds} and {warmup}", place="context profile settings")
     graph.check_concrete()
     devs = local_devices(machine, devices)
     if not devs:
@@ -250,17 +349,10 @@ def profile_in_context(graph: Graph, source: ModelSource, machine: Machine,
     part = partition if partition is not None else fuse(graph)
     model = CalibratedModel(machine, calibration)
     problem = Problem(graph, part, machine, model)
-    configs = context_configs(devs)
     inputs = request_inputs(source, graph, requests + warmup, seed)
-    pooled: dict[tuple[str, str], _Samples] = {}
-    executor_s: dict[str, list[float]] = {}
-    handoff: list[float] = []
-    busy: list[float] = []
+    runs: list[tuple[str, Any, Any, Any]] = []  # (label, placement, schedule, program)
     skipped: list[str] = []
-    total = len(configs)
-    for i, cfg in enumerate(configs):
-        if progress is not None:
-            progress(i, total, f"running the model on {cfg.label} in model order")
+    for cfg in context_configs(devs):
         try:
             got = _placement(problem, cfg)
         except UnsupportedError:
@@ -268,43 +360,69 @@ def profile_in_context(graph: Graph, source: ModelSource, machine: Machine,
         if got is None or (cfg.dtype is not DType.FP32 and got[1] == 0):
             skipped.append(cfg.label)
             continue
-        placement, _ = got
-        sched = schedule(problem, placement)
-        program = program_from_schedule(problem, sched)
-        with Executor(program, source, reference_inputs=inputs[0], slots=1,
-                      timeout_s=timeout_s) as ex:
-            ex.start()
-            if warmup:
-                ex.run(inputs[:warmup], phase="warmup")
-            ex.run(inputs[warmup:], phase="context")
-            tel = ex.telemetry()
-        steps, h, b = samples_from_telemetry(tel, "context", problem.host)
-        handoff += h
-        busy += b
-        for (dev, name), xs in steps.items():
-            task = sched.task(name)
-            if task.kind is TaskKind.COMPUTE:
-                v = problem.vertex(task.name)
-                dt = placement[v.name].dtype
-                key = region_key(graph, list(v.ops), dt)
-                kind, label, n_ops = "region", v.name, len(v.ops)
-            elif task.kind is TaskKind.CONVERSION and task.src_rep is not None and \
-                    task.dst_rep is not None and task.tensor is not None:
-                numel = graph.tensor(task.tensor).numel
-                key, _ = conversion_key(numel, task.src_rep, task.dst_rep)
-                dt = task.dst_rep.dtype
-                kind, label, n_ops = "conversion", name, 0
-            else:
+        sched = schedule(problem, got[0])
+        runs.append((cfg.label, got[0], sched, program_from_schedule(problem, sched)))
+    if transfers:
+        for da, db in _pairs(devs):
+            alt = _alternating(problem, da.name, db.name)
+            if alt is None:
+                skipped.append(f"{da.name}<->{db.name}")
                 continue
-            s = pooled.setdefault((dev, key), _Samples(kind, dt.value, label, n_ops,
-                                                      [], [], [], []))
-            for tot, ker, hid, ovh in xs:
-                s.total.append(tot)
-                s.kernel.append(ker)
-                s.hidden.append(hid)
-                s.overhead.append(ovh)
-                if kind == "region":
-                    executor_s.setdefault(dev, []).append(ovh)
+            sched = schedule(problem, alt)
+            runs.append((f"{da.name}<->{db.name}", alt, sched,
+                         program_from_schedule(problem, sched)))
+    pooled: dict[tuple[str, str], _Samples] = {}
+    executor_s: dict[str, list[float]] = {}
+    handoff: list[float] = []
+    busy: list[float] = []
+    moves: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    total = len(runs) * rounds
+    done = 0
+    for _rnd in range(rounds):
+        # round-robin over the runs: each run's samples come from `rounds` moments
+        for label, placement, sched, program in runs:
+            if progress is not None:
+                progress(done, total, f"running the model on {label} in model order")
+            done += 1
+            with Executor(program, source, reference_inputs=inputs[0], slots=1,
+                          timeout_s=timeout_s) as ex:
+                ex.start()
+                if warmup:
+                    ex.run(inputs[:warmup], phase="warmup")
+                ex.run(inputs[warmup:], phase="context")
+                tel = ex.telemetry()
+            steps, h_s, b_s = samples_from_telemetry(tel, "context", problem.host)
+            for (src_dev, dst_dev, name), tx in transfer_samples(tel, "context").items():
+                nbytes = sched.task(name).nbytes
+                moves.setdefault((src_dev, dst_dev), []).extend((nbytes, x) for x in tx)
+            if "<->" in label:
+                continue  # alternating runs measure transfers only
+            handoff += h_s
+            busy += b_s
+            for (dev, name), xs in steps.items():
+                task = sched.task(name)
+                if task.kind is TaskKind.COMPUTE:
+                    v = problem.vertex(task.name)
+                    dt = placement[v.name].dtype
+                    key = region_key(graph, list(v.ops), dt)
+                    kind, label_, n_ops = "region", v.name, len(v.ops)
+                elif task.kind is TaskKind.CONVERSION and task.src_rep is not None and \
+                        task.dst_rep is not None and task.tensor is not None:
+                    numel = graph.tensor(task.tensor).numel
+                    key, _ = conversion_key(numel, task.src_rep, task.dst_rep)
+                    dt = task.dst_rep.dtype
+                    kind, label_, n_ops = "conversion", name, 0
+                else:
+                    continue
+                smp = pooled.setdefault((dev, key), _Samples(kind, dt.value, label_, n_ops,
+                                                             [], [], [], []))
+                for tot, ker, hid, ovh in xs:
+                    smp.total.append(tot)
+                    smp.kernel.append(ker)
+                    smp.hidden.append(hid)
+                    smp.overhead.append(ovh)
+                    if kind == "region":
+                        executor_s.setdefault(dev, []).append(ovh)
     if progress is not None:
         progress(total, total, "model-order measurements done")
     context = []
@@ -333,9 +451,12 @@ def profile_in_context(graph: Graph, source: ModelSource, machine: Machine,
         records.append(d.model_copy(update=upd) if upd else d)
     settings = dict(calibration.settings)
     settings.update({"context_requests": float(requests), "context_warmup": float(warmup),
-                     "context_runs": float(len(configs) - len(skipped))})
+                     "context_runs": float(len(runs)), "context_rounds": float(rounds)})
     tags = dict(calibration.tags)
     if skipped:
         tags["context_skipped"] = ", ".join(skipped)
+    links = [fit_link(src_dev, dst_dev, mv) for (src_dev, dst_dev), mv in sorted(moves.items())
+             if len(mv) >= 2]
     return calibration.model_copy(update={"context": context, "devices": records,
-                                          "settings": settings, "tags": tags})
+                                          "settings": settings, "tags": tags,
+                                          "links": [x for x in links if x is not None]})
