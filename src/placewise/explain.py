@@ -93,6 +93,11 @@ def _summary(plan: Plan) -> dict[str, Any]:
         **_header(plan),
         "objective_value": plan.objective_value,
         "makespan_s": plan.makespan_s,
+        "latency_s": plan.predicted_latency_s,
+        "request": None if plan.request is None else {
+            "device": plan.request.device, "latency_s": plan.request.latency_s,
+            "low_s": plan.request.low_s, "high_s": plan.request.high_s,
+            "busy_s": plan.request.busy_s, "source": plan.request.source.value},
         "exact": plan.exact,
         "label": "exact schedule" if plan.exact else "lower bound only",
         "notes": list(plan.notes),
@@ -327,6 +332,11 @@ def _render_summary(s: Mapping[str, Any]) -> list[str]:
     out = _header_line(s)
     label = s["label"] + ("" if s["exact"] else ": " + "; ".join(s["notes"]))
     out.append(f"  makespan {_s(s['makespan_s'])} ({label})")
+    req = s.get("request")
+    if req:
+        out.append(f"  latency {_s(s['latency_s'])} = makespan + request hand-off "
+                   f"{_s(req['latency_s'])} on {req['device']} ({req['source']}, "
+                   f"{_s(req['low_s'])}..{_s(req['high_s'])})")
     out.append(f"  throughput {_rate(s['throughput_rps'])} (one run every "
                f"{_s(s['period_s'])}, bottleneck {s['bottleneck_resource'] or '-'})")
     out.append(f"  lower bound {_s(s['lower_bound_s'])}; memory "

@@ -278,8 +278,8 @@ class DeviceRecord(_Strict):
     # back (inputs written -> graph starts, graph ends -> outputs ready), measured in model
     # order by ``placewise.cost.context`` (absent: not measured)
     request: StepOverhead = Field(default_factory=StepOverhead)
-    # the host worker's own time per request (its io steps): occupies the device when
-    # requests are pipelined
+    # the worker's own time per request when requests are pipelined (messages, io steps,
+    # wake-ups), beyond its steps (``placewise.cost.context``)
     request_busy: StepOverhead = Field(default_factory=StepOverhead)
 
 
@@ -392,6 +392,8 @@ class Calibration(_Strict):
     failures: list[Failure] = Field(default_factory=list)
     context: list[ContextMeasurement] = Field(default_factory=list)
     links: list[LinkMeasurement] = Field(default_factory=list)
+    # the client process's CPU time per pipelined request (``placewise.cost.context``)
+    client: StepOverhead = Field(default_factory=StepOverhead)
 
     @field_validator("format")
     @classmethod
@@ -945,21 +947,29 @@ class CalibratedModel:
             (lk.src, lk.dst): lk for lk in calibration.links}
         self._fp = calibration.fingerprint()
 
+    def request_busy_s(self, device: str) -> float | None:
+        """The worker's own time per pipelined request on ``device`` beyond its steps
+        (None: not measured)."""
+        got = self._request.get(device)
+        return got[1].median_s if got is not None and got[1].n else None
+
+    def client_busy_s(self) -> float | None:
+        """The client process's CPU time per pipelined request (None: not measured)."""
+        c = self.calibration.client
+        return c.median_s if c.n else None
+
     def request_cost(self, host: str) -> Cost | None:
         """A request's hand-off between the client and the workers when ``host`` holds the
         graph's inputs and outputs (inputs written -> graph starts, graph ends -> outputs
-        ready), measured in model order, as ``Term.SYNC``; its ``buffer_bytes`` is 0 and
-        ``assumptions`` carry ``busy_s``, the host worker's own time per request (it
-        occupies the host when requests are pipelined). None when not measured."""
+        ready), measured in model order, as ``Term.SYNC``. None when not measured."""
         got = self._request.get(host)
         if got is None or got[0].n == 0:
             return None
-        req, busy = got
+        req = got[0]
         a: dict[str, float | str] = {
             "model": "profiled in model order (executor)", "measured_s": req.median_s,
             "p10_s": req.p10_s, "p90_s": req.p90_s, "requests": float(req.n),
-            "method": req.method, "busy_s": busy.median_s if busy.n else 0.0,
-            "calibration": self._fp, "interval": "measured p10..p90"}
+            "method": req.method, "calibration": self._fp, "interval": "measured p10..p90"}
         return Cost(((Term.SYNC, req.median_s),) if req.median_s > 0 else (),
                     req.p10_s, req.p90_s, Bottleneck.LAUNCH, Source.PROFILED,
                     tuple(sorted(a.items())))

@@ -29,9 +29,13 @@ the executor itself (``placewise.runtime.executor``), once per local device and 
 - per device, the median executor time per step becomes its ``DeviceRecord.dispatch``
   (what the calibrated model adds to regions that were *not* measured in model order);
 - on the host, every request gives a hand-off sample: (inputs written -> input step ends)
-  + (last step before the output step ends -> outputs ready)
-  (``DeviceRecord.request``), and the host worker's own io time per request
-  (``DeviceRecord.request_busy``).
+  + (last step before the output step ends -> outputs ready) (``DeviceRecord.request``);
+- with ``stream`` (the default), each single-device run then keeps ``_IN_FLIGHT``
+  requests in flight, as validation's pipelined stream does (workers sleep when idle):
+  the stream's period per request less the device's own step times is the device's
+  per-request work when requests queue (messages, io steps, wake-ups:
+  ``DeviceRecord.request_busy``), and the client process's CPU time per request is
+  ``Calibration.client``; plans add both to the pipelined occupancy.
 
 With ``transfers`` (the default), every pair of local devices on disjoint cores also runs
 the model with its regions alternating between the two (nearly every edge crosses):
@@ -49,6 +53,7 @@ through ``progress(done, total, message)``; the library never prints.
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -81,6 +86,8 @@ __all__ = [
     "fit_link",
     "profile_in_context",
     "samples_from_telemetry",
+    "stream_period",
+    "tel_requests",
     "transfer_samples",
 ]
 
@@ -92,6 +99,13 @@ CONTEXT_METHOD = ("in model order: the executor's step time of each region less 
 TRANSFER_METHOD = ("in model order: send step start -> receive step end of transfers whose "
                    "receiver was waiting, in runs alternating the regions between two devices; "
                    "fit latency + bytes x seconds_per_byte")
+STREAM_METHOD = ("in model order, pipelined: the stream's period per request less the "
+                 "device's own step times (its per-request work when requests queue: "
+                 "messages, io, wake-ups), one sample per single-device run")
+CLIENT_METHOD = ("in model order, pipelined: the client process's CPU time per request "
+                 "(inputs written, messages, outputs read)")
+#: requests in flight in the pipelined part of a model-order run
+_IN_FLIGHT = 4
 REQUEST_METHOD = ("in model order: inputs written -> input step ends, plus last step before "
                   "the output step -> outputs ready, per isolated request")
 
@@ -213,6 +227,26 @@ def samples_from_telemetry(tel: Telemetry, phase: str, host: str
     return steps, handoff, busy
 
 
+def tel_requests(tel: Telemetry, phase: str) -> list[Any]:
+    """The request records of ``phase``, by completion time."""
+    return sorted(tel.requests_of(phase), key=lambda r: r.outputs_ns)
+
+
+def stream_period(reqs: Sequence[Any], fill: int = _IN_FLIGHT) -> float | None:
+    """Seconds per request of a pipelined stream (completions sorted by time): the time
+    between completions after the first ``fill`` (the pipeline filling), None when too few.
+
+    >>> from placewise.runtime.telemetry import RequestRecord
+    >>> rs = [RequestRecord(i, "s", 0, 100 + 10 * i, 0) for i in range(10)]
+    >>> stream_period(rs, fill=2) * 1e9
+    10.0
+    """
+    if len(reqs) < fill + 2:
+        return None
+    t = [r.outputs_ns for r in reqs]
+    return (t[-1] - t[fill]) / (len(t) - 1 - fill) / 1e9
+
+
 def transfer_samples(tel: Telemetry, phase: str
                      ) -> dict[tuple[str, str, str], list[float]]:
     """Per (source device, destination device, transfer task): seconds from the start of
@@ -324,7 +358,8 @@ def profile_in_context(graph: Graph, source: ModelSource, machine: Machine,
                        calibration: Calibration, *, partition: Partition | None = None,
                        devices: Sequence[str] | None = None, requests: int = 10,
                        rounds: int = 3, warmup: int = 2, seed: int = 1,
-                       transfers: bool = True, timeout_s: float = 120.0,
+                       transfers: bool = True, stream: bool = True,
+                       timeout_s: float = 120.0,
                        progress: Progress | None = None) -> Calibration:
     """``calibration`` with the model-order measurements of ``graph`` added (see the
     module docstring). ``calibration`` orders the single-device runs (any calibration of
@@ -376,6 +411,8 @@ def profile_in_context(graph: Graph, source: ModelSource, machine: Machine,
     handoff: list[float] = []
     busy: list[float] = []
     moves: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    stream_extra: dict[str, list[float]] = {}
+    clients: list[float] = []
     total = len(runs) * rounds
     done = 0
     for _rnd in range(rounds):
@@ -390,8 +427,24 @@ def profile_in_context(graph: Graph, source: ModelSource, machine: Machine,
                 if warmup:
                     ex.run(inputs[:warmup], phase="warmup")
                 ex.run(inputs[warmup:], phase="context")
+                period = client = None
+                if "<->" not in label and stream:
+                    # a pipelined stream, as validation runs it: workers sleep when idle
+                    ex.set_spin(0.0, 0.0)
+                    c0 = time.process_time()
+                    n_s = max(3 * requests, 12)
+                    ex.run([inputs[warmup + i % requests] for i in range(n_s)],
+                           phase="stream", in_flight=_IN_FLIGHT)
+                    client = (time.process_time() - c0) / n_s
+                    period = stream_period(tel_requests(ex.telemetry(), "stream"))
                 tel = ex.telemetry()
             steps, h_s, b_s = samples_from_telemetry(tel, "context", problem.host)
+            if period is not None and client is not None:
+                dev = label.split(":")[0]
+                own = sum(statistics.median(x[0] for x in xs)
+                          for (d, _n), xs in steps.items() if d == dev)
+                stream_extra.setdefault(dev, []).append(period - own)
+                clients.append(client)
             for (src_dev, dst_dev, name), tx in transfer_samples(tel, "context").items():
                 nbytes = sched.task(name).nbytes
                 moves.setdefault((src_dev, dst_dev), []).extend((nbytes, x) for x in tx)
@@ -445,9 +498,11 @@ def profile_in_context(graph: Graph, source: ModelSource, machine: Machine,
             med, p10, p90 = _summary(handoff)
             upd["request"] = StepOverhead(median_s=med, p10_s=p10, p90_s=p90,
                                           n=len(handoff), method=REQUEST_METHOD)
-            med, p10, p90 = _summary(busy)
+        extra = stream_extra.get(d.name)
+        if extra:
+            med, p10, p90 = _summary([max(x, 0.0) for x in extra])
             upd["request_busy"] = StepOverhead(median_s=med, p10_s=p10, p90_s=p90,
-                                               n=len(busy), method="host io steps per request")
+                                               n=len(extra), method=STREAM_METHOD)
         records.append(d.model_copy(update=upd) if upd else d)
     settings = dict(calibration.settings)
     settings.update({"context_requests": float(requests), "context_warmup": float(warmup),
@@ -457,6 +512,11 @@ def profile_in_context(graph: Graph, source: ModelSource, machine: Machine,
         tags["context_skipped"] = ", ".join(skipped)
     links = [fit_link(src_dev, dst_dev, mv) for (src_dev, dst_dev), mv in sorted(moves.items())
              if len(mv) >= 2]
-    return calibration.model_copy(update={"context": context, "devices": records,
+    upd_cal: dict[str, Any] = {}
+    if clients:
+        med, p10, p90 = _summary(clients)
+        upd_cal["client"] = StepOverhead(median_s=med, p10_s=p10, p90_s=p90, n=len(clients),
+                                         method=CLIENT_METHOD)
+    return calibration.model_copy(update={**upd_cal, "context": context, "devices": records,
                                           "settings": settings, "tags": tags,
                                           "links": [x for x in links if x is not None]})
