@@ -78,7 +78,7 @@ def _calibrations(name: str, batches: list[int], machine: Any, cache: Path,
             continue
         src = load_source(f"zoo:{name}", batch=b)
         t0 = time.perf_counter()
-        out[b] = profile_in_context(src.graph, src, machine, out[b], requests=20)
+        out[b] = profile_in_context(src.graph, src, machine, out[b])
         log(f"  {name} b{b} in model order: {time.perf_counter() - t0:.0f} s")
         out[b].save(path)
     return out
@@ -150,6 +150,39 @@ def _row(name: str, batch: int, kind: str, plan: Any, rep: Any) -> dict[str, Any
     }
 
 
+def _row_of_repeats(name: str, batch: int, kind: str, plan: Any, reps: list[Any]
+                    ) -> dict[str, Any]:
+    """The row of the median-latency repeat, with latency and throughput the medians
+    over all repeats (and every repeat's figures listed)."""
+    order = sorted(reps, key=lambda r: r.latency.p50_s)
+    mid = order[(len(order) - 1) // 2]
+    row = _row(name, batch, kind, plan, mid)
+    base = next((r for r in reps if any(b.available for b in r.baselines)), None)
+    if base is not None and base is not mid:
+        fp32 = next((b for b in base.baselines if b.precision == "fp32" and b.available), None)
+        if fp32 is not None and fp32.latency is not None:
+            row["baseline_p50_s"] = fp32.latency.p50_s
+            row["baseline_rps"] = fp32.throughput_rps
+    p50s = [r.latency.p50_s for r in reps]
+    rps = [r.throughput_rps for r in reps]
+    pred = plan.predicted_latency_s
+    row["repeats"] = len(reps)
+    row["latency_p50_s"] = statistics.median(p50s)
+    row["latency_p50_runs_s"] = p50s
+    row["latency_error"] = row["latency_p50_s"] / pred - 1 if pred else None
+    row["latency_error_runs"] = [x / pred - 1 for x in p50s] if pred else []
+    row["throughput_rps"] = statistics.median(rps)
+    row["throughput_runs_rps"] = rps
+    ptp = plan.throughput_rps
+    row["throughput_error"] = row["throughput_rps"] / ptp - 1 if ptp else None
+    mem = [r.memory_error for r in reps if r.memory_error is not None]
+    row["memory_error"] = statistics.median(mem) if mem else None
+    if row.get("baseline_p50_s"):
+        row["plan_latency_speedup"] = row["baseline_p50_s"] / row["latency_p50_s"]
+        row["plan_throughput_ratio"] = row["throughput_rps"] / row["baseline_rps"]
+    return row
+
+
 def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     def stats(key: str) -> dict[str, Any]:
         vals = [r[key] for r in rows if r.get(key) is not None]
@@ -196,9 +229,9 @@ def _t(v: float | None) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = ("| model | batch | plan | devices | pred | p50 | lat err | on-CPU err | tput err | "
-            "mem err | rel L2 | vs ORT (lat / tput) | largest terms |")
-    lines = [head, "|" + "---|" * 13]
+    head = ("| model | batch | plan | devices | pred | p50 | lat err | lat err per run | "
+            "on-CPU err | tput err | mem err | rel L2 | vs ORT (lat / tput) | largest terms |")
+    lines = [head, "|" + "---|" * 14]
     for r in rows:
         sp, tr = r["plan_latency_speedup"], r["plan_throughput_ratio"]
         vs = "n/a" if not sp or not tr else f"x{sp:.2f} / x{tr:.2f}"
@@ -208,7 +241,9 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"| {r['model']} | {r['batch']} | {r['plan']} ({r['strategy']}) | "
             f"{'+'.join(r['devices'])} {'/'.join(r['dtypes'])} | "
             f"{_t(r['predicted_latency_s'])} | {_t(r['latency_p50_s'])} | "
-            f"{_pct(r['latency_error'])} | {_pct(r.get('latency_on_cpu_error'))} | "
+            f"{_pct(r['latency_error'])} | "
+            f"{' '.join(_pct(e) for e in r.get('latency_error_runs', []))} | "
+            f"{_pct(r.get('latency_on_cpu_error'))} | "
             f"{_pct(r['throughput_error'])} | "
             f"{_pct(r['memory_error'])} | {'n/a' if ql is None else f'{ql:.1e}'} | {vs} | "
             f"{top} |")
@@ -227,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "placewise",
         "bench-calibrations"))
     p.add_argument("--out", default="benchmarks/results/validation.json")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="validations of each plan, interleaved across the plans")
     p.add_argument("--no-context", action="store_true",
                    help="op-by-op calibration only (no model-order run)")
     args = p.parse_args(argv)
@@ -260,34 +297,49 @@ def main(argv: list[str] | None = None) -> int:
                                  "error": f"{type(exc).__name__}: {exc}"})
                 log(f"{name} b{b}: planning failed: {exc}")
                 continue
+            # each plan validated `repeats` times, interleaved (single, auto, greedy,
+            # single, ...): this machine's speed drifts by tens of percent over seconds, so
+            # the repeats sample different moments; the row reports the median
+            reports: dict[str, list[Any]] = {kind: [] for kind, _ in plans}
             baseline_done = False
+            for rep_i in range(args.repeats):
+                for kind, plan in plans:
+                    if rep_i == 0:
+                        log(f"{name} b{b} {kind} ({plan.strategy}): predicted "
+                            f"{plan.predicted_latency_s * 1e6:.0f} us")
+                    try:
+                        rep = validate_plan(plan, machine=machine, requests=args.requests,
+                                            stream_s=args.stream_s,
+                                            baseline=not baseline_done,
+                                            keep_telemetry=False)
+                    except Exception as exc:
+                        failures.append({"model": name, "batch": b, "plan": kind,
+                                         "stage": "validate",
+                                         "error": f"{type(exc).__name__}: {exc}"})
+                        log(f"  validation failed: {exc}")
+                        continue
+                    baseline_done = baseline_done or any(x.available for x in rep.baselines)
+                    reports[kind].append(rep)
+            first_row: dict[str, Any] | None = None
             for kind, plan in plans:
-                log(f"{name} b{b} {kind} ({plan.strategy}): predicted "
-                    f"{plan.predicted_latency_s * 1e6:.0f} us")
-                try:
-                    rep = validate_plan(plan, machine=machine, requests=args.requests,
-                                        stream_s=args.stream_s, baseline=not baseline_done,
-                                        keep_telemetry=False)
-                except Exception as exc:
-                    failures.append({"model": name, "batch": b, "plan": kind,
-                                     "stage": "validate",
-                                     "error": f"{type(exc).__name__}: {exc}"})
-                    log(f"  validation failed: {exc}")
+                reps = reports[kind]
+                if not reps:
                     continue
-                row = _row(name, b, kind, plan, rep)
-                if baseline_done:  # the baseline does not depend on the plan: reuse it
-                    first = next(r for r in reversed(rows)
-                                 if r["model"] == name and r["batch"] == b)
+                row = _row_of_repeats(name, b, kind, plan, reps)
+                if first_row is None:
+                    first_row = row
+                else:  # the baseline does not depend on the plan: reuse it
                     for key in ("baseline_p50_s", "baseline_rps"):
-                        row[key] = first[key]
+                        row[key] = first_row[key]
                     if row["baseline_p50_s"]:
                         row["plan_latency_speedup"] = row["baseline_p50_s"] / row["latency_p50_s"]
                         row["plan_throughput_ratio"] = row["throughput_rps"] / row["baseline_rps"]
-                baseline_done = True
                 rows.append(row)
-                log(f"  p50 {row['latency_p50_s'] * 1e6:.0f} us ({_pct(row['latency_error'])}), "
-                    f"{row['throughput_rps']:.0f}/s ({_pct(row['throughput_error'])}), memory "
-                    f"{_pct(row['memory_error'])}, load {row['load_average_1m']}")
+                log(f"  {kind}: p50 {row['latency_p50_s'] * 1e6:.0f} us "
+                    f"({_pct(row['latency_error'])}; runs "
+                    f"{', '.join(_pct(e) for e in row['latency_error_runs'])}), "
+                    f"{row['throughput_rps']:.0f}/s ({_pct(row['throughput_error'])}), "
+                    f"memory {_pct(row['memory_error'])}, load {row['load_average_1m']}")
                 out.write_text(json.dumps({"rows": rows, "failures": failures}, indent=1))
     result = {
         "command": "python " + " ".join([sys.argv[0], *(argv if argv is not None
