@@ -165,3 +165,21 @@ def test_unified_memory_is_checked_as_one_pool() -> None:
     assert rep.violations[0].devices == ("cpu", "gpu")
     assert pool.peak_bytes <= cpu.peak_bytes + gpu.peak_bytes
     assert pool.final_bytes == 0
+
+
+def test_transfers_between_local_devices_are_staged() -> None:
+    """The executor's transfers go through a shared-memory slot: the receiver's copy
+    exists from the transfer's end, and no transfer buffer is counted on it."""
+    from tests.runtime.helpers import problem_of, split_placement, tiny_source
+
+    prob = problem_of(tiny_source())
+    s = schedule(prob, split_placement(prob, int8=False))
+    rep = memory_report(prob, s)
+    xfers = [t for t in s.tasks if t.kind.value == "transfer"]
+    assert xfers
+    assert not [b for b in rep.buffers if b.category is Category.TRANSFER]
+    got = [(b, x) for x in xfers for b in rep.buffers if b.task == x.name]
+    assert got  # (the output delivered at the very end holds no time)
+    for b, x in got:
+        assert b.start_s == x.end_s and b.category is Category.ACTIVATIONS
+    assert all(u.final_bytes == 0 for u in rep.usages)

@@ -9,6 +9,10 @@ Every byte a run holds is a ``Buffer`` on one device's tier (the main tier,
   are on the host from 0; graph outputs' delivered copies live to the end of the run.
 - **transfer**: a received copy is allocated when its transfer starts; while in flight it
   counts as a transfer buffer (the sender still holds its own copy), then as an activation.
+  Between two *local* devices (devices with ``cores`` and a ``backend``: the executor's
+  worker processes) a transfer is staged through a shared-memory slot outside both
+  devices' memory, and the receiver allocates its copy when the transfer ends (when it
+  reads the slot): no transfer buffer is counted on the receiver.
 - **conversion**: a converted copy counts as a conversion buffer while the conversion runs,
   then as an activation (the cost model's ``buffer_bytes`` of a conversion *is* that copy
   and is not added again).
@@ -315,6 +319,9 @@ def _buffers(problem: Problem, schedule: Schedule, tier_of: dict[str, str]) -> _
         en.append(makespan)
     names, kinds = tl.name, tl.kind
     transfer, conversion = TaskKind.TRANSFER, TaskKind.CONVERSION
+    local = {d.name for d in problem.machine.devices if d.cores and d.backend}
+    staged = {i for i in range(len(names)) if kinds[i] is transfer and
+              tl.device[i] in local and tl.dst_device[i] in local}
     for c in range(len(tl.c_tensor)):
         b = tl.c_bytes[c]
         a0, r0, f0 = tl.c_alloc[c], tl.c_ready[c], tl.c_free[c]
@@ -327,6 +334,8 @@ def _buffers(problem: Problem, schedule: Schedule, tier_of: dict[str, str]) -> _
         k = kinds[made] if made >= 0 else None
         if k is transfer or k is conversion:
             mid = r0 if r0 < f0 else f0
+            if k is transfer and made in staged:
+                a0 = mid  # the receiver allocates its copy when it reads the staging slot
             if mid > a0:
                 label.append(t)
                 task.append(mk)
