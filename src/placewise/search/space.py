@@ -397,7 +397,8 @@ class Comm:
 
     Resources are numbered: devices first (in machine order, ``lanes`` each), then link
     resources (one per direction of a duplex link, one for a simplex link), then shared
-    resources (bandwidth; their occupancy is bytes / bandwidth). ``copy(t, d0, r0, d1, r1)``
+    resources (bandwidth; a task's occupancy is min(bytes / bandwidth, its duration), as in
+    ``placewise.schedule.pipeline``). ``copy(t, d0, r0, d1, r1)``
     returns ``(seconds, parts)`` to obtain tensor ``t`` on device ``d1`` in rep id ``r1``
     from its producer's copy on ``d0`` in ``r0``; ``parts`` are ``(resource, occupancy_s)``.
     """
@@ -486,7 +487,9 @@ class Comm:
         parts: list[tuple[int, float]] = [(di, cost_s)]
         if mem_bytes > 0:
             for c in self.dev_ctrl[device]:
-                parts.append((c, mem_bytes / self._bw[c]))
+                # a task occupies a controller at most while it runs (as the scheduler's
+                # pipeline counts it)
+                parts.append((c, min(mem_bytes / self._bw[c], cost_s)))
         return tuple(parts)
 
     def copy(self, tensor: str, d0: str, r0: int, d1: str, r1: int
@@ -509,7 +512,7 @@ class Comm:
             steps.append((self.dev_index[dev], c.total_s))
             if c.memory_bytes > 0:
                 for ctrl in self.dev_ctrl[dev]:
-                    steps.append((ctrl, c.memory_bytes / self._bw[ctrl]))
+                    steps.append((ctrl, min(c.memory_bytes / self._bw[ctrl], c.total_s)))
             return c.total_s
 
         def walk(rid: int) -> float:
@@ -526,7 +529,7 @@ class Comm:
                     ctrls = dict.fromkeys(((ri,) if not exclusive else ())
                                           + self.dev_ctrl[a] + self.dev_ctrl[b])
                     for ctrl in ctrls:
-                        steps.append((ctrl, nbytes / self._bw[ctrl]))
+                        steps.append((ctrl, min(nbytes / self._bw[ctrl], c.total_s)))
                 s += c.total_s
                 a = b
             return s
