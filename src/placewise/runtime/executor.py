@@ -8,6 +8,19 @@ its predicted start and a *receive* step on the receiver at its predicted end). 
 worker also has ``io:in`` (copy a request's inputs in) and ``io:out`` (copy the graph
 outputs back to the client) steps.
 
+**Core gates.** Devices whose ``cores`` overlap (the probed ``local`` machine's ``cpu01``
+shares core 0 with ``cpu0`` and core 1 with ``cpu1``) must not compute at the same time:
+the scheduler holds a shared core for one device at a time, and its task times assume so
+(a 2-thread kernel whose second core is taken waits at its barrier). Data dependencies
+alone do not keep the workers to that, so the program carries *core gates*
+(``ExecProgram.gates``, ``CoreGate``): for every core shared by several devices, the
+compute and conversion tasks of those devices in plan start order; where two consecutive
+ones belong to different devices, the later task waits until the earlier one has finished
+in the same request. Gates that the program already implies (the later step depends,
+through data, transfers, each worker's step order or other gates, on the earlier one) are
+dropped. Transfers are never gated (the scheduler gives them no cores). A program without
+shared cores has no gates.
+
 ``Executor(program, source)`` runs it:
 
 - **workers**: one process per device (``spawn``), pinned to the device's cores with
@@ -26,6 +39,13 @@ outputs back to the client) steps.
   plan puts them. An int8 kernel takes fp32 activations (onnxruntime dynamic
   quantization), so its int8 inputs are dequantized and its float outputs quantized around
   it: that work is timed apart (``hidden_conversion_ns``) because the plan does not name it.
+- **gates**: after a gated step's earlier task has run, its worker sends a small token
+  (``_GATE``: the task and the request, on the same worker-to-worker pipes as transfer
+  notifications, told apart by size) to the later task's worker, which waits for it as it
+  waits for a transfer: it keeps reading messages and runs other requests' ready steps
+  meanwhile. A gate wait is a ``WaitRecord`` whose ``for_task`` is ``gate:{earlier task}``.
+  Gates order the steps of one request; steps of different requests in flight still share
+  cores (as the steady-state pipeline model assumes).
 - **requests**: ``run(inputs, in_flight=1)`` runs requests one at a time;
   ``in_flight=K`` keeps K requests in the pipeline (a worker runs request k+1's ready
   steps while another device still works on request k; older requests go first). A
@@ -48,6 +68,7 @@ its top level with ``if __name__ == "__main__":``.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import math
 import multiprocessing as mp
@@ -61,7 +82,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as mp_wait
@@ -92,6 +113,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SHM_PREFIX",
+    "CoreGate",
     "ExecProgram",
     "ExecStep",
     "ExecTask",
@@ -114,6 +136,7 @@ SHM_PREFIX = "placewise-"
 _ALIGN = 64
 _STATUS_WORDS = 8  # per worker: state, task, request, t_start_ns, op, pid, -, -
 _NOTE = struct.Struct("<iqd")  # task index, request, int8 scale (nan: none)
+_GATE = struct.Struct("<ciq")  # b"T", earlier task index, request (13 bytes: not a _NOTE)
 _HOT = struct.Struct("<cqq")  # go / out / done: tag, request, capture flag or time (ns)
 _HOT_TAGS = {b"G": "go", b"O": "out", b"D": "done"}
 
@@ -183,18 +206,38 @@ class ExecVertex:
 @dataclass(frozen=True, slots=True)
 class ExecStep:
     """One step of a worker: reads and writes tensor copies (``copy_key`` names), frees the
-    copies whose last reader on this device it is."""
+    copies whose last reader on this device it is. ``gates_in``: the tasks (on other
+    devices) whose gate tokens it waits for before it starts; ``gates_out``: the devices it
+    sends its own gate token to once it has run (see ``CoreGate``)."""
 
     kind: StepKind
     task: int  # index into ExecProgram.tasks; -1 for io steps
     reads: tuple[str, ...]
     writes: tuple[str, ...]
     frees: tuple[str, ...] = ()
+    gates_in: tuple[int, ...] = ()
+    gates_out: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CoreGate:
+    """Task ``after`` must not start, in a request, before task ``before`` (on another
+    device that shares ``cores`` with ``after``'s device) has finished in that request: the
+    plan runs them one after the other on those cores. Both are compute or conversion
+    tasks (indices into ``ExecProgram.tasks``)."""
+
+    before: int
+    after: int
+    cores: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class ExecProgram:
-    """What the workers run: tasks, vertices, and each device's steps in plan order."""
+    """What the workers run: tasks, vertices, and each device's steps in plan order.
+
+    ``gates``: the core gates between devices that share cores (empty when none do; see
+    ``CoreGate`` and the module docstring), already written into the steps
+    (``ExecStep.gates_in`` / ``gates_out``)."""
 
     graph: Graph
     host: str
@@ -203,6 +246,7 @@ class ExecProgram:
     devices: tuple[Device, ...]
     steps: Mapping[str, tuple[ExecStep, ...]]
     makespan_s: float
+    gates: tuple[CoreGate, ...] = ()
     _by_name: dict[str, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -252,7 +296,8 @@ def program_from_schedule(problem: Problem, schedule: Schedule) -> ExecProgram:
 
     Raises ``InputError`` when a device the schedule uses is not a local device (it needs
     ``cores`` and a ``backend``) or a vertex computes in a dtype the executor has no
-    kernels for (fp32 and int8 run; int8 only on linear/matmul/gemm/conv).
+    kernels for (fp32 and int8 run; int8 only on linear/matmul/gemm/conv). Devices that
+    share cores get core gates (``ExecProgram.gates``) from the schedule's task times.
     """
     records = schedule.tasks  # by start time, then creation order: a topological order
     index = {t.name: i for i, t in enumerate(records)}
@@ -309,6 +354,12 @@ def program_from_plan(plan: Any, graph: Graph, machine: Machine) -> ExecProgram:
 
 def _build_program(g: Graph, m: Machine, host: str, tasks: list[ExecTask],
                    vertices: dict[str, ExecVertex], makespan_s: float) -> ExecProgram:
+    """Each device's steps: its tasks in plan order (a receive at its transfer's end),
+    reordered only where a step would read a copy before it is made; ``io:in`` first and
+    ``io:out`` after the last output on the host; frees after each copy's last reader; and,
+    when devices share cores, the core gates between their compute and conversion tasks
+    (``_core_gates``: plan start order per shared core, implied gates dropped) written into
+    the steps that wait (``gates_in``) and signal (``gates_out``)."""
     for v in vertices.values():
         if v.dtype not in (DType.FP32, DType.INT8):
             raise InputError(f"the executor runs fp32 and int8 kernels; vertex {v.name!r} "
@@ -354,14 +405,172 @@ def _build_program(g: Graph, m: Machine, host: str, tasks: list[ExecTask],
             events[t.dst_device].append((t.end_s, t.index, 2, ExecStep(
                 StepKind.RECV, t.index, (), (key,))))
     out_keys = tuple(copy_key(t, natural[t]) for t in g.outputs)
-    steps: dict[str, tuple[ExecStep, ...]] = {}
+    orders: dict[str, list[ExecStep]] = {}
     for d in devices:
         evs = sorted(events[d.name], key=lambda e: (e[0], e[1], e[2]))
         order = _local_order([e[3] for e in evs], d.name, tasks)
         if d.name == host:
             order = _place_io_out(order, out_keys)
-        steps[d.name] = _with_frees(order)
-    return ExecProgram(g, host, tuple(tasks), vertices, devices, steps, makespan_s)
+        orders[d.name] = order
+    gates = _core_gates(devices, tasks, orders)
+    if gates:
+        orders = _with_gates(orders, gates, tasks)
+    steps = {name: _with_frees(order) for name, order in orders.items()}
+    return ExecProgram(g, host, tuple(tasks), vertices, devices, steps, makespan_s, gates)
+
+
+def _core_gates(devices: Sequence[Device], tasks: Sequence[ExecTask],
+                orders: Mapping[str, Sequence[ExecStep]]) -> tuple[CoreGate, ...]:
+    """The core gates of a program whose devices run ``orders`` (see ``CoreGate``).
+
+    For every core that several devices use, the compute and conversion tasks of those
+    devices in plan start order fall into *runs* of one device; every task of a run gates
+    the step, among the next run's tasks, that its device runs first (the rest follow it on
+    that worker). A candidate gate is dropped when the later step already happens after the
+    earlier one: the happens-before graph of the steps of one request (each worker's step
+    order, send -> receive, and the gates kept) is walked in topological order with a
+    vector clock per step (per device, the last step known to have run), which makes that
+    test exact and linear in the steps. A candidate that would close a cycle (only
+    possible for a plan whose times contradict its own order) is dropped too.
+    """
+    users: dict[int, list[str]] = {}
+    for d in devices:
+        for c in dict.fromkeys(d.cores or ()):
+            users.setdefault(c, []).append(d.name)
+    shared = {c: set(ds) for c, ds in users.items() if len(ds) > 1}
+    if not shared:
+        return ()
+    gated_kinds = (StepKind.COMPUTE, StepKind.CONVERT)
+    dev_names = list(orders)
+    dev_index = {name: i for i, name in enumerate(dev_names)}
+    offset: dict[str, int] = {}
+    node_of: dict[int, int] = {}  # compute/conversion task -> node
+    where: list[tuple[int, int]] = []  # node -> (device index, position)
+    send_node: dict[int, int] = {}
+    recv_node: dict[int, int] = {}
+    for name in dev_names:
+        offset[name] = len(where)
+        for i, st in enumerate(orders[name]):
+            node = len(where)
+            where.append((dev_index[name], i))
+            if st.kind in gated_kinds:
+                node_of[st.task] = node
+            elif st.kind is StepKind.SEND:
+                send_node[st.task] = node
+            elif st.kind is StepKind.RECV:
+                recv_node[st.task] = node
+    # candidates: (earlier task, later task) -> cores
+    cand: dict[tuple[int, int], set[int]] = {}
+    for c, devs in sorted(shared.items()):
+        on_core = sorted((t for t in tasks if t.device in devs and t.index in node_of),
+                         key=lambda t: (t.start_s, t.index))
+        runs: list[list[ExecTask]] = []
+        for t in on_core:
+            if runs and runs[-1][0].device == t.device:
+                runs[-1].append(t)
+            else:
+                runs.append([t])
+        for prev, nxt in itertools.pairwise(runs):
+            head = min(nxt, key=lambda t: node_of[t.index])
+            for t in prev:
+                cand.setdefault((t.index, head.index), set()).add(c)
+    if not cand:
+        return ()
+    n = len(where)
+    fixed: list[list[int]] = [[] for _ in range(n)]
+    for name in dev_names:
+        base = offset[name]
+        for i in range(1, len(orders[name])):
+            fixed[base + i].append(base + i - 1)
+    for ti, rn in recv_node.items():
+        sn = send_node.get(ti)
+        if sn is not None:
+            fixed[rn].append(sn)
+    live = dict(cand)
+    while True:
+        into: list[list[tuple[int, int]]] = [[] for _ in range(n)]  # node -> (src, task)
+        for (b, a) in live:
+            into[node_of[a]].append((node_of[b], b))
+        topo = _topological(n, fixed, into)
+        if len(topo) == n:
+            break
+        done = set(topo)
+        stuck = [k for k in live if node_of[k[1]] not in done]
+        if not stuck:  # pragma: no cover - the steps alone form a cycle
+            return ()
+        for k in stuck:
+            del live[k]
+    task_at = {node: ti for ti, node in node_of.items()}
+    width = len(dev_names)
+    clock: list[list[int]] = [[] for _ in range(n)]
+    kept: list[tuple[int, int]] = []
+    for node in topo:
+        vc = [-1] * width
+        for p in fixed[node]:
+            vc = [max(x, y) for x, y in zip(vc, clock[p], strict=True)]
+        gins = into[node]
+        for j, (src, b) in enumerate(gins):
+            dev, pos = where[src]
+            seen = vc[dev]
+            for m, (other, _b) in enumerate(gins):
+                if m != j:
+                    seen = max(seen, clock[other][dev])
+            if seen < pos:
+                kept.append((b, task_at[node]))
+        for src, _b in gins:
+            vc = [max(x, y) for x, y in zip(vc, clock[src], strict=True)]
+        dev, pos = where[node]
+        vc[dev] = pos
+        clock[node] = vc
+    # one waiting step per (earlier task, device): the first in that worker's order
+    first: dict[tuple[int, str], tuple[int, int]] = {}
+    for b, a in kept:
+        key = (b, tasks[a].device)
+        if key not in first or node_of[a] < node_of[first[key][1]]:
+            first[key] = (b, a)
+    out = [CoreGate(b, a, tuple(sorted(live[(b, a)]))) for b, a in first.values()]
+    out.sort(key=lambda gt: (tasks[gt.before].start_s, gt.before, gt.after))
+    return tuple(out)
+
+
+def _topological(n: int, fixed: Sequence[Sequence[int]],
+                 into: Sequence[Sequence[tuple[int, int]]]) -> list[int]:
+    """Nodes ``0..n-1`` in a topological order of the edges ``fixed[v]`` (predecessors of
+    ``v``) and ``into[v]`` (``(predecessor, tag)``); shorter than ``n`` on a cycle."""
+    indeg = [len(fixed[v]) + len(into[v]) for v in range(n)]
+    succ: list[list[int]] = [[] for _ in range(n)]
+    for v in range(n):
+        for p in fixed[v]:
+            succ[p].append(v)
+        for p, _tag in into[v]:
+            succ[p].append(v)
+    ready = [v for v in range(n) if indeg[v] == 0]
+    out: list[int] = []
+    while ready:
+        v = ready.pop()
+        out.append(v)
+        for w in succ[v]:
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                ready.append(w)
+    return out
+
+
+def _with_gates(orders: Mapping[str, list[ExecStep]], gates: Sequence[CoreGate],
+                tasks: Sequence[ExecTask]) -> dict[str, list[ExecStep]]:
+    """``orders`` with every gate written into its two steps."""
+    gin: dict[int, list[int]] = {}
+    gout: dict[int, set[str]] = {}
+    for gt in gates:
+        gin.setdefault(gt.after, []).append(gt.before)
+        gout.setdefault(gt.before, set()).add(tasks[gt.after].device)
+    out: dict[str, list[ExecStep]] = {}
+    for name, order in orders.items():
+        out[name] = [replace(st, gates_in=tuple(sorted(gin.get(st.task, ()))),
+                             gates_out=tuple(sorted(gout.get(st.task, ()))))
+                     if st.kind in (StepKind.COMPUTE, StepKind.CONVERT) and
+                     (st.task in gin or st.task in gout) else st for st in order]
+    return out
 
 
 def _local_order(steps: list[ExecStep], device: str, tasks: list[ExecTask]) -> list[ExecStep]:
@@ -425,8 +634,8 @@ def _with_frees(steps: list[ExecStep]) -> tuple[ExecStep, ...]:
     frees: dict[int, list[str]] = {}
     for k, i in last.items():
         frees.setdefault(i, []).append(k)
-    return tuple(ExecStep(s.kind, s.task, s.reads, s.writes, tuple(sorted(frees.get(i, []))))
-                 for i, s in enumerate(steps))
+    return tuple(ExecStep(s.kind, s.task, s.reads, s.writes, tuple(sorted(frees.get(i, []))),
+                          s.gates_in, s.gates_out) for i, s in enumerate(steps))
 
 
 # ---- sources -----------------------------------------------------------------------------------
@@ -832,9 +1041,11 @@ class Executor:
         reload = source_reload_args(self.source, self._tmp)
         self._fx_map = _fx_map(self.source, prog.graph)
         ctx = mp.get_context("spawn")
-        # one pipe per ordered device pair that has transfers
+        # one pipe per ordered device pair that has transfers or core gates
         pairs = sorted({(t.device, t.dst_device) for t in prog.transfers()
-                        if t.dst_device is not None})
+                        if t.dst_device is not None} |
+                       {(prog.tasks[gt.before].device, prog.tasks[gt.after].device)
+                        for gt in prog.gates})
         readers: dict[str, list[tuple[str, Connection]]] = {d.name: [] for d in devices}
         writers: dict[str, dict[str, Connection]] = {d.name: {} for d in devices}
         ends: list[Connection] = []
@@ -928,7 +1139,8 @@ class Executor:
             "graph_fingerprint": g.fingerprint(), "shm": self._shm.name,
             "slots": self.slots, "host": prog.host,
             "steps": [{"kind": s.kind.value, "task": s.task, "reads": list(s.reads),
-                       "writes": list(s.writes), "frees": list(s.frees)} for s in steps],
+                       "writes": list(s.writes), "frees": list(s.frees),
+                       "gin": list(s.gates_in), "gout": list(s.gates_out)} for s in steps],
             "tasks": tasks, "vertices": vertices,
             "inputs": {t: _buf_json(b) for t, b in ins.items()},
             "outputs": {t: _buf_json(b) for t, b in outs.items()},
@@ -1191,9 +1403,11 @@ class Executor:
             v = prog.vertices[names[ti]]
             self._ops.append(OpRecord(r, v.ops[oi].name, v.name, device, start, end, phase))
         for w in data["waits"]:
-            r, ti, start, end = w
-            self._waits.append(WaitRecord(r, device, names[ti] if ti >= 0 else "request",
-                                          start, end, phase))
+            r, ti, start, end = w[:4]
+            what = names[ti] if ti >= 0 else "request"
+            if len(w) > 4 and w[4]:
+                what = f"gate:{what}"  # a core gate: waiting for that task to end
+            self._waits.append(WaitRecord(r, device, what, start, end, phase))
         self._peak_live[device] = max(self._peak_live.get(device, 0), int(data["peak_live"]))
         self._phase_peaks.setdefault(phase, {})[device] = max(
             self._phase_peaks.get(phase, {}).get(device, 0), int(data["peak_live"]))
@@ -1811,10 +2025,13 @@ class _Worker:
         capture: dict[int, bool] = {}
         env: dict[int, dict[str, tuple[Any, Any, int]]] = {}
         self.arrived: dict[tuple[int, int], tuple[float, int]] = {}
+        self.tokens: dict[tuple[int, int], int] = {}  # (earlier task, request) -> ns
+        self.n_msgs = 0  # notes and tokens received so far
         steps = self.steps
         nsteps = len(steps)
         conns = [self.parent, *self.readers]
         status = self.status
+        gated = any(st["gin"] for st in steps)
         while True:
             ran = False
             for r in active:
@@ -1824,6 +2041,13 @@ class _Worker:
                     self._drain(conns, 0.0, active, cursor, capture, env)
                     if (st["task"], r) not in self.arrived:
                         continue
+                elif gated and st["gin"]:  # core gates: wait like for a transfer
+                    if self._closed_gate(st, r) >= 0:
+                        self._drain(conns, 0.0, active, cursor, capture, env)
+                        if self._closed_gate(st, r) >= 0:
+                            continue
+                    for b in st["gin"]:
+                        del self.tokens[(b, r)]
                 self._step(st, r, env[r], capture[r])
                 cursor[r] = c + 1
                 if c + 1 == nsteps:
@@ -1837,9 +2061,15 @@ class _Worker:
             # nothing runnable: block until a message arrives
             t0 = time.monotonic_ns()
             waiting_for = -1
+            gate = 0
             if active:
                 r0 = active[0]
-                waiting_for = steps[cursor[r0]]["task"]
+                st0 = steps[cursor[r0]]
+                waiting_for = st0["task"]
+                if gated and st0["gin"]:
+                    b = self._closed_gate(st0, r0)
+                    if b >= 0:  # waiting for that task's end on another device
+                        waiting_for, gate = b, 1
                 status[0] = 2
                 status[1] = waiting_for
                 status[2] = r0
@@ -1848,20 +2078,33 @@ class _Worker:
                 # saves the wake-up latency of a blocked process (for a transfer, or for
                 # the next request)
                 limit = t0 + (self.spin_ns if active else self.idle_spin_ns)
-                n_arrived = len(self.arrived)
+                n_msgs = self.n_msgs
                 n_active = len(active)
-                while time.monotonic_ns() < limit and len(self.arrived) == n_arrived \
+                while time.monotonic_ns() < limit and self.n_msgs == n_msgs \
                         and len(active) == n_active:
                     if not self._drain(conns, 0.0, active, cursor, capture, env):
                         return
-                if len(self.arrived) == n_arrived and len(active) == n_active and \
+                if self.n_msgs == n_msgs and len(active) == n_active and \
                         not self._drain(conns, None, active, cursor, capture, env):
                     return
             elif not self._drain(conns, None, active, cursor, capture, env):
                 return
             if active:
-                self.rec_waits.append((active[0], waiting_for, t0, time.monotonic_ns()))
+                if gate:
+                    self.rec_waits.append((active[0], waiting_for, t0, time.monotonic_ns(),
+                                           1))
+                else:
+                    self.rec_waits.append((active[0], waiting_for, t0, time.monotonic_ns()))
             status[0] = 0
+
+    def _closed_gate(self, st: dict[str, Any], r: int) -> int:
+        """The first task whose gate token step ``st`` of request ``r`` still lacks; -1
+        when every gate is open."""
+        tokens = self.tokens
+        for b in st["gin"]:
+            if (b, r) not in tokens:
+                return int(b)
+        return -1
 
     def _drain(self, conns: list[Connection], timeout: float | None, active: list[int],
                cursor: dict[int, int], capture: dict[int, bool],
@@ -1899,7 +2142,13 @@ class _Worker:
                 assert isinstance(c, Connection)
                 try:
                     while c.poll():
-                        ti, r, scale = _NOTE.unpack(c.recv_bytes())
+                        data = c.recv_bytes()
+                        self.n_msgs += 1
+                        if len(data) == _GATE.size:
+                            _tag, ti, r = _GATE.unpack(data)
+                            self.tokens[(ti, r)] = time.monotonic_ns()
+                            continue
+                        ti, r, scale = _NOTE.unpack(data)
                         self.arrived[(ti, r)] = (scale, time.monotonic_ns())
                 except (EOFError, OSError):
                     # a peer died: the parent sees it and stops the run
@@ -2006,6 +2255,11 @@ class _Worker:
             status[0] = 0
             return
         t1 = now()
+        gout = st["gout"]
+        if gout:  # core gates: this task has ended, the later tasks may start
+            token = _GATE.pack(b"T", ti, r)
+            for dst in gout:
+                self.writers[dst].send_bytes(token)
         self._peak()
         self.rec_tasks.append((r, ti, kind, t0, t1, kernel, hidden, self.live_bytes,
                                cpu() - c0))
@@ -2172,7 +2426,8 @@ def measure_step_overhead(steps: int = 200) -> list[float]:
     w.rec_tasks, w.rec_ops = [], []
     w.snapshot = None
     x = np.zeros(16, dtype=np.float32)
-    st = {"kind": "compute", "task": 0, "reads": ("x",), "writes": ("y",), "frees": ("y",)}
+    st = {"kind": "compute", "task": 0, "reads": ("x",), "writes": ("y",), "frees": ("y",),
+          "gin": (), "gout": ()}
     now = time.perf_counter_ns
     out: list[float] = []
     for _ in range(steps + 3):  # three warm-up steps
