@@ -892,6 +892,7 @@ def _critical_path(program: ExecProgram, plan: Plan, steps: dict[str, list[_Step
     pos: dict[tuple[str, int], int] = {}
     writer: dict[tuple[str, str], _Step] = {}
     send_of: dict[int, _Step] = {}
+    step_of: dict[int, _Step] = {}  # compute/convert steps by task
     for dev, lst in steps.items():
         for i, st in enumerate(lst):
             pos[(dev, id(st))] = i
@@ -899,6 +900,12 @@ def _critical_path(program: ExecProgram, plan: Plan, steps: dict[str, list[_Step
                 writer.setdefault((dev, k), st)
             if st.kind is StepKind.SEND:
                 send_of[st.task] = st
+            elif st.kind in (StepKind.COMPUTE, StepKind.CONVERT):
+                step_of[st.task] = st
+    # core gates: a step waits for the step the plan runs before it on a shared core
+    gated: dict[int, list[int]] = {}
+    for gt in getattr(program, "gates", ()):
+        gated.setdefault(gt.after, []).append(gt.before)
     host = program.host
     last = next((s for s in steps.get(host, []) if s.kind is StepKind.IO_OUT), None)
     if last is None:
@@ -915,6 +922,9 @@ def _critical_path(program: ExecProgram, plan: Plan, steps: dict[str, list[_Step
                 cands.append(w)
         if cur.kind is StepKind.RECV and cur.task in send_of:
             cands.append(send_of[cur.task])
+        for before in gated.get(cur.task, ()) if cur.task >= 0 else ():
+            if before in step_of:
+                cands.append(step_of[before])
         i = pos[(cur.device, id(cur))]
         if i > 0:
             cands.append(steps[cur.device][i - 1])

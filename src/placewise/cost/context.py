@@ -37,8 +37,8 @@ the executor itself (``placewise.runtime.executor``), once per local device and 
   ``DeviceRecord.request_busy``), and the client process's CPU time per request is
   ``Calibration.client``; plans add both to the pipelined occupancy.
 
-With ``transfers`` (the default), every pair of local devices on disjoint cores also runs
-the model with its regions alternating between the two (nearly every edge crosses):
+With ``transfers`` (the default), every pair of local devices also runs the model with
+its regions alternating between the two (nearly every edge crosses):
 transfers whose receiver was waiting give samples of send start -> receive end, fitted
 per direction as latency + bytes x seconds per byte (``calibrated.LinkMeasurement``).
 Everything runs ``rounds`` times, round-robin over the runs, so that each measurement
@@ -303,14 +303,9 @@ def fit_link(src: str, dst: str, samples: Sequence[tuple[int, float]]
 
 
 def _pairs(devs: Sequence[Device]) -> list[tuple[Device, Device]]:
-    """Pairs of local devices on disjoint cores (a transfer between them can be timed
-    without one waiting for the other's cores)."""
-    out = []
-    for i, a in enumerate(devs):
-        for b in devs[i + 1:]:
-            if not set(a.cores or ()) & set(b.cores or ()):
-                out.append((a, b))
-    return out
+    """Every pair of local devices (devices sharing cores too: the executor's core gates
+    keep them to the plan's order, and their transfers wake a sleeping worker)."""
+    return [(a, b) for i, a in enumerate(devs) for b in devs[i + 1:]]
 
 
 def _alternating(problem: Any, a: str, b: str) -> Any:
