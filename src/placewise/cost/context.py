@@ -53,7 +53,6 @@ through ``progress(done, total, message)``; the library never prints.
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -104,8 +103,9 @@ STREAM_METHOD = ("in model order, pipelined: the stream's period per request les
                  "messages, io, wake-ups), one sample per single-device run")
 CLIENT_METHOD = ("in model order, pipelined: the client process's CPU time per request "
                  "(inputs written, messages, outputs read)")
-#: requests in flight in the pipelined part of a model-order run
-_IN_FLIGHT = 4
+#: requests in flight in the pipelined part of a model-order run (as validation keeps for
+#: up to three devices)
+_IN_FLIGHT = 8
 REQUEST_METHOD = ("in model order: inputs written -> input step ends, plus last step before "
                   "the output step -> outputs ready, per isolated request")
 
@@ -351,8 +351,8 @@ def _placement(problem: Any, cfg: ContextConfig) -> tuple[Any, int] | None:
 
 def profile_in_context(graph: Graph, source: ModelSource, machine: Machine,
                        calibration: Calibration, *, partition: Partition | None = None,
-                       devices: Sequence[str] | None = None, requests: int = 10,
-                       rounds: int = 3, warmup: int = 2, seed: int = 1,
+                       devices: Sequence[str] | None = None, requests: int = 8,
+                       rounds: int = 5, warmup: int = 2, seed: int = 1,
                        transfers: bool = True, stream: bool = True,
                        timeout_s: float = 120.0,
                        progress: Progress | None = None) -> Calibration:
@@ -416,7 +416,7 @@ def profile_in_context(graph: Graph, source: ModelSource, machine: Machine,
             if progress is not None:
                 progress(done, total, f"running the model on {label} in model order")
             done += 1
-            with Executor(program, source, reference_inputs=inputs[0], slots=1,
+            with Executor(program, source, reference_inputs=inputs[0], slots=_IN_FLIGHT,
                           timeout_s=timeout_s) as ex:
                 ex.start()
                 if warmup:
@@ -426,11 +426,10 @@ def profile_in_context(graph: Graph, source: ModelSource, machine: Machine,
                 if "<->" not in label and stream:
                     # a pipelined stream, as validation runs it: workers sleep when idle
                     ex.set_spin(0.0, 0.0)
-                    c0 = time.process_time()
-                    n_s = max(3 * requests, 12)
+                    n_s = max(3 * requests, 3 * _IN_FLIGHT)
                     ex.run([inputs[warmup + i % requests] for i in range(n_s)],
                            phase="stream", in_flight=_IN_FLIGHT)
-                    client = (time.process_time() - c0) / n_s
+                    client = ex.last_run_cpu_s / n_s
                     period = stream_period(tel_requests(ex.telemetry(), "stream"))
                 tel = ex.telemetry()
             steps, h_s, b_s = samples_from_telemetry(tel, "context", problem.host)

@@ -992,6 +992,9 @@ class Executor:
         self._pending_send: dict[tuple[int, int], tuple[Any, ...]] = {}
         self._pending_recv: dict[tuple[int, int], tuple[str, tuple[Any, ...]]] = {}
         self._phase_peaks: dict[str, dict[str, int]] = {}
+        #: the client process's CPU seconds in the last ``run`` (submitting requests,
+        #: handling completions; telemetry collection excluded)
+        self.last_run_cpu_s = 0.0
 
     # -- lifecycle --
     def __enter__(self) -> Executor:
@@ -1310,6 +1313,7 @@ class Executor:
         outstanding = 0
         finished = 0
         n_workers = sum(1 for p in self._procs if p.alive)
+        client_cpu0 = time.process_time()
         try:
             while finished < n:
                 while nxt < n and outstanding < k:
@@ -1349,6 +1353,8 @@ class Executor:
         for r in range(n):
             self._requests.append(RequestRecord(base + r, phase, submit_ns[r], ready_ns[r],
                                                 max(done_ns[r], out_ns[r]), out_ns[r]))
+        # the client's own CPU time for these requests (telemetry collection excluded)
+        self.last_run_cpu_s = time.process_time() - client_cpu0
         self._flush(phase)
         return [x if x is not None else [] for x in results]
 
