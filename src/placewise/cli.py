@@ -302,7 +302,9 @@ def profile(
         help="Also run the model with the executor on each device and time every region "
              "in model order (what plans use first)")] = True,
     context_requests: Annotated[int, typer.Option(
-        help="Requests per device in the model-order run")] = 20,
+        help="Requests per run and round in the model-order runs")] = 8,
+    context_rounds: Annotated[int, typer.Option(
+        help="Rounds of the model-order runs (round-robin, moments apart)")] = 5,
     as_json: JsonOpt = False,
 ) -> None:
     """Measure every distinct op of MODEL at its real shape on this machine's devices, then
@@ -323,6 +325,9 @@ def profile(
     if context_requests < 1:
         raise InputError(f"context-requests must be >= 1, got {context_requests}",
                          place="--context-requests")
+    if context_rounds < 1:
+        raise InputError(f"context-rounds must be >= 1, got {context_rounds}",
+                         place="--context-rounds")
     with _progress("profiling") as cb:
         cal = profile_model(graph, source, machine, devices=device, max_time_s=max_time,
                             progress=lambda done, total, msg: cb(msg, done / max(total, 1)))
@@ -330,7 +335,7 @@ def profile(
         with _progress("in model order") as cb:
             cal = profile_in_context(
                 graph, source, machine, cal, devices=device, requests=context_requests,
-                progress=lambda done, total, msg: cb(msg, done / max(total, 1)))
+                rounds=context_rounds, progress=lambda done, total, msg: cb(msg, done / max(total, 1)))
     data = cal.to_json()
     if out_file is not None:
         from placewise.io import atomic_write_json
