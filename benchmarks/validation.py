@@ -202,6 +202,23 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     lat = [abs(r["latency_error"]) for r in rows if r.get("latency_error") is not None]
     out["latency_within_10pct"] = sum(v <= 0.10 for v in lat)
     out["latency_within_25pct"] = sum(v <= 0.25 for v in lat)
+    runs = [e for r in rows for e in r.get("latency_error_runs", [])]
+    if runs:
+        out["latency_error_every_run"] = {
+            "n": len(runs), "median_abs": statistics.median(abs(e) for e in runs),
+            "within_10pct": sum(abs(e) <= 0.10 for e in runs),
+            "within_25pct": sum(abs(e) <= 0.25 for e in runs)}
+    spread = [max(r["latency_p50_runs_s"]) / min(r["latency_p50_runs_s"]) - 1 for r in rows
+              if len(r.get("latency_p50_runs_s", [])) > 1]
+    if spread:
+        # the same plan's p50 from one repeat to the next: the noise floor of this machine
+        out["repeat_p50_spread"] = {"median": statistics.median(spread), "worst": max(spread)}
+    by_kind: dict[str, list[float]] = {}
+    for r in rows:
+        if r.get("latency_error") is not None:
+            by_kind.setdefault(r["plan"], []).append(abs(r["latency_error"]))
+    out["latency_error_median_abs_by_plan"] = {k: statistics.median(v)
+                                               for k, v in sorted(by_kind.items())}
     q = [r["quality_rel_l2_max"] for r in rows if r.get("quality_rel_l2_max") is not None]
     out["quality_rel_l2_worst"] = max(q) if q else None
     sp = [r["plan_latency_speedup"] for r in rows if r.get("plan_latency_speedup")]
@@ -266,7 +283,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="validations of each plan, interleaved across the plans")
     p.add_argument("--no-context", action="store_true",
                    help="op-by-op calibration only (no model-order run)")
+    p.add_argument("--table", metavar="RESULTS",
+                   help="print the table and summary of a results file and exit")
     args = p.parse_args(argv)
+    if args.table:
+        data = json.loads(Path(args.table).read_text())
+        print(table(data["rows"]))
+        print()
+        print(json.dumps(_summary(data["rows"]), indent=1))
+        return 0
 
     from placewise.hardware.probe import load_local
     from placewise.validate import validate_plan

@@ -315,14 +315,16 @@ def test_gated_workers_and_memory_are_gone(ran: dict[str, Any]) -> None:
     assert ran["shm"] not in own_segments()
 
 
-def test_a_crash_while_a_gate_waits_ends_the_run(branches: ModelSource,
-                                                 gated: dict[str, Any]) -> None:
-    prog: ExecProgram = gated["program"]
+def _fault_while_gated(branches: ModelSource, prog: ExecProgram, kind: str, request: int,
+                       n: int, timeout_s: float) -> tuple[Any, ExecutionError, Any, Any]:
+    """Run with ``kind`` injected into the step that a cpu01 gate waits for; returns that
+    task, the error, the worker pids and the shared-memory name."""
     gate = next(g for g in prog.gates if prog.tasks[g.after].device == "cpu01")
     before = prog.tasks[gate.before]
-    inputs = _inputs(3)
-    ex = Executor(prog, branches, reference_inputs=inputs[0], timeout_s=60, warm_calls=0,
-                  fault=Fault("crash", before.device, before.name, request=1))
+    inputs = _inputs(n)
+    ex = Executor(prog, branches, reference_inputs=inputs[0], timeout_s=timeout_s,
+                  warm_calls=0, fault=Fault(kind, before.device, before.name,
+                                            request=request))
     try:
         ex.start()
         pids, shm = ex.worker_pids, ex.shm_name
@@ -330,7 +332,12 @@ def test_a_crash_while_a_gate_waits_ends_the_run(branches: ModelSource,
             ex.run(inputs)
     finally:
         ex.close()
-    err = info.value
+    return before, info.value, pids, shm
+
+
+def test_a_crash_while_a_gate_waits_ends_the_run(branches: ModelSource,
+                                                 gated: dict[str, Any]) -> None:
+    before, err, pids, shm = _fault_while_gated(branches, gated["program"], "crash", 1, 3, 60)
     assert err.device == before.device and err.task == before.name and err.request == 1
     assert "signal 9" in str(err) and repr(before.name) in str(err)
     assert pids and not any(alive(p) for p in pids.values())
@@ -340,20 +347,8 @@ def test_a_crash_while_a_gate_waits_ends_the_run(branches: ModelSource,
 
 def test_a_hang_while_a_gate_waits_is_reported(branches: ModelSource,
                                                gated: dict[str, Any]) -> None:
-    prog: ExecProgram = gated["program"]
-    gate = next(g for g in prog.gates if prog.tasks[g.after].device == "cpu01")
-    before = prog.tasks[gate.before]
-    inputs = _inputs(2)
-    ex = Executor(prog, branches, reference_inputs=inputs[0], timeout_s=1.5, warm_calls=0,
-                  fault=Fault("hang", before.device, before.name, request=0))
-    try:
-        ex.start()
-        pids, shm = ex.worker_pids, ex.shm_name
-        with pytest.raises(ExecutionError) as info:
-            ex.run(inputs)
-    finally:
-        ex.close()
-    assert info.value.device == before.device and info.value.task == before.name
-    assert "hung" in str(info.value)
+    before, err, pids, shm = _fault_while_gated(branches, gated["program"], "hang", 0, 2, 1.5)
+    assert err.device == before.device and err.task == before.name
+    assert "hung" in str(err)
     assert pids and not any(alive(p) for p in pids.values())
     assert shm is not None and not own_segments()
