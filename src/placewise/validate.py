@@ -1271,7 +1271,7 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
                   source: ModelSource | str | None = None, machine: Machine | None = None,
                   progress: Progress | None = None, baseline: bool = True,
                   stream_s: float = 1.0, in_flight: int | None = None,
-                  solo_repeats: int = 7, warmup: int = 3, timeout_s: float = 120.0,
+                  solo_repeats: int = 7, warmup: int = 10, timeout_s: float = 120.0,
                   seed: int = 0, keep_telemetry: bool = True,
                   shapes: Mapping[str, Sequence[int]] | None = None) -> ValidationReport:
     """Run ``plan`` on this machine and compare it with its prediction (module docstring).

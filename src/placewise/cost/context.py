@@ -16,8 +16,9 @@ the executor itself (``placewise.runtime.executor``), once per local device and 
   kernels for it (int8: regions of linear/matmul/gemm/conv only), fp32 otherwise;
   devices that cannot run every region are skipped, and the result says so;
 - the executor starts one worker for it (and the host's, which holds the graph's inputs
-  and outputs), runs ``warmup`` requests, then ``requests`` isolated requests, each on its
-  own seeded inputs;
+  and outputs), runs ``warmup`` requests (a fresh executor's first requests are slow:
+  measured here, mlp 445, 160, 135 ... ~110 us by the 15th; inception 1.7, 1.3 ms, then
+  1.2 ms), then ``requests`` isolated requests, each on its own seeded inputs;
 - from the telemetry, every compute and conversion step of every request gives one
   sample: its duration plus the gap since the previous step of its worker in the same
   request (the loop between steps), less any time the worker spent waiting for a message
@@ -352,7 +353,7 @@ def _placement(problem: Any, cfg: ContextConfig) -> tuple[Any, int] | None:
 def profile_in_context(graph: Graph, source: ModelSource, machine: Machine,
                        calibration: Calibration, *, partition: Partition | None = None,
                        devices: Sequence[str] | None = None, requests: int = 8,
-                       rounds: int = 5, warmup: int = 2, seed: int = 1,
+                       rounds: int = 5, warmup: int = 10, seed: int = 1,
                        transfers: bool = True, stream: bool = True,
                        timeout_s: float = 120.0,
                        progress: Progress | None = None) -> Calibration:
