@@ -756,10 +756,11 @@ def _throughput_json(problem: Problem, ev: Evaluation) -> dict[str, Any]:
                            "occupancy_s": [list(x) for x in ranked]}}
 
 
-def _request_json(problem: Problem, makespan_s: float) -> dict[str, Any]:
+def _request_json(problem: Problem, makespan_s: float, used: Sequence[str] = ()
+                  ) -> dict[str, Any]:
     """``request`` and ``latency_s`` when the cost model knows the request hand-off."""
     fn = getattr(problem.cost_model, "request_cost", None)
-    cost = fn(problem.host) if fn is not None else None
+    cost = fn(problem.host, used) if fn is not None else None
     if cost is None:
         return {}
     busy_fn = getattr(problem.cost_model, "request_busy_s", None)
@@ -1105,7 +1106,8 @@ def build_plan(problem: Problem, result: SearchLike | Evaluation, *, model_ref: 
             "critical_path": [t.name for t in s.critical_path()],
         },
         "makespan_s": s.makespan_s,
-        **_request_json(problem, s.makespan_s),
+        **_request_json(problem, s.makespan_s,
+                        sorted({a.device for a in ev.placement.values()})),
         "exact": s.exact,
         "notes": list(s.notes),
         **_throughput_json(problem, ev),

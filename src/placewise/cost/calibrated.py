@@ -278,6 +278,8 @@ class DeviceRecord(_Strict):
     # back (inputs written -> graph starts, graph ends -> outputs ready), measured in model
     # order by ``placewise.cost.context`` (absent: not measured)
     request: StepOverhead = Field(default_factory=StepOverhead)
+    # the same when a device of the plan shares this host's cores (its worker sleeps)
+    request_shared: StepOverhead = Field(default_factory=StepOverhead)
     # the worker's own time per request when requests are pipelined (messages, io steps,
     # wake-ups), beyond its steps (``placewise.cost.context``)
     request_busy: StepOverhead = Field(default_factory=StepOverhead)
@@ -941,6 +943,8 @@ class CalibratedModel:
             d.name: d.dispatch for d in calibration.devices}
         self._request: dict[str, tuple[StepOverhead, StepOverhead]] = {
             d.name: (d.request, d.request_busy) for d in calibration.devices}
+        self._request_shared: dict[str, StepOverhead] = {
+            d.name: d.request_shared for d in calibration.devices}
         self._context: dict[tuple[str, str], ContextMeasurement] = {
             (c.device, c.key): c for c in calibration.context}
         self._links: dict[tuple[str, str], LinkMeasurement] = {
@@ -958,14 +962,23 @@ class CalibratedModel:
         c = self.calibration.client
         return c.median_s if c.n else None
 
-    def request_cost(self, host: str) -> Cost | None:
+    def request_cost(self, host: str, devices: Sequence[str] = ()) -> Cost | None:
         """A request's hand-off between the client and the workers when ``host`` holds the
         graph's inputs and outputs (inputs written -> graph starts, graph ends -> outputs
-        ready), measured in model order, as ``Term.SYNC``. None when not measured."""
+        ready), measured in model order, as ``Term.SYNC``; when one of ``devices`` (the
+        plan's) shares the host's cores, the hand-off measured so. None when not
+        measured."""
         got = self._request.get(host)
         if got is None or got[0].n == 0:
             return None
         req = got[0]
+        hc = set(self.machine.device(host).cores or ()) if host in self.machine.device_names \
+            else set()
+        shared = self._request_shared.get(host)
+        if shared is not None and shared.n and any(
+                d != host and d in self.machine.device_names and
+                hc & set(self.machine.device(d).cores or ()) for d in devices):
+            req = shared
         a: dict[str, float | str] = {
             "model": "profiled in model order (executor)", "measured_s": req.median_s,
             "p10_s": req.p10_s, "p90_s": req.p90_s, "requests": float(req.n),
