@@ -12,7 +12,9 @@ Every byte a run holds is a ``Buffer`` on one device's tier (the main tier,
   Between two *local* devices (devices with ``cores`` and a ``backend``: the executor's
   worker processes) a transfer is staged through a shared-memory slot outside both
   devices' memory, and the receiver allocates its copy when the transfer ends (when it
-  reads the slot): no transfer buffer is counted on the receiver.
+  reads the slot): no transfer buffer is counted on the receiver, except for a copy
+  delivered at the very end of the run (a graph output returned to the host), which is
+  counted while in flight so that it is counted at all.
 - **conversion**: a converted copy counts as a conversion buffer while the conversion runs,
   then as an activation (the cost model's ``buffer_bytes`` of a conversion *is* that copy
   and is not added again).
@@ -334,8 +336,11 @@ def _buffers(problem: Problem, schedule: Schedule, tier_of: dict[str, str]) -> _
         k = kinds[made] if made >= 0 else None
         if k is transfer or k is conversion:
             mid = r0 if r0 < f0 else f0
-            if k is transfer and made in staged:
-                a0 = mid  # the receiver allocates its copy when it reads the staging slot
+            if k is transfer and made in staged and f0 > mid:
+                # the receiver allocates its copy when it reads the staging slot (a copy
+                # delivered at the very end, a graph output, keeps its in-flight buffer:
+                # the receiver does hold it before handing it to the client)
+                a0 = mid
             if mid > a0:
                 label.append(t)
                 task.append(mk)
