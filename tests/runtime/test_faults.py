@@ -111,11 +111,22 @@ def test_keyboard_interrupt_stops_everything(setup: dict[str, Any]) -> None:
     try:
         ex.start()
         pids, shm = ex.worker_pids, ex.shm_name
-        timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+        done = threading.Event()
+
+        def interrupt() -> None:
+            # Ctrl-C every half second until the run gives up (a signal that lands while
+            # the main thread is between two system calls may be handled late)
+            while not done.wait(0.5):
+                os.kill(os.getpid(), signal.SIGINT)
+
+        timer = threading.Thread(target=interrupt, daemon=True)
         timer.start()
-        with pytest.raises(KeyboardInterrupt):
-            ex.run(setup["inputs"])
-        timer.join()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                ex.run(setup["inputs"])
+        finally:
+            done.set()
+            timer.join()
     finally:
         ex.close()
     _assert_clean(pids, shm)

@@ -79,6 +79,7 @@ import signal
 import statistics
 import struct
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -1480,6 +1481,22 @@ class Executor:
         if self._closed:
             return
         self._closed = True
+        # a second Ctrl-C must not cut the clean-up short (leaving workers or shared memory
+        # behind): SIGINT is held while closing (main thread only) and re-raised after
+        held: list[int] = []
+        old: Any = None
+        if threading.current_thread() is threading.main_thread():
+            with contextlib.suppress(ValueError):
+                old = signal.signal(signal.SIGINT, lambda *_: held.append(1))
+        try:
+            self._close()
+        finally:
+            if old is not None:
+                signal.signal(signal.SIGINT, old)
+        if held and old is signal.default_int_handler:
+            raise KeyboardInterrupt
+
+    def _close(self) -> None:
         try:
             for p in self._procs:
                 if p.alive and p.proc.is_alive():
