@@ -740,15 +740,10 @@ def _throughput_json(problem: Problem, ev: Evaluation) -> dict[str, Any]:
     if (added or client) and cores:
         work = sum(occ.get(d, 0.0) * len(devices[d].cores or ()) for d in used)
         occ[ALL_CORES] = (work + (client or 0.0)) / len(cores)
-    if not added and not client:
-        return {"throughput_rps": _finite(ev.throughput_rps),
-                "bottleneck_resource": ev.bottleneck_resource,
-                "throughput": {"requests_per_s": _finite(tp.requests_per_s),
-                               "period_s": tp.period_s,
-                               "bottleneck_resource": tp.bottleneck_resource,
-                               "occupancy_s": [list(x) for x in tp.occupancy_s]}}
+    # busiest first, as ``placewise.schedule.pipeline`` ranks them (unchanged when nothing
+    # was added)
     ranked = sorted(occ.items(), key=lambda kv: (-kv[1], kv[0]))
-    name, period = ranked[0]
+    name, period = ranked[0] if ranked and ranked[0][1] > 0 else ("", 0.0)
     rps = problem.batch / period if period > 0 else None
     return {"throughput_rps": _finite(rps), "bottleneck_resource": name,
             "throughput": {"requests_per_s": _finite(rps), "period_s": period,

@@ -87,10 +87,12 @@ from placewise.runtime.executor import (
     program_from_plan,
 )
 from placewise.runtime.telemetry import SoloRecord, TaskRecord, Telemetry
+from placewise.schedule.simulate import TaskKind
 from placewise.units import DType
 
 if TYPE_CHECKING:
     from placewise.plan import Plan
+    from placewise.plan import TaskRecord as PlanTask
     from placewise.runtime.opexec import ModelSource
 
 __all__ = [
@@ -835,18 +837,12 @@ def _solo_index(program: ExecProgram, solo: Sequence[SoloRecord]
     return {(s.task, s.device): s for s in solo}
 
 
-def _pred_parts(trec: Any) -> tuple[float, float, float, float]:
+def _pred_parts(trec: PlanTask) -> tuple[float, float, float, float]:
     """(total, contention, launch, hidden-conversion) seconds of a plan task: the launch
     term is the executor's dispatch (compared with the measured time around kernels), the
     conversion term of a compute task is conversion inside its step (int8 kernels)."""
-    total = float(trec.end_s - trec.start_s)
-    cont = float(trec.contention_s)
-    terms = getattr(trec, "terms_s", {}) or {}
-    launch = float(terms.get(Term.LAUNCH, 0.0))
-    kind = getattr(trec, "kind", "")
-    conv = float(terms.get(Term.CONVERSION, 0.0)) if getattr(kind, "value", kind) == \
-        "compute" else 0.0
-    return total, cont, launch, conv
+    conv = trec.term(Term.CONVERSION) if trec.kind is TaskKind.COMPUTE else 0.0
+    return trec.duration_s, trec.contention_s, trec.term(Term.LAUNCH), conv
 
 
 def _split_step(st: _Step, solo: SoloRecord | None,

@@ -941,10 +941,7 @@ class CalibratedModel:
             for dt, kinds in d.dtype_kinds.items()}
         self._dispatch: dict[str, StepOverhead] = {
             d.name: d.dispatch for d in calibration.devices}
-        self._request: dict[str, tuple[StepOverhead, StepOverhead]] = {
-            d.name: (d.request, d.request_busy) for d in calibration.devices}
-        self._request_shared: dict[str, StepOverhead] = {
-            d.name: d.request_shared for d in calibration.devices}
+        self._records: dict[str, DeviceRecord] = {d.name: d for d in calibration.devices}
         self._context: dict[tuple[str, str], ContextMeasurement] = {
             (c.device, c.key): c for c in calibration.context}
         self._links: dict[tuple[str, str], LinkMeasurement] = {
@@ -954,8 +951,8 @@ class CalibratedModel:
     def request_busy_s(self, device: str) -> float | None:
         """The worker's own time per pipelined request on ``device`` beyond its steps
         (None: not measured)."""
-        got = self._request.get(device)
-        return got[1].median_s if got is not None and got[1].n else None
+        rec = self._records.get(device)
+        return rec.request_busy.median_s if rec is not None and rec.request_busy.n else None
 
     def client_busy_s(self) -> float | None:
         """The client process's CPU time per pipelined request (None: not measured)."""
@@ -968,17 +965,14 @@ class CalibratedModel:
         ready), measured in model order, as ``Term.SYNC``; when one of ``devices`` (the
         plan's) shares the host's cores, the hand-off measured so. None when not
         measured."""
-        got = self._request.get(host)
-        if got is None or got[0].n == 0:
+        rec = self._records.get(host)
+        if rec is None or rec.request.n == 0:
             return None
-        req = got[0]
-        hc = set(self.machine.device(host).cores or ()) if host in self.machine.device_names \
-            else set()
-        shared = self._request_shared.get(host)
-        if shared is not None and shared.n and any(
-                d != host and d in self.machine.device_names and
-                hc & set(self.machine.device(d).cores or ()) for d in devices):
-            req = shared
+        req = rec.request
+        cores = {d.name: set(d.cores or ()) for d in self.machine.devices}
+        if rec.request_shared.n and any(d != host and cores.get(host, set()) & cores.get(d, set())
+                                        for d in devices):
+            req = rec.request_shared
         a: dict[str, float | str] = {
             "model": "profiled in model order (executor)", "measured_s": req.median_s,
             "p10_s": req.p10_s, "p90_s": req.p90_s, "requests": float(req.n),
@@ -1253,10 +1247,9 @@ class CalibratedModel:
             if lk.seconds_per_byte == 0 or nbytes > 4 * max(lk.max_bytes, 1):
                 # sizes too alike to fit a bandwidth (or far beyond the measured ones):
                 # the link's bandwidth for the bytes
-                bw = dict(cost.assumptions).get("bandwidth_bytes_per_s")
-                if isinstance(bw, float) and bw > 0:
-                    wire = max(wire, nbytes / bw)
-                    how = "link bandwidth (not resolved by the measured sizes)"
+                bw = min(link.bandwidth_bytes_per_s for link in self.machine.route(src, dst))
+                wire = max(wire, nbytes / bw)
+                how = "link bandwidth (not resolved by the measured sizes)"
             total = lk.latency_s + wire
             a: dict[str, float | str] = {
                 "model": "profiled in model order (executor)", "bytes": float(nbytes),

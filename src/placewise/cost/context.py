@@ -58,7 +58,6 @@ through ``progress(done, total, message)``; the library never prints.
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -74,6 +73,7 @@ from placewise.cost.calibrated import (
     conversion_key,
     region_key,
 )
+from placewise.cost.profile import summarize_samples
 from placewise.errors import InputError, UnsupportedError
 from placewise.hardware.spec import Device, Machine
 from placewise.units import DType
@@ -158,6 +158,18 @@ class _Samples:
     overhead: list[float]
 
 
+@dataclass(frozen=True)
+class _Run:
+    """One model run: every region on ``device`` (``None``: alternating between two
+    devices, which measures transfers only), its placement, schedule and program."""
+
+    label: str
+    device: str | None
+    placement: Any
+    schedule: Any
+    program: Any
+
+
 @dataclass
 class _Round:
     """One run in one round: its median isolated latency (the round's score), step
@@ -171,33 +183,32 @@ class _Round:
     transfers: dict[tuple[str, str, str], list[float]]
 
 
-def _quantile(xs: Sequence[float], q: float) -> float:
-    s = sorted(xs)
-    if not s:
-        return 0.0
-    i = min(len(s) - 1, max(0, round(q * (len(s) - 1))))
-    return s[i]
+def _overhead(xs: Sequence[float], method: str) -> StepOverhead:
+    """Median, p10..p90 and count of ``xs`` as a ``StepOverhead``."""
+    got = summarize_samples(xs)
+    return StepOverhead(median_s=got["median_s"], p10_s=got["p10_s"], p90_s=got["p90_s"],
+                        n=got["n"], method=method)
 
 
-def _summary(xs: Sequence[float]) -> tuple[float, float, float]:
-    med = statistics.median(xs)
-    return med, min(_quantile(xs, 0.1), med), max(_quantile(xs, 0.9), med)
+def _waits(tel: Telemetry, phase: str) -> dict[tuple[int, str], list[tuple[int, int]]]:
+    """(request, device) -> the intervals its worker waited for a message in ``phase``."""
+    out: dict[tuple[int, str], list[tuple[int, int]]] = {}
+    for wr in tel.waits:
+        if wr.phase == phase:
+            out.setdefault((wr.request, wr.device), []).append((wr.start_ns, wr.end_ns))
+    return out
 
 
 def samples_from_telemetry(tel: Telemetry, phase: str, host: str
                            ) -> tuple[dict[tuple[str, str], list[tuple[float, float, float,
                                                                         float]]],
-                                      list[float], list[float]]:
+                                      list[float]]:
     """Per (device, task name): (total, kernel, hidden, executor) seconds of every compute
     and conversion step of ``phase`` (see the module docstring), and per request the
-    host's hand-off and io busy time."""
+    host's hand-off."""
     steps: dict[tuple[str, str], list[tuple[float, float, float, float]]] = {}
     handoff: list[float] = []
-    busy: list[float] = []
-    waits: dict[tuple[int, str], list[tuple[int, int]]] = {}
-    for wr in tel.waits:
-        if wr.phase == phase:
-            waits.setdefault((wr.request, wr.device), []).append((wr.start_ns, wr.end_ns))
+    waits = _waits(tel, phase)
     for req in tel.requests_of(phase):
         # every step of every worker in this request, as (device, start, end, record)
         lanes: dict[str, list[tuple[int, int, Any]]] = {}
@@ -242,8 +253,7 @@ def samples_from_telemetry(tel: Telemetry, phase: str, host: str
             before = [e for s, e, r in lane if e <= io_out.start_ns and r is not io_out]
             last = max(before) if before else io_in.end_ns
             handoff.append(((io_in.end_ns - req.submit_ns) + (req.outputs_ns - last)) / 1e9)
-            busy.append((io_in.duration_ns + io_out.duration_ns) / 1e9)
-    return steps, handoff, busy
+    return steps, handoff
 
 
 def tel_requests(tel: Telemetry, phase: str) -> list[Any]:
@@ -272,10 +282,7 @@ def transfer_samples(tel: Telemetry, phase: str
     the send step to the end of the receive step, for the transfers whose receiver was
     waiting for a message when the data was sent (so the whole interval is the
     transfer's: write, notification, wake-up, read)."""
-    waits: dict[tuple[int, str], list[tuple[int, int]]] = {}
-    for wr in tel.waits:
-        if wr.phase == phase:
-            waits.setdefault((wr.request, wr.device), []).append((wr.start_ns, wr.end_ns))
+    waits = _waits(tel, phase)
     out: dict[tuple[str, str, str], list[float]] = {}
     for t in tel.tasks:
         if t.phase != phase or t.kind != "transfer" or t.dst_device is None:
@@ -302,15 +309,15 @@ def fit_link(src: str, dst: str, samples: Sequence[tuple[int, float]]
         return None
     x = np.array([p[0] for p in pts])
     t = np.array([p[1] for p in pts])
-    w = 1.0 / t
-    a_mat = np.stack([np.ones_like(x) * w, x * w], axis=1)
-    coef = np.linalg.lstsq(a_mat, np.ones_like(t), rcond=None)[0] if np.ptp(x) > 0 else \
-        np.array([-1.0, 0.0])
-    lat, spb = float(coef[0]), float(coef[1])
-    if np.ptp(x) == 0 or spb < 0 or lat < 0:
-        if np.ptp(x) > 0 and lat < 0:  # through the origin
+    if np.ptp(x) == 0:  # one size: the bandwidth cannot be told from the latency
+        lat, spb = float(np.median(t)), 0.0
+    else:
+        w = 1.0 / t
+        coef = np.linalg.lstsq(np.stack([w, x * w], axis=1), np.ones_like(t), rcond=None)[0]
+        lat, spb = float(coef[0]), float(coef[1])
+        if lat < 0:  # through the origin
             lat, spb = 0.0, float(np.median(t / np.maximum(x, 1.0)))
-        else:  # one size (or bandwidth not resolvable): a constant
+        elif spb < 0:  # no bandwidth visible in these sizes: a constant
             lat, spb = float(np.median(t)), 0.0
     pred = lat + spb * x
     ratio = np.log(t / np.maximum(pred, 1e-12))
@@ -372,7 +379,7 @@ def profile_in_context(graph: Graph, source: ModelSource, machine: Machine,
                        calibration: Calibration, *, partition: Partition | None = None,
                        devices: Sequence[str] | None = None, requests: int = 8,
                        rounds: int = 5, warmup: int = 10, seed: int = 1,
-                       transfers: bool = True, stream: bool = True, settle_s: float = 0.3,
+                       transfers: bool = True, stream: bool = True,
                        timeout_s: float = 120.0,
                        progress: Progress | None = None) -> Calibration:
     """``calibration`` with the model-order measurements of ``graph`` added (see the
@@ -399,7 +406,7 @@ def profile_in_context(graph: Graph, source: ModelSource, machine: Machine,
     model = CalibratedModel(machine, calibration)
     problem = Problem(graph, part, machine, model)
     inputs = request_inputs(source, graph, requests + warmup, seed)
-    runs: list[tuple[str, Any, Any, Any]] = []  # (label, placement, schedule, program)
+    runs: list[_Run] = []
     skipped: list[str] = []
     for cfg in context_configs(devs):
         try:
@@ -410,7 +417,8 @@ def profile_in_context(graph: Graph, source: ModelSource, machine: Machine,
             skipped.append(cfg.label)
             continue
         sched = schedule(problem, got[0])
-        runs.append((cfg.label, got[0], sched, program_from_schedule(problem, sched)))
+        runs.append(_Run(cfg.label, cfg.device, got[0], sched,
+                         program_from_schedule(problem, sched)))
     if transfers:
         for da, db in _pairs(devs):
             alt = _alternating(problem, da.name, db.name)
@@ -418,35 +426,25 @@ def profile_in_context(graph: Graph, source: ModelSource, machine: Machine,
                 skipped.append(f"{da.name}<->{db.name}")
                 continue
             sched = schedule(problem, alt)
-            runs.append((f"{da.name}<->{db.name}", alt, sched,
-                         program_from_schedule(problem, sched)))
-    pooled: dict[tuple[str, str], _Samples] = {}
-    executor_s: dict[str, list[float]] = {}
-    handoff: list[float] = []
-    handoff_shared: list[float] = []
-    moves: dict[tuple[str, str], list[tuple[int, float]]] = {}
-    stream_extra: dict[str, list[float]] = {}
-    clients: list[float] = []
+            runs.append(_Run(f"{da.name}<->{db.name}", None, alt, sched,
+                             program_from_schedule(problem, sched)))
     total = len(runs) * rounds
     done = 0
-    host_cores = set(machine.device(problem.host).cores or ())
     raw: dict[str, list[_Round]] = {}
     for _rnd in range(rounds):
         # round-robin over the runs: each run's samples come from `rounds` moments
-        for label, _pl, _sc, program in runs:
+        for run in runs:
             if progress is not None:
-                progress(done, total, f"running the model on {label} in model order")
+                progress(done, total, f"running the model on {run.label} in model order")
             done += 1
-            with Executor(program, source, reference_inputs=inputs[0], slots=_IN_FLIGHT,
+            with Executor(run.program, source, reference_inputs=inputs[0], slots=_IN_FLIGHT,
                           timeout_s=timeout_s) as ex:
                 ex.start()
-                if settle_s > 0:
-                    time.sleep(settle_s)  # the previous run's processes are still exiting
                 if warmup:
                     ex.run(inputs[:warmup], phase="warmup")
                 ex.run(inputs[warmup:], phase="context")
                 period = client = None
-                if "<->" not in label and stream:
+                if run.device is not None and stream:
                     # a pipelined stream, as validation runs it: workers sleep when idle
                     ex.set_spin(0.0, 0.0)
                     n_s = max(3 * requests, 3 * _IN_FLIGHT)
@@ -456,48 +454,55 @@ def profile_in_context(graph: Graph, source: ModelSource, machine: Machine,
                     period = stream_period(tel_requests(ex.telemetry(), "stream"))
                 tel = ex.telemetry()
             lat = [r.latency_ns / 1e9 for r in tel.requests_of("context")]
-            steps, h_s, _busy = samples_from_telemetry(tel, "context", problem.host)
-            raw.setdefault(label, []).append(_Round(
-                statistics.median(lat) if lat else 0.0, steps, h_s, period, client,
+            steps, handoff = samples_from_telemetry(tel, "context", problem.host)
+            raw.setdefault(run.label, []).append(_Round(
+                statistics.median(lat) if lat else 0.0, steps, handoff, period, client,
                 transfer_samples(tel, "context")))
+    if progress is not None:
+        progress(total, total, "model-order measurements done")
     # this machine's speed drifts by tens of percent over seconds (other tenants): of each
     # run's rounds, the quieter half (by the round's median latency) is kept
     keep = (rounds + 1) // 2
-    for label, placement, sched, program in runs:
-        kept = sorted(raw.get(label, []), key=lambda x: x.score)[:keep]
-        used = {program.device(t.device).name for t in program.tasks}
-        shares_host = any(set(program.device(d).cores or ()) & host_cores
+    host_cores = set(machine.device(problem.host).cores or ())
+    pooled: dict[tuple[str, str], _Samples] = {}
+    executor_s: dict[str, list[float]] = {}
+    handoffs: dict[bool, list[float]] = {False: [], True: []}  # shares the host's cores?
+    moves: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    stream_extra: dict[str, list[float]] = {}
+    clients: list[float] = []
+    for run in runs:
+        kept = sorted(raw.get(run.label, []), key=lambda x: x.score)[:keep]
+        used = {t.device for t in run.program.tasks}
+        shares_host = any(set(run.program.device(d).cores or ()) & host_cores
                           for d in used if d != problem.host)
         for rd in kept:
-            steps = rd.steps
-            if rd.period is not None and rd.client is not None:
-                dev = label.split(":")[0]
-                own = sum(statistics.median(x[0] for x in xs)
-                          for (d, _n), xs in steps.items() if d == dev)
-                stream_extra.setdefault(dev, []).append(rd.period - own)
-                clients.append(rd.client)
             for (src_dev, dst_dev, name), tx in rd.transfers.items():
-                nbytes = sched.task(name).nbytes
+                nbytes = run.schedule.task(name).nbytes
                 moves.setdefault((src_dev, dst_dev), []).extend((nbytes, x) for x in tx)
-            if "<->" in label:
+            if run.device is None:
                 continue  # alternating runs measure transfers only
-            (handoff_shared if shares_host else handoff).extend(rd.handoff)
-            for (dev, name), xs in steps.items():
-                task = sched.task(name)
+            if rd.period is not None and rd.client is not None:
+                own = sum(statistics.median(x[0] for x in xs)
+                          for (d, _n), xs in rd.steps.items() if d == run.device)
+                stream_extra.setdefault(run.device, []).append(rd.period - own)
+                clients.append(rd.client)
+            handoffs[shares_host].extend(rd.handoff)
+            for (dev, name), xs in rd.steps.items():
+                task = run.schedule.task(name)
                 if task.kind is TaskKind.COMPUTE:
                     v = problem.vertex(task.name)
-                    dt = placement[v.name].dtype
+                    dt = run.placement[v.name].dtype
                     key = region_key(graph, list(v.ops), dt)
-                    kind, label_, n_ops = "region", v.name, len(v.ops)
+                    kind, label, n_ops = "region", v.name, len(v.ops)
                 elif task.kind is TaskKind.CONVERSION and task.src_rep is not None and \
                         task.dst_rep is not None and task.tensor is not None:
                     numel = graph.tensor(task.tensor).numel
                     key, _ = conversion_key(numel, task.src_rep, task.dst_rep)
                     dt = task.dst_rep.dtype
-                    kind, label_, n_ops = "conversion", name, 0
+                    kind, label, n_ops = "conversion", name, 0
                 else:
                     continue
-                smp = pooled.setdefault((dev, key), _Samples(kind, dt.value, label_, n_ops,
+                smp = pooled.setdefault((dev, key), _Samples(kind, dt.value, label, n_ops,
                                                              [], [], [], []))
                 for tot, ker, hid, ovh in xs:
                     smp.total.append(tot)
@@ -506,39 +511,30 @@ def profile_in_context(graph: Graph, source: ModelSource, machine: Machine,
                     smp.overhead.append(ovh)
                     if kind == "region":
                         executor_s.setdefault(dev, []).append(ovh)
-    if progress is not None:
-        progress(total, total, "model-order measurements done")
     context = []
-    for (dev, key), s in sorted(pooled.items()):
-        med, p10, p90 = _summary(s.total)
+    for (dev, key), smp in sorted(pooled.items()):
+        summ = summarize_samples(smp.total)
         context.append(ContextMeasurement(
-            device=dev, key=key, kind=s.kind, dtype=s.dtype, label=s.label, ops=s.ops,
-            median_s=med, p10_s=p10, p90_s=p90, n=len(s.total),
-            kernel_s=statistics.median(s.kernel), hidden_s=statistics.median(s.hidden),
-            overhead_s=statistics.median(s.overhead)))
+            device=dev, key=key, kind=smp.kind, dtype=smp.dtype, label=smp.label,
+            ops=smp.ops, median_s=summ["median_s"], p10_s=summ["p10_s"], p90_s=summ["p90_s"],
+            n=summ["n"],
+            kernel_s=statistics.median(smp.kernel), hidden_s=statistics.median(smp.hidden),
+            overhead_s=statistics.median(smp.overhead)))
     records = []
     for d in calibration.devices:
-        upd: dict[str, Any] = {}
-        per_step = executor_s.get(d.name)
-        if per_step:
-            med, p10, p90 = _summary(per_step)
-            upd["dispatch"] = StepOverhead(median_s=med, p10_s=p10, p90_s=p90, n=len(per_step),
-                                           method=CONTEXT_METHOD)
-        if d.name == problem.host and handoff:
-            med, p10, p90 = _summary(handoff)
-            upd["request"] = StepOverhead(median_s=med, p10_s=p10, p90_s=p90,
-                                          n=len(handoff), method=REQUEST_METHOD)
-        if d.name == problem.host and handoff_shared:
-            med, p10, p90 = _summary(handoff_shared)
-            upd["request_shared"] = StepOverhead(
-                median_s=med, p10_s=p10, p90_s=p90, n=len(handoff_shared),
-                method=REQUEST_METHOD + " (runs where a device shares the host's cores: "
-                                        "the host's worker sleeps instead of polling)")
-        extra = stream_extra.get(d.name)
-        if extra:
-            med, p10, p90 = _summary([max(x, 0.0) for x in extra])
-            upd["request_busy"] = StepOverhead(median_s=med, p10_s=p10, p90_s=p90,
-                                               n=len(extra), method=STREAM_METHOD)
+        upd: dict[str, StepOverhead] = {}
+        if executor_s.get(d.name):
+            upd["dispatch"] = _overhead(executor_s[d.name], CONTEXT_METHOD)
+        if d.name == problem.host and handoffs[False]:
+            upd["request"] = _overhead(handoffs[False], REQUEST_METHOD)
+        if d.name == problem.host and handoffs[True]:
+            upd["request_shared"] = _overhead(
+                handoffs[True], REQUEST_METHOD + " (runs where a device shares the host's "
+                                                 "cores: the host's worker sleeps instead "
+                                                 "of polling)")
+        if stream_extra.get(d.name):
+            upd["request_busy"] = _overhead([max(x, 0.0) for x in stream_extra[d.name]],
+                                            STREAM_METHOD)
         records.append(d.model_copy(update=upd) if upd else d)
     settings = dict(calibration.settings)
     settings.update({"context_requests": float(requests), "context_warmup": float(warmup),
@@ -550,9 +546,7 @@ def profile_in_context(graph: Graph, source: ModelSource, machine: Machine,
              if len(mv) >= 2]
     upd_cal: dict[str, Any] = {}
     if clients:
-        med, p10, p90 = _summary(clients)
-        upd_cal["client"] = StepOverhead(median_s=med, p10_s=p10, p90_s=p90, n=len(clients),
-                                         method=CLIENT_METHOD)
+        upd_cal["client"] = _overhead(clients, CLIENT_METHOD)
     return calibration.model_copy(update={**upd_cal, "context": context, "devices": records,
                                           "settings": settings, "tags": tags,
                                           "links": [x for x in links if x is not None]})
