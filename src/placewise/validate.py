@@ -80,12 +80,8 @@ from placewise.cost.model import Term
 from placewise.errors import InputError, PlacewiseError, UnsupportedError
 from placewise.graph.ir import Graph, OpKind
 from placewise.hardware.spec import Machine
-from placewise.runtime.executor import (
-    ExecProgram,
-    Executor,
-    StepKind,
-    program_from_plan,
-)
+from placewise.runtime.executor import Executor
+from placewise.runtime.program import ExecProgram, StepKind, program_from_plan
 from placewise.runtime.telemetry import SoloRecord, TaskRecord, Telemetry
 from placewise.schedule.simulate import TaskKind
 from placewise.units import DType

@@ -23,16 +23,14 @@ import torch
 from torch import nn
 
 from placewise.hardware.spec import Machine
-from placewise.runtime.executor import (
+from placewise.runtime.executor import ExecutionError, Executor, Fault
+from placewise.runtime.opexec import ModelSource, load_source
+from placewise.runtime.program import (
     ExecProgram,
-    ExecutionError,
-    Executor,
-    Fault,
     StepKind,
     program_from_plan,
     program_from_schedule,
 )
-from placewise.runtime.opexec import ModelSource, load_source
 from placewise.runtime.telemetry import Telemetry
 from placewise.schedule import Assignment, Placement, Problem, TaskKind, evaluate
 from placewise.units import DType

@@ -13,14 +13,9 @@ import torch
 from placewise.errors import InputError, PlacewiseError
 from placewise.hardware.spec import load_machine
 from placewise.plan import load_plan, save_plan
-from placewise.runtime.executor import (
-    Executor,
-    StepKind,
-    copy_key,
-    program_from_plan,
-    program_from_schedule,
-)
+from placewise.runtime.executor import Executor
 from placewise.runtime.opexec import FxProgram, load_source
+from placewise.runtime.program import StepKind, copy_key, program_from_plan, program_from_schedule
 from placewise.runtime.telemetry import Telemetry
 from placewise.schedule import Assignment, Placement, Problem, TaskKind, evaluate
 from placewise.units import DType

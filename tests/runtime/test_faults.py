@@ -14,8 +14,9 @@ import pytest
 
 from placewise.errors import InputError, SpecError
 from placewise.plan import build_plan, plan_to_json, save_plan
-from placewise.runtime.executor import ExecutionError, Executor, Fault, program_from_schedule
+from placewise.runtime.executor import ExecutionError, Executor, Fault
 from placewise.runtime.opexec import FxProgram
+from placewise.runtime.program import program_from_schedule
 from placewise.schedule import evaluate
 from placewise.validate import validate_plan
 from tests.runtime.helpers import (

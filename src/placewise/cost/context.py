@@ -389,8 +389,9 @@ def profile_in_context(graph: Graph, source: ModelSource, machine: Machine,
     without local devices, ``ExecutionError`` when a run fails."""
     from placewise.cost.profile import local_devices
     from placewise.graph.fuse import fuse
-    from placewise.runtime.executor import Executor, program_from_schedule
+    from placewise.runtime.executor import Executor
     from placewise.runtime.opexec import request_inputs
+    from placewise.runtime.program import program_from_schedule
     from placewise.schedule.placement import Problem
     from placewise.schedule.simulate import TaskKind, schedule
 
