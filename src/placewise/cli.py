@@ -24,6 +24,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from placewise.errors import ExecutionError, Infeasible, InputError, PlacewiseError
+from placewise.io import check_output_path
 
 try:  # typer >= 0.29 vendors click
     from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
@@ -237,6 +238,8 @@ def hw_probe(
     """Measure this machine and write a spec (also refreshes the --hw local cache)."""
     from placewise.hardware.probe import load_local, probe
 
+    if out_file is not None:
+        check_output_path(out_file, place="--out")
     with _progress("probing this machine") as cb:
         m = probe(progress=cb, quick=quick) if quick else load_local(refresh=True, progress=cb)
     if out_file is not None:
@@ -280,6 +283,7 @@ def zoo_export(
     model_name, options = parse_zoo_ref(ref)
     if fmt not in ("onnx", "pt2"):
         raise InputError(f"unknown format {fmt!r} (onnx or pt2)", place="--format")
+    check_output_path(out_file, place="--out")
     with _progress(f"exporting {model_name}") as cb:
         cb("export", 0.1)
         (export_onnx if fmt == "onnx" else export_pt2)(model_name, options, out_file)
@@ -315,6 +319,8 @@ def profile(
 
     if hw != "local":
         raise InputError("profiling measures this machine: use --hw local", place="--hw")
+    if out_file is not None:
+        check_output_path(out_file, place="--out")
     machine = resolve_machine("local")
     if batch is not None and batch <= 0:
         raise InputError(f"batch must be a positive integer, got {batch}", place="--batch")
@@ -412,6 +418,7 @@ def plan(
                          place="--objective")
     if time_limit <= 0:
         raise InputError(f"time limit must be positive, got {time_limit}", place="--time-limit")
+    check_output_path(out_file, place="--out")
     problem, machine = _build_problem(model, hw, shape, batch, calibration, not no_fuse)
     with _progress(f"searching ({strategy})") as cb:
         result = plan_search(problem, strategy=strategy, objective=objective,
@@ -482,6 +489,7 @@ def trace(
     from placewise.plan import load_plan
     from placewise.trace import to_chrome_trace
 
+    check_output_path(out_file, place="--out")
     data = to_chrome_trace(load_plan(plan_file))
     atomic_write_text(out_file, json.dumps(data, sort_keys=True) + "\n")
     out.print(f"wrote {out_file} ({len(data.get('traceEvents', []))} events); open it in "

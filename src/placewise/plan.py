@@ -67,7 +67,6 @@ import json
 import math
 import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -76,7 +75,13 @@ from placewise import __version__
 from placewise.cost.model import Bottleneck, Cost, Representation, Source, Term
 from placewise.errors import Infeasible, InputError, SpecError, UnsupportedError
 from placewise.graph.ir import OpKind, Role
-from placewise.io import atomic_write_json
+from placewise.io import (
+    MAX_JSON_BYTES,
+    atomic_write_json,
+    check_numbers,
+    parse_json,
+    read_file_bytes,
+)
 from placewise.schedule.bounds import LowerBound, problem_lower_bound
 from placewise.schedule.evaluate import Evaluation, Objective
 from placewise.schedule.memory import Category, MemoryReport, TierUsage
@@ -1144,23 +1149,14 @@ def _place(loc: Sequence[int | str]) -> str:
     return out or "(top level)"
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
 def plan_from_json(data: Mapping[str, Any] | str | bytes, *, file: str | None = None) -> Plan:
     """Validate a plan from its JSON object or text; ``SpecError`` on any problem."""
     file = file or "<plan>"
     if isinstance(data, str | bytes):
-        try:
-            obj = json.loads(data, parse_constant=_reject_constant)
-        except json.JSONDecodeError as exc:
-            raise SpecError(f"not valid JSON: {exc.msg}", file=file,
-                            place=f"line {exc.lineno} column {exc.colno}") from None
-        except ValueError as exc:
-            raise SpecError(f"not valid JSON: {exc}", file=file) from None
+        obj = parse_json(data, file=file, error=SpecError)  # depth, finite numbers
     else:
         obj = data
+        check_numbers(obj, file=file, error=SpecError)
     if not isinstance(obj, Mapping):
         raise SpecError(f"a plan is a JSON object, not {type(obj).__name__}", file=file)
     if "schema_version" not in obj:
@@ -1236,10 +1232,7 @@ def load_plan(path: str | os.PathLike[str]) -> Plan:
     refer to each other.
     """
     file = os.fspath(path)
-    try:
-        text = Path(file).read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read the plan: {exc.strerror or exc}", file=file) from None
+    text = read_file_bytes(file, what="plan", limit_bytes=MAX_JSON_BYTES, error=SpecError)
     return plan_from_json(text, file=file)
 
 

@@ -305,11 +305,11 @@ def test_bad_calibration_files_name_file_place_problem(tmp_path: Path, mutate: A
 
 
 @pytest.mark.parametrize("content, problem", [
-    (b"{not json", "invalid JSON"),
+    (b"{not json", "not valid JSON"),
     (b'{"median_s": NaN}', "NaN"),
     (b"[1, 2]", "expected a JSON object"),
     (b"\xff\xfe\x00garbage", "not UTF-8"),
-    (b"[" * 100_000 + b"]" * 100_000, "invalid JSON"),
+    (b"[" * 100_000 + b"]" * 100_000, "nested more than"),
 ])
 def test_corrupt_calibration_files(tmp_path: Path, content: bytes, problem: str) -> None:
     path = tmp_path / "bad.json"

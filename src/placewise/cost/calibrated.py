@@ -56,7 +56,6 @@ hand-off on the host (``request_cost``; the plan adds it to the latency).
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import hashlib
 import itertools
@@ -81,6 +80,7 @@ from placewise.cost.roofline import (
 from placewise.errors import SpecError, UnsupportedError
 from placewise.graph.ir import Graph, Op, OpCategory, OpKind, Role, Tensor
 from placewise.hardware.spec import Device, Machine
+from placewise.io import atomic_writer, load_json
 from placewise.units import DType
 
 __all__ = [
@@ -461,21 +461,8 @@ class Calibration(_Strict):
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the calibration as JSON (atomically: the file appears only when complete)."""
-        import tempfile
-
-        dest = Path(path)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(self.to_json(), f, indent=1, sort_keys=True, allow_nan=False)
-                f.write("\n")
-            os.replace(tmp, dest)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        return dest
+        text = json.dumps(self.to_json(), indent=1, sort_keys=True, allow_nan=False) + "\n"
+        return atomic_writer(path, lambda p: p.write_text(text, encoding="utf-8"))
 
     def fingerprint(self) -> str:
         payload = json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
@@ -485,35 +472,15 @@ class Calibration(_Strict):
         return self.model_copy(update={"fits": list(fits)})
 
 
-def _reject_constant(token: str) -> Any:
-    raise ValueError(f"{token} is not a number JSON allows")
-
-
 def load_calibration(path: str | os.PathLike[str]) -> Calibration:
     """Read and validate a calibration file; ``SpecError`` naming file, place and problem
     for anything missing, unreadable, corrupt or hostile (NaN, negative times, unknown
-    fields, absurd nesting or size)."""
+    fields, absurd nesting or size). The file goes through the input boundary
+    (``placewise.io.load_json``: a regular file of at most 256 MiB, finite numbers)."""
     file = os.fspath(path)
-    p = Path(file)
-    if not p.is_file():
+    if not os.path.lexists(file):
         raise SpecError("no such calibration file", file=file)
-    try:
-        size = p.stat().st_size
-        if size > _MAX_FILE_BYTES:
-            raise SpecError(f"file is {size} bytes, more than a calibration may hold "
-                            f"({_MAX_FILE_BYTES})", file=file)
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"not UTF-8 text: {exc.reason} at byte {exc.start}", file=file) from None
-    except OSError as exc:
-        raise SpecError(f"cannot read: {exc.strerror or exc}", file=file) from None
-    try:
-        data = json.loads(text, parse_constant=_reject_constant)
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"invalid JSON: {exc.msg}", file=file,
-                        place=f"line {exc.lineno}, column {exc.colno}") from None
-    except (ValueError, RecursionError) as exc:
-        raise SpecError(f"invalid JSON: {exc}", file=file) from None
+    data = load_json(file, what="calibration", error=SpecError, limit_bytes=_MAX_FILE_BYTES)
     return Calibration.from_json(data, file=file)
 
 

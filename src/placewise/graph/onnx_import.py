@@ -46,6 +46,7 @@ from placewise.graph.ir import (
     Tensor,
     eval_dim,
 )
+from placewise.io import read_file_bytes, read_file_range
 from placewise.units import DType
 
 if TYPE_CHECKING:
@@ -58,6 +59,9 @@ MIN_OPSET = 13
 # external tensors up to this size are read in (shape inference may need their values);
 # larger ones are only checked, never loaded: their dims and dtype are in the model proto
 _LOAD_EXTERNAL_MAX_BYTES = 1 << 16
+#: the largest .onnx file placewise reads (protobuf's own limit; bigger models keep their
+#: weights in external data files)
+MAX_ONNX_BYTES = (2 << 30) - 1
 
 # ---- dtypes ----------------------------------------------------------------------------------
 
@@ -96,14 +100,13 @@ def _type_name(elem_type: int) -> str:
 def _read_model(path: str) -> ModelProto:
     import onnx
 
-    if not os.path.exists(path):
-        raise ModelFormatError("no such file", file=path)
-    if os.path.isdir(path):
-        raise ModelFormatError("is a directory, not an ONNX model file", file=path)
+    # the input boundary: a regular file (a link to /dev/zero, a FIFO, a directory are
+    # refused before reading) of at most MAX_ONNX_BYTES, never read past that limit
+    data = read_file_bytes(path, what="ONNX model", limit_bytes=MAX_ONNX_BYTES,
+                           error=ModelFormatError)
     try:
-        model = onnx.load(path, load_external_data=False)
-    except OSError as e:
-        raise ModelFormatError(f"cannot read the file ({e.strerror or e})", file=path) from None
+        model = onnx.ModelProto()
+        model.ParseFromString(data)
     except Exception as e:  # protobuf DecodeError and friends: never a raw traceback
         raise ModelFormatError(
             f"not a readable ONNX model (truncated or corrupt protobuf: {type(e).__name__}: "
@@ -135,6 +138,107 @@ def _default_opset(model: ModelProto, path: str) -> int:
             f"(upgrade it with onnx.version_converter.convert_version(model, {MIN_OPSET}))",
             file=path, place="opset_import")
     return version
+
+
+# ---- strings and tensor data ---------------------------------------------------------------
+
+
+def _check_strings(model: ModelProto, path: str) -> None:
+    """Every string field (names, op types, domains, dims, metadata) must be UTF-8 text.
+
+    protobuf hands an invalid one over as ``bytes``; placewise refuses it here, naming the
+    field, instead of failing later wherever the name is used."""
+    from google.protobuf.descriptor import FieldDescriptor
+
+    stack: list[tuple[Any, str]] = [(model, "")]
+    while stack:
+        msg, place = stack.pop()
+        for fd, value in msg.ListFields():
+            where = f"{place}.{fd.name}" if place else fd.name
+            repeated = fd.is_repeated if hasattr(fd, "is_repeated") else \
+                fd.label == FieldDescriptor.LABEL_REPEATED
+            if fd.type == FieldDescriptor.TYPE_MESSAGE:
+                if repeated:
+                    stack.extend((m, f"{where}[{i}]") for i, m in enumerate(value))
+                else:
+                    stack.append((value, where))
+            elif fd.type == FieldDescriptor.TYPE_STRING:
+                for i, v in enumerate(value if repeated else (value,)):
+                    if not isinstance(v, str):
+                        raise ModelFormatError(
+                            f"is not UTF-8 text ({bytes(v)[:40]!r}); names and strings in "
+                            f"an ONNX model must be UTF-8", file=path,
+                            place=f"{where}[{i}]" if repeated else where)
+
+
+# bits per element of each ONNX element type; the typed field that holds it without raw_data
+_ELEM_BITS: dict[int, int] = {
+    1: 32, 2: 8, 3: 8, 4: 16, 5: 16, 6: 32, 7: 64, 9: 8, 10: 16, 11: 64, 12: 32, 13: 64,
+    14: 64, 15: 128, 16: 16, 17: 8, 18: 8, 19: 8, 20: 8, 21: 4, 22: 4, 23: 4, 24: 8, 25: 2,
+    26: 2, 27: 6, 28: 6,
+}
+_ELEM_FIELD: dict[int, str] = {1: "float_data", 14: "float_data", 11: "double_data",
+                               15: "double_data", 7: "int64_data", 12: "uint64_data",
+                               13: "uint64_data", 8: "string_data"}
+_DATA_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "double_data",
+                "uint64_data")
+
+
+def _typed_count(elem_type: int, numel: int) -> int:
+    """How many entries the typed field holds for ``numel`` elements."""
+    bits = _ELEM_BITS[elem_type]
+    if elem_type in (14, 15):
+        return 2 * numel  # complex: real and imaginary parts
+    if bits in (2, 4):
+        return -(-numel * bits // 8)  # packed bytes, one per int32 entry
+    return numel
+
+
+def _check_tensor_data(model: ModelProto, path: str) -> None:
+    """Every tensor stored in the model (initializers, sparse initializers, attribute
+    tensors, subgraphs included) holds exactly the data its dims and element type need."""
+    from onnx import TensorProto
+
+    for tensor in _all_tensors(model.graph):
+        if tensor.data_location == TensorProto.EXTERNAL:
+            continue  # checked by _resolve_external
+        place = f"initializer {tensor.name!r}" if tensor.name else "a tensor"
+        dims = [int(d) for d in tensor.dims]
+        if any(d < 0 for d in dims):
+            raise ModelFormatError(f"negative dimension in its shape {dims}", file=path,
+                                   place=place)
+        numel = math.prod(dims)
+        elem = tensor.data_type
+        if elem not in _ELEM_BITS and elem != TensorProto.STRING:
+            if elem == TensorProto.UNDEFINED:
+                raise ModelFormatError("has no element type (UNDEFINED)", file=path,
+                                       place=place)
+            continue  # a type this placewise does not know: it cannot size it either
+        type_name = _type_name(elem)
+        field = _ELEM_FIELD.get(elem, "int32_data")
+        if tensor.HasField("raw_data"):
+            if elem == TensorProto.STRING:
+                raise ModelFormatError("a STRING tensor cannot hold raw_data", file=path,
+                                       place=place)
+            need = -(-numel * _ELEM_BITS[elem] // 8)
+            have = len(tensor.raw_data)
+            if have != need:
+                raise ModelFormatError(
+                    f"holds {have} bytes of raw_data but its shape {dims} of {type_name} "
+                    f"needs {need}", file=path, place=place)
+            others = [f for f in _DATA_FIELDS if len(getattr(tensor, f))]
+        else:
+            need = _typed_count(elem, numel)
+            have = len(getattr(tensor, field))
+            if have != need:
+                raise ModelFormatError(
+                    f"holds {have} values in {field} but its shape {dims} of {type_name} "
+                    f"needs {need}", file=path, place=place)
+            others = [f for f in _DATA_FIELDS if f != field and len(getattr(tensor, f))]
+        if others:
+            raise ModelFormatError(
+                f"also holds data in {', '.join(others)}, which a {type_name} tensor does not "
+                f"use", file=path, place=place)
 
 
 # ---- external data ---------------------------------------------------------------------------
@@ -188,8 +292,11 @@ def _resolve_external(model: ModelProto, path: str) -> None:
             raise ModelFormatError(
                 f"external data location {location!r} escapes the model's folder "
                 f"(resolves to {target!r}); refused", file=path, place=place)
-        if not os.path.isfile(target):
+        if not os.path.exists(target):
             raise ModelFormatError(f"external data file {location!r} does not exist",
+                                   file=path, place=place)
+        if not os.path.isfile(target):
+            raise ModelFormatError(f"external data file {location!r} is not a regular file",
                                    file=path, place=place)
         try:
             offset = int(info.get("offset", "0"))
@@ -215,9 +322,9 @@ def _resolve_external(model: ModelProto, path: str) -> None:
                 f"external data file {location!r} is too short ({size} bytes, needs "
                 f"{need}); truncated?", file=path, place=place)
         if length is not None and length <= _LOAD_EXTERNAL_MAX_BYTES:
-            with open(target, "rb") as fh:
-                fh.seek(offset)
-                tensor.raw_data = fh.read(length)
+            tensor.raw_data = read_file_range(target, offset, length,
+                                              what="external data file",
+                                              error=ModelFormatError)
             del tensor.external_data[:]
             tensor.data_location = TensorProto.DEFAULT
 
@@ -724,8 +831,10 @@ def read_onnx(path: str | os.PathLike[str]) -> ModelProto:
     files goes through here."""
     file = os.fspath(path)
     model = _read_model(file)
+    _check_strings(model, file)  # before any name is used in a message
     _default_opset(model, file)  # refuses opsets older than MIN_OPSET
     _resolve_external(model, file)
+    _check_tensor_data(model, file)
     return model
 
 

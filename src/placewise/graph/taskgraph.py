@@ -40,7 +40,6 @@ values) or a ``GraphError`` (graph structure) naming the file and the place, suc
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from importlib import resources
@@ -51,6 +50,7 @@ import numpy as np
 
 from placewise.errors import GraphError, InputError, SpecError
 from placewise.graph.ir import Attrs, Graph, Op, OpKind, Provenance, Role, TaskHint, Tensor
+from placewise.io import load_json
 from placewise.units import DType
 
 __all__ = [
@@ -71,6 +71,8 @@ _EDGE_KEYS = {"src", "dst", "bytes", "name"}
 _INPUT_KEYS = {"dst", "bytes", "name"}
 _OUTPUT_KEYS = {"src", "bytes", "name"}
 _DTYPES = {d.value: d for d in DType}
+_MAX_COUNT = 1 << 60  # bytes of one tensor or task: an exabyte
+_MAX_NUMBER = 1e30  # FLOPs and seconds: finite, with room to add them up
 
 
 def schema_path() -> Path:
@@ -122,10 +124,15 @@ class _V:
     def number(self, v: Any, place: str) -> float:
         if isinstance(v, bool) or not isinstance(v, int | float):
             raise self.fail(place, f"must be a number, got {_kind(v)}")
+        if isinstance(v, int) and abs(v) > _MAX_NUMBER:
+            raise self.fail(place, f"must be at most {_MAX_NUMBER:g}, got an integer of "
+                            f"{v.bit_length()} bits")
         if not math.isfinite(v):
             raise self.fail(place, f"must be a finite number, got {v}")
         if v < 0:
             raise self.fail(place, f"must be >= 0, got {v}")
+        if v > _MAX_NUMBER:
+            raise self.fail(place, f"must be at most {_MAX_NUMBER:g}, got {v:g}")
         return float(v)
 
     def count(self, v: Any, place: str) -> int:
@@ -135,6 +142,9 @@ class _V:
             raise self.fail(place, f"must be an integer, got {_kind(v)}")
         if v < 0:
             raise self.fail(place, f"must be >= 0, got {v}")
+        if v > _MAX_COUNT:
+            raise self.fail(place, f"must be at most {_MAX_COUNT} (2**60), got "
+                            f"{v if v.bit_length() <= 128 else f'an integer of {v.bit_length()} bits'}")
         return v
 
 
@@ -161,26 +171,14 @@ def _at(place: str, key: str) -> str:
 # ---- loading ---------------------------------------------------------------------------------
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
 def load_taskgraph(path: str | Path) -> Graph:
-    """Read and validate a task-graph JSON file into a ``Graph`` of ``OpKind.TASK`` ops."""
+    """Read and validate a task-graph JSON file into a ``Graph`` of ``OpKind.TASK`` ops.
+
+    The file goes through the input boundary (``placewise.io.load_json``): a regular file
+    no larger than ``MAX_JSON_BYTES``, UTF-8, nested at most ``MAX_DEPTH`` levels, finite
+    numbers only."""
     file = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as e:
-        raise InputError(f"cannot read the file: {e.strerror or e}", file=file) from None
-    except UnicodeDecodeError:
-        raise SpecError("not a UTF-8 text file", file=file) from None
-    try:
-        data = json.loads(text, parse_constant=_reject_constant)
-    except json.JSONDecodeError as e:
-        raise SpecError(f"not valid JSON: {e.msg}", file=file,
-                        place=f"line {e.lineno} column {e.colno}") from None
-    except ValueError as e:
-        raise SpecError(f"not valid JSON: {e}", file=file) from None
+    data = load_json(path, what="task graph", error=SpecError)
     return parse_taskgraph(data, file=file)
 
 

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,10 +32,12 @@ if TYPE_CHECKING:
     from placewise.graph.ir import Graph
 
 __all__ = [
+    "ZOO_MAX_BYTES",
     "ZooEntry",
     "build",
     "export_onnx",
     "export_pt2",
+    "implied_bytes",
     "list_models",
     "load_zoo",
     "parse_zoo_ref",
@@ -351,10 +351,16 @@ def _entry(name: str) -> _Model:
 def resolve_options(name: str, options: Mapping[str, Any] | None = None) -> dict[str, int]:
     """The defaults of model ``name`` overridden by ``options``, checked.
 
-    Values may be ints or decimal strings; each must be a positive integer.
+    Values may be ints or decimal strings; each must be a positive integer, and together
+    they must not imply more than ``ZOO_MAX_BYTES`` of parameters and activations (see
+    ``implied_bytes``).
 
     >>> resolve_options("mlp", {"layers": "2"})["layers"]
     2
+    >>> resolve_options("mlp", {"hidden": 1 << 20, "layers": 1000})
+    Traceback (most recent call last):
+    ...
+    placewise.errors.InputError: zoo:mlp: options hidden=1048576, layers=1000 imply at least 4.00 TiB of parameters and activations (fp32), more than the 16.00 GiB a zoo model may take
     """
     model = _entry(name)
     out = dict(model.entry.default_options)
@@ -363,7 +369,93 @@ def resolve_options(name: str, options: Mapping[str, Any] | None = None) -> dict
             raise InputError(f"unknown option {key!r} for zoo model {name!r} "
                              f"(options: {', '.join(out)})", place=f"zoo:{name}")
         out[key] = _positive_int(name, key, value)
+    params, acts = implied_bytes(name, out, stop_at=ZOO_MAX_BYTES)
+    if params + acts > ZOO_MAX_BYTES:
+        from placewise.units import format_bytes
+
+        given = [k for k in (options or {}) if out[k] != model.entry.default_options[k]]
+        shown = ", ".join(f"{k}={out[k]}" for k in (given or out))
+        word = "option" if len(given) == 1 else "options"
+        verb = "implies" if len(given) == 1 else "imply"
+        raise InputError(f"{word} {shown} {verb} at least {format_bytes(params + acts)} of "
+                         f"parameters and activations (fp32), more than the "
+                         f"{format_bytes(ZOO_MAX_BYTES)} a zoo model may take",
+                         place=f"zoo:{name}")
     return out
+
+
+#: the most memory (parameters + activations, fp32) a zoo model's options may imply
+ZOO_MAX_BYTES = 16 << 30
+
+
+def implied_bytes(name: str, o: Mapping[str, int], *, stop_at: int | None = None
+                  ) -> tuple[int, int]:
+    """(parameter bytes, activation bytes) that building and tracing zoo model ``name``
+    with options ``o`` takes at fp32: every weight, plus every intermediate tensor of one
+    forward pass (attention scores included). An estimate from the architecture (the
+    weights within a few percent of what torch allocates); with ``stop_at`` the count may
+    stop early once the total passes it, so absurd options cost no time.
+
+    >>> implied_bytes("mlp", {"layers": 1, "hidden": 4, "in_features": 2, "out_features": 1,
+    ...                       "batch": 1})
+    (68, 36)
+    """
+    limit = stop_at if stop_at is not None else 1 << 200
+    f = 4  # bytes per fp32 element
+    p = a = 0
+    b = o["batch"]
+    if name == "mlp":
+        width = o["in_features"]
+        a += b * width
+        for _ in range(o["layers"]):
+            p += width * o["hidden"] + o["hidden"]
+            a += 2 * b * o["hidden"]  # linear, relu
+            width = o["hidden"]
+            if (p + a) * f > limit:
+                break
+        p += width * o["out_features"] + o["out_features"]
+        a += b * o["out_features"]
+    elif name in ("resnet", "inception"):
+        w, res = o["width"], o["image"]
+        p += 3 * w * 9 + 4 * w
+        a += b * 3 * res * res + 3 * b * w * res * res  # input, conv, bn, relu
+        res = -(-res // 2)
+        a += b * w * res * res  # max pool
+        cin = w
+        for i in range(o["blocks"]):
+            if name == "resnet":
+                cout = w * 2 ** (i // 2)
+                stride = 2 if (i > 0 and i % 2 == 0) else 1
+                res = -(-res // stride)
+                p += 9 * cin * cout + 9 * cout * cout + 8 * cout
+                if stride != 1 or cin != cout:
+                    p += cin * cout + 4 * cout
+                a += 8 * b * cout * res * res
+                cin = cout
+            else:
+                c = w * 2 ** (i // 2)
+                h = c // 2
+                p += 3 * cin * c + cin * h + 9 * c * c + 25 * h * c + 20 * c + 8 * h
+                a += b * res * res * (cin + 12 * c + 3 * h + 4 * c)
+                cin = 4 * c
+                if i % 2 == 1 and i + 1 < o["blocks"]:
+                    res = max(1, res // 2)
+                    a += b * cin * res * res
+            if (p + a) * f > limit:
+                break
+        p += cin * o["classes"] + o["classes"]
+        a += b * (cin + o["classes"])
+    elif name in ("bert", "gpt"):
+        h, s, v, heads = o["hidden"], o["seq"], o["vocab"], o["heads"]
+        p += v * h + s * h + (h * h + h if name == "bert" else h * v + h)
+        a += b * s * (2 + 3 * h)
+        for _ in range(o["layers"]):
+            p += 12 * h * h + 13 * h if name == "bert" else 16 * h * h + 2 * h
+            a += b * s * h * 24 + 2 * b * heads * s * s  # projections, FFN, scores
+            if (p + a) * f > limit:
+                break
+        a += b * s * v if name == "gpt" else b * h
+    return p * f, a * f
 
 
 def _positive_int(name: str, key: str, value: Any) -> int:
@@ -478,20 +570,14 @@ def _dynamic_batch(inputs: tuple[torch.Tensor, ...]
 def _atomic_write(path: str | os.PathLike[str], write: Callable[[str], None]) -> Path:
     """Call ``write(tmp)`` for a temp file beside ``path`` and rename it into place.
 
-    The temp file has the destination's own name inside a fresh hidden folder (a .pt2
+    The output boundary (``placewise.io.atomic_writer``): ``path`` must be new or a regular
+    file. The temp file has the destination's own name inside a fresh hidden folder (a .pt2
     archive takes its inner folder name from the file name), so no partial file is ever
     visible at ``path``.
     """
-    dest = Path(path)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmpdir = tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent)
-    tmp = os.path.join(tmpdir, dest.name)
-    try:
-        write(tmp)
-        os.replace(tmp, dest)
-    finally:
-        shutil.rmtree(tmpdir, ignore_errors=True)
-    return dest
+    from placewise.io import atomic_writer
+
+    return atomic_writer(path, lambda tmp: write(str(tmp)), keep_name=True)
 
 
 def _export_program(name: str, options: Mapping[str, Any] | None, *,

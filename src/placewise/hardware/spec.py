@@ -21,11 +21,19 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from placewise.errors import SpecError
 from placewise.graph.ir import OpKind
+from placewise.io import MAX_YAML_BYTES, load_yaml, parse_yaml
 from placewise.units import DType
 
 __all__ = [
@@ -42,9 +50,26 @@ __all__ = [
     "parse_machine",
 ]
 
-PositiveFloat = Annotated[float, Field(gt=0)]
-PositiveInt = Annotated[int, Field(gt=0)]
-NonNegFloat = Annotated[float, Field(ge=0)]
+#: the largest memory tier a spec may describe (1 EiB); larger is a typo (10**400...)
+MAX_CAPACITY_BYTES = 1 << 60
+#: rates (FLOP/s, bytes/s) a spec may give: at least 1 per second, at most 1e30
+MIN_RATE, MAX_RATE = 1.0, 1e30
+#: the longest launch overhead or link latency a spec may give (s)
+MAX_DURATION_S = 1e6
+
+
+def _at_least_min_rate(v: float) -> float:
+    if v < MIN_RATE:
+        raise ValueError(f"must be at least {MIN_RATE:g} per second (got {v!r})")
+    return v
+
+
+# every float refuses inf and NaN (``_Strict``: allow_inf_nan=False) and has bounds, so no
+# number that loads can overflow a cost, a schedule or a plan file
+Rate = Annotated[float, Field(gt=0, le=MAX_RATE), AfterValidator(_at_least_min_rate)]
+Capacity = Annotated[int, Field(gt=0, le=MAX_CAPACITY_BYTES)]
+PositiveInt = Annotated[int, Field(gt=0, le=1 << 31)]
+Duration = Annotated[float, Field(ge=0, le=MAX_DURATION_S)]
 
 
 class _PlacedError(ValueError):
@@ -56,7 +81,8 @@ class _PlacedError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True,
+                              allow_inf_nan=False)
 
 
 class DeviceKind(StrEnum):
@@ -71,8 +97,8 @@ class MemoryTier(_Strict):
     """A capacity with a bandwidth: HBM, DRAM, SRAM, host memory."""
 
     name: str
-    capacity_bytes: PositiveInt
-    bandwidth_bytes_per_s: PositiveFloat
+    capacity_bytes: Capacity
+    bandwidth_bytes_per_s: Rate
     source: str = Field(min_length=1)
     shared_with: str | None = None  # name of a SharedResource whose bandwidth this tier uses
 
@@ -83,18 +109,18 @@ class Device(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
     kind: DeviceKind
     model: str = ""
-    peak_flops_per_s: dict[DType, PositiveFloat]
+    peak_flops_per_s: dict[DType, Rate]
     peak_source: str = Field(min_length=1)
     memory: list[MemoryTier] = Field(min_length=1)
-    launch_overhead_s: NonNegFloat
+    launch_overhead_s: Duration
     launch_source: str = Field(min_length=1)
     compute_units: PositiveInt = 1  # SMs, cores, NPU tiles: the parallelism an op must fill
-    lanes: PositiveInt = 1  # concurrent streams/queues the scheduler may use
+    lanes: Annotated[int, Field(gt=0, le=4096)] = 1  # concurrent streams/queues the scheduler may use
     supported_kinds: list[OpKind] | None = None  # None: every kind
     unsupported_kinds: list[OpKind] = Field(default_factory=list)
     supported_dtypes: list[DType] | None = None  # None: the keys of peak_flops_per_s
     resources: list[str] = Field(default_factory=list)  # shared resources it also occupies
-    cores: list[int] | None = None  # local devices: the OS CPU ids this device is pinned to
+    cores: list[Annotated[int, Field(ge=0, le=1 << 20)]] | None = None  # local devices: the OS CPU ids this device is pinned to
     backend: str | None = None  # local devices: the runtime backend ("torch", "onnxruntime")
 
     @field_validator("peak_flops_per_s", mode="before")
@@ -161,7 +187,7 @@ class SharedResource(_Strict):
 
     name: str
     kind: str = "memory_controller"
-    bandwidth_bytes_per_s: PositiveFloat
+    bandwidth_bytes_per_s: Rate
     source: str = Field(min_length=1)
 
 
@@ -170,8 +196,8 @@ class Link(_Strict):
 
     name: str
     endpoints: tuple[str, str]
-    bandwidth_bytes_per_s: PositiveFloat  # per direction
-    latency_s: NonNegFloat
+    bandwidth_bytes_per_s: Rate  # per direction
+    latency_s: Duration
     duplex: bool = True  # True: the two directions do not contend
     resource: str | None = None  # the resource a transfer occupies (defaults to the link)
     source: str = Field(min_length=1)
@@ -347,9 +373,17 @@ def _problem(err: Any) -> str:
             msg = (f"unknown value; expected one of {', '.join(expected[:10])}, ... "
                    f"({len(expected)} values)")
     value = err.get("input")
-    if "input" in err and not isinstance(value, dict | list) and err.get("type") != "missing":
-        msg += f" (got {value!r})"
+    if "input" in err and not isinstance(value, dict | list) and err.get("type") != "missing" \
+            and "(got " not in msg:
+        msg += f" (got {_short_repr(value)})"
     return msg
+
+
+def _short_repr(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {len(str(value)) if value.bit_length() < 14000 else 'many'} digits"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def parse_machine(data: Any, *, file: str) -> Machine:
@@ -378,7 +412,6 @@ def load_machine(ref: str | Path) -> Machine:
     ``local`` is this machine, measured by :func:`placewise.hardware.probe.load_local` the
     first time and read from its cache afterwards.
     """
-    text: str
     ref_s = str(ref)
     if ref_s == "local":
         from placewise.hardware.probe import load_local  # deferred: probe imports this module
@@ -388,22 +421,13 @@ def load_machine(ref: str | Path) -> Machine:
     if ref_s in list_presets():
         file = f"preset:{ref_s}"
         text = (resources.files("placewise.hardware") / "presets" / f"{ref_s}.yaml").read_text()
-    elif path.suffix.lower() in (".yaml", ".yml", ".json") or path.exists():
+        data = parse_yaml(text, file=file, error=SpecError, check=False)
+    elif path.suffix.lower() in (".yaml", ".yml", ".json") or path.exists() or path.is_symlink():
         file = ref_s
-        if not path.is_file():
-            raise SpecError("no such file", file=file)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise SpecError(f"cannot read: {exc}", file=file) from None
+        # the schema (allow_inf_nan=False and bounds) checks every number, naming the field
+        data = load_yaml(path, what="machine spec", error=SpecError,
+                         limit_bytes=MAX_YAML_BYTES, check=False)
     else:
         raise SpecError(f"not a preset ({', '.join(list_presets())}), a YAML file or 'local'",
                         file=ref_s)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        place = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise SpecError(f"invalid YAML: {problem}", file=file, place=place) from None
     return parse_machine(data, file=file)

@@ -324,8 +324,9 @@ def unpack_fx(folder: str) -> _PackedProgram:
     import torch
     from torch.export.graph_signature import InputKind
 
-    with open(os.path.join(folder, "program.json"), encoding="utf-8") as f:
-        data = json.load(f)
+    from placewise.io import load_json  # the input boundary: regular file, depth, numbers
+
+    data = load_json(os.path.join(folder, "program.json"), what="fx package program")
     g = torch.fx.Graph()
     made: dict[str, Any] = {}
     for nd in data["nodes"]:
