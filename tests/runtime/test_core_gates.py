@@ -169,7 +169,9 @@ def _check_program(prog: ExecProgram) -> None:
 
 
 def test_gates_follow_the_plans_order_on_shared_cores(gated: dict[str, Any]) -> None:
-    prog: ExecProgram = gated["program"]
+    # task by task (the op-level program): partitions merge some of these tasks
+    prog: ExecProgram = program_from_schedule(gated["problem"], gated["evaluation"].schedule,
+                                              granularity="op")
     names = {(prog.tasks[g.before].name, prog.tasks[g.after].name) for g in prog.gates}
     # cpu01 waits for the chain's last linear on cpu0; cpu0 goes on after cpu01's linear.
     # cpu1's linear needs no gate: cpu0 receives its output before that last linear.

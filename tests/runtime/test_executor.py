@@ -91,7 +91,10 @@ def test_steps_read_only_what_an_earlier_step_wrote(setup: dict[str, Any]) -> No
 def test_every_task_is_a_step_on_its_device(setup: dict[str, Any]) -> None:
     prog = setup["program"]
     sched = setup["evaluation"].schedule
-    assert {t.name for t in prog.tasks} == {t.name for t in sched.tasks}
+    members = {name for p in prog.partitions for name in p.tasks}
+    assert {t.name for t in prog.tasks} == (
+        {t.name for t in sched.tasks} - members) | {p.name for p in prog.partitions}
+    assert members == {t.name for t in sched.tasks if t.kind is TaskKind.COMPUTE}
     for t in prog.tasks:
         kinds = {(d, st.kind) for d, steps in prog.steps.items() for st in steps
                  if st.task == t.index}
@@ -189,8 +192,8 @@ def test_transfers_happen_in_order_on_one_clock(ran: dict[str, Any]) -> None:
 def test_ops_and_memory_are_recorded(setup: dict[str, Any], ran: dict[str, Any]) -> None:
     tel: Telemetry = ran["telemetry"]
     prog = setup["program"]
-    ops = {o.op for o in tel.ops}
-    assert ops == {op.name for v in prog.vertices.values() for op in v.ops}
+    assert not tel.ops  # one session per partition: nodes are timed by its profiler only
+    assert prog.partitions
     for d in tel.devices:
         assert d.weights_bytes > 0
         assert ran["peaks"][d.device] >= d.weights_bytes

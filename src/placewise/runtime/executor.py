@@ -470,7 +470,8 @@ class Executor:
                  setup_timeout_s: float = 900.0, fault: Fault | None = None,
                  warm_calls: int = 2, spin_s: float = 1e-3,
                  idle_spin_s: float = 2e-4, omp_wait_policy: str | None = "PASSIVE",
-                 refill_s: float = 5e-4) -> None:
+                 refill_s: float = 5e-4,
+                 partition_files: Mapping[str, str] | None = None) -> None:
         if slots < 1:
             raise InputError(f"slots must be >= 1, got {slots}", place="slots")
         self.program = program
@@ -484,6 +485,10 @@ class Executor:
         self.idle_spin_s = max(0.0, float(idle_spin_s))
         self.omp_wait_policy = omp_wait_policy
         self.refill_s = max(0.0, float(refill_s))
+        #: compiled partitions to run (name -> .onnx file, as ``export`` writes them);
+        #: compiled at start-up when not given
+        self.partition_files = dict(partition_files or {})
+        self._partition_files: dict[str, str] = {}
         self._reference = [np.ascontiguousarray(np.asarray(x)) for x in reference_inputs]
         self._procs: list[_Proc] = []
         self._shm: Any = None
@@ -557,8 +562,17 @@ class Executor:
         self._views_out = {t: [np.ndarray(b.shape, dtype=b.dtype, buffer=buf, offset=o)
                                for o in b.offsets] for t, b in outs.items()}
         self._tmp = tempfile.mkdtemp(prefix="placewise-exec-")
-        reload = source_reload_args(self.source, self._tmp)
-        self._fx_map = _fx_map(self.source, prog.graph)
+        if prog.partitions:
+            report(f"compiling {len(prog.partitions)} partitions")
+            from placewise.runtime.compile import write_partitions
+
+            self._partition_files = (dict(self.partition_files) if self.partition_files
+                                     else write_partitions(self.source, prog.partitions,
+                                                           self._tmp))
+            reload: dict[str, Any] = {}
+        else:
+            reload = source_reload_args(self.source, self._tmp)
+            self._fx_map = _fx_map(self.source, prog.graph)
         ctx = mp.get_context("spawn")
         # one pipe per ordered device pair that has transfers or core gates
         pairs = sorted({(t.device, t.dst_device) for t in prog.transfers()
@@ -673,6 +687,8 @@ class Executor:
             "idle_spin_s": self.idle_spin_s if not self._shares_cores(d) else 0.0,
             "fx_map": self._fx_map,
             "shared_cores": self._shares_cores(d),
+            "partitions": {name: path for name, path in self._partition_files.items()
+                           if name in vertices},
         }
 
     # -- messages --
@@ -779,10 +795,10 @@ class Executor:
             t = self.program.tasks[task]
             if t.vertex is not None and t.vertex in self.program.vertices:
                 ops = self.program.vertices[t.vertex].ops
-                if 0 <= op_index < len(ops):
-                    return ops[op_index].name
                 if len(ops) == 1:
                     return ops[0].name
+                if 0 <= op_index < len(ops) and not self.program.partitions:
+                    return ops[op_index].name
         return ""
 
     def _send_all(self, tag: str, request: int = 0, flag: int = 0) -> None:
@@ -1205,7 +1221,8 @@ class _Worker:
             raise UnsupportedError(f"device {self.device!r} has backend cuda but torch sees "
                                    f"no GPU here")
         self.dev = torch.device("cuda") if self.cuda else torch.device("cpu")
-        self.fx = p["format"] == "torch_export"
+        self.partitioned = bool(p.get("partitions"))
+        self.fx = p["format"] == "torch_export" and not self.partitioned
         self.shm = shared_memory.SharedMemory(name=p["shm"])
         buf = self.shm.buf
         n = int(p["n_workers"])
@@ -1223,34 +1240,15 @@ class _Worker:
                         for ti, b in p["xfers"].items()}
         self.tasks = {int(k): v for k, v in p["tasks"].items()}
         self.steps = p["steps"]
-        reload = p["source"]
-        if "fx_package" in reload:
-            src = opexec.ModelSource(reload["ref"], opexec.SourceFormat.TORCH_EXPORT, None,
-                                     exported_program=unpack_fx(reload["fx_package"]))
-        else:
-            src = opexec.load_source(reload["ref"], shapes=reload["shapes"],
-                                     batch=reload["batch"], with_graph=False)
-        self.src = src
-        self.program: Any = opexec.program_of(src)
-        refs = p["reference_inputs"]
-        if isinstance(self.program, opexec.FxProgram):
-            self._fx_maps()
-            captured = self.program.reference([torch.from_numpy(np.array(a)) for a in refs])
-        else:
-            feeds = {vi.name: np.array(a) for vi, a in zip(self.program.inputs, refs,
-                                                          strict=True)}
-            captured = self.program.reference(feeds)
-        self.captured: Any = captured
         self.weights: dict[int, int] = {}  # storage ptr -> bytes (held for the whole run)
         self.weight_bytes_extra = 0
         self.cuda_params: dict[str, Any] = {}
         self.op_lists: dict[int, list[Callable[[dict[str, Any]], None]]] = {}
-        for st in self.steps:
-            if st["kind"] == "compute":
-                self.cur_task = st["task"]
-                self.op_lists[st["task"]] = self._build_vertex(self.tasks[st["task"]])
+        if self.partitioned:
+            self._setup_partitions()
+        else:
+            self._setup_interpreter()
         self.cur_task = -2
-        self._drop_unused_params()
         # state of the step loop
         self.live: dict[int, list[int]] = {}  # storage ptr -> [bytes, refs]
         self.live_bytes = 0
@@ -1272,6 +1270,73 @@ class _Worker:
             "threads": self.threads, "weights_bytes": self.weight_total,
             "rss_start": self.rss_start, "rss_ready": _rss(), "pid": os.getpid(),
             "isa": str(torch.backends.cpu.get_cpu_capability())})
+
+    def _setup_partitions(self) -> None:
+        """One onnxruntime session per partition this device runs (no model source)."""
+        import onnx
+
+        from placewise.runtime.backends.onnxruntime import Provider, make_session
+
+        p = self.p
+        provider = Provider("CUDAExecutionProvider", {"device_id": "0"}) if self.cuda \
+            else Provider("CPUExecutionProvider")
+        self.sessions: dict[int, Any] = {}
+        for st in self.steps:
+            if st["kind"] != "compute":
+                continue
+            ti = st["task"]
+            self.cur_task = ti
+            vname = self.tasks[ti]["vertex"]
+            path = p["partitions"][vname]
+            model = onnx.load(path, load_external_data=True)
+            for init in model.graph.initializer:
+                self.weight_bytes_extra += _onnx_bytes(init)
+            sess = make_session(path, provider, threads=self.threads,
+                                spinning=not p.get("shared_cores", False))
+            self.sessions[ti] = sess
+            self.op_lists[ti] = [self._session_run(sess, self.p["vertices"][vname])]
+
+    def _session_run(self, sess: Any, v: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
+        feeds_of = [i.name for i in sess.get_inputs()]
+        outs = list(v["outputs"])
+        run_opts = None
+
+        def run(vals: dict[str, Any]) -> None:
+            res = sess.run(outs, {n: vals[n] for n in feeds_of}, run_opts)
+            for n, r in zip(outs, res, strict=True):
+                vals[n] = r
+
+        return run
+
+    def _setup_interpreter(self) -> None:
+        """The op-by-op interpreter (``granularity="op"``): the worker loads the model
+        source and builds a runner per op."""
+        p = self.p
+        torch = self.torch
+        opexec = self.opexec
+        reload = p["source"]
+        if "fx_package" in reload:
+            src = opexec.ModelSource(reload["ref"], opexec.SourceFormat.TORCH_EXPORT, None,
+                                     exported_program=unpack_fx(reload["fx_package"]))
+        else:
+            src = opexec.load_source(reload["ref"], shapes=reload["shapes"],
+                                     batch=reload["batch"], with_graph=False)
+        self.src = src
+        self.program: Any = opexec.program_of(src)
+        refs = p["reference_inputs"]
+        if isinstance(self.program, opexec.FxProgram):
+            self._fx_maps()
+            captured = self.program.reference([torch.from_numpy(np.array(a)) for a in refs])
+        else:
+            feeds = {vi.name: np.array(a) for vi, a in zip(self.program.inputs, refs,
+                                                          strict=True)}
+            captured = self.program.reference(feeds)
+        self.captured: Any = captured
+        for st in self.steps:
+            if st["kind"] == "compute":
+                self.cur_task = st["task"]
+                self.op_lists[st["task"]] = self._build_vertex(self.tasks[st["task"]])
+        self._drop_unused_params()
 
     def _view(self, buf: Any, b: dict[str, Any], offset: int) -> Any:
         shape = tuple(b["shape"])
@@ -1450,7 +1515,7 @@ class _Worker:
         calls = int(self.p.get("warm_calls", 2))
         if calls <= 0:
             return
-        vals = self._reference_values()
+        vals = self._zero_values() if self.partitioned else self._reference_values()
         for _ in range(calls):
             for st in self.steps:
                 if st["kind"] != "compute":
@@ -1461,6 +1526,15 @@ class _Worker:
                         run(local)
                         if self.cuda:
                             self.torch.cuda.synchronize()
+
+    def _zero_values(self) -> dict[str, Any]:
+        """Zeros of each partition input's shape and dtype (warm-up of the sessions)."""
+        out: dict[str, Any] = {}
+        for sess in self.sessions.values():
+            for i in sess.get_inputs():
+                shape = [d if isinstance(d, int) else 1 for d in i.shape]
+                out.setdefault(i.name, np.zeros(shape, dtype=_ORT_NP.get(i.type, np.float32)))
+        return out
 
     def _reference_values(self) -> dict[str, Any]:
         """Values of reference shape for every tensor the steps read (random floats, real
@@ -1865,7 +1939,8 @@ class _Worker:
                 self.torch.cuda.synchronize()
             k1 = now()
             kernel += k1 - k0
-            self.rec_ops.append((r, ti, oi, k0, k1))
+            if not self.partitioned:  # a session's nodes are timed by its profiler
+                self.rec_ops.append((r, ti, oi, k0, k1))
         for name, key in zip(v["outputs"], st["writes"], strict=True):
             data = vals[name]
             scale = None
@@ -1979,6 +2054,17 @@ def measure_step_overhead(steps: int = 200) -> list[float]:
         w.rec_tasks.clear()
         w.rec_ops.clear()
     return out[3:]
+
+
+_ORT_NP: dict[str, Any] = {
+    "tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16,
+    "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int8)": np.int8,
+    "tensor(uint8)": np.uint8, "tensor(bool)": np.bool_}
+
+
+def _onnx_bytes(init: Any) -> int:
+    """Bytes an ONNX initializer holds."""
+    return math.prod(init.dims) * _onnx_elem_bytes(init)
 
 
 def _onnx_elem_bytes(init: Any) -> int:

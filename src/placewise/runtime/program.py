@@ -16,6 +16,8 @@ gated. A program without shared cores has no gates.
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -37,8 +39,10 @@ __all__ = [
     "ExecStep",
     "ExecTask",
     "ExecVertex",
+    "Partition",
     "StepKind",
     "copy_key",
+    "partitions_of",
     "program_from_plan",
     "program_from_schedule",
 ]
@@ -130,6 +134,8 @@ class ExecProgram:
     steps: Mapping[str, tuple[ExecStep, ...]]
     makespan_s: float
     gates: tuple[CoreGate, ...] = ()
+    #: the compiled units (``Partition``), in execution order; empty at ``granularity="op"``
+    partitions: tuple[Partition, ...] = ()
     _by_name: dict[str, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -158,7 +164,7 @@ class ExecProgram:
         text = f"task {t.name!r}"
         if t.vertex is not None and t.vertex in self.vertices:
             ops = self.vertices[t.vertex].ops
-            if 0 <= op_index < len(ops):
+            if 0 <= op_index < len(ops) and (len(ops) == 1 or not self.partitions):
                 text += f", {ops[op_index].where()}"
             elif len(ops) == 1:
                 text += f", {ops[0].where()}"
@@ -174,7 +180,8 @@ def copy_key(tensor: str, rep: Representation) -> str:
     return f"{tensor}@{rep}"
 
 
-def program_from_schedule(problem: Problem, schedule: Schedule) -> ExecProgram:
+def program_from_schedule(problem: Problem, schedule: Schedule, *,
+                          granularity: str = "partition") -> ExecProgram:
     """The executable program of ``schedule`` (a schedule of ``problem``).
 
     Raises ``InputError`` when a device the schedule uses is not a local device (it needs
@@ -195,10 +202,11 @@ def program_from_schedule(problem: Problem, schedule: Schedule) -> ExecProgram:
             vertices[t.name] = ExecVertex(t.name, a.device, a.dtype, v.ops, v.inputs,
                                           v.outputs)
     return _build_program(problem.graph, problem.machine, schedule.host, tasks, vertices,
-                          schedule.makespan_s)
+                          schedule.makespan_s, granularity)
 
 
-def program_from_plan(plan: Any, graph: Graph, machine: Machine) -> ExecProgram:
+def program_from_plan(plan: Any, graph: Graph, machine: Machine, *,
+                      granularity: str = "partition") -> ExecProgram:
     """The executable program of a plan file (``placewise.plan.Plan``) whose graph is
     ``graph`` and whose machine is ``machine`` (fingerprints are the caller's to check)."""
     from placewise.plan import parse_rep
@@ -232,11 +240,13 @@ def program_from_plan(plan: Any, graph: Graph, machine: Machine) -> ExecProgram:
                              place=f"regions.{t.name}") from None
         vertices[t.name] = ExecVertex(t.name, a.device, a.dtype, ops, tuple(reg.inputs),
                                       tuple(reg.outputs))
-    return _build_program(graph, machine, plan.host, tasks, vertices, float(plan.makespan_s))
+    return _build_program(graph, machine, plan.host, tasks, vertices, float(plan.makespan_s),
+                          granularity)
 
 
 def _build_program(g: Graph, m: Machine, host: str, tasks: list[ExecTask],
-                   vertices: dict[str, ExecVertex], makespan_s: float) -> ExecProgram:
+                   vertices: dict[str, ExecVertex], makespan_s: float,
+                   granularity: str = "partition") -> ExecProgram:
     """Each device's steps: its tasks in plan order (a receive at its transfer's end),
     reordered only where a step would read a copy before it is made; ``io:in`` first and
     ``io:out`` after the last output on the host; frees after each copy's last reader; and,
@@ -260,6 +270,14 @@ def _build_program(g: Graph, m: Machine, host: str, tasks: list[ExecTask],
             raise InputError(f"device {d.name!r} of machine {m.name!r} is not a local device "
                              f"(it has no cores/backend): only this machine's devices run "
                              f"plans", place=f"device {d.name!r}")
+    parts: tuple[Partition, ...] = ()
+    if granularity == "partition":
+        parts = tuple(partitions_of(g, tasks, vertices,
+                                    {d.name: tuple(d.cores or ()) for d in devices}))
+        tasks, vertices = _merge(tasks, vertices, parts)
+    elif granularity != "op":
+        raise InputError(f"granularity must be 'partition' or 'op', got {granularity!r}",
+                         place="--granularity")
     natural = {t.name: Representation(t.dtype, t.layout) for t in g.tensors}
     events: dict[str, list[tuple[float, int, int, ExecStep]]] = {d.name: [] for d in devices}
     events[host].append((-math.inf, -1, 0, ExecStep(
@@ -299,7 +317,8 @@ def _build_program(g: Graph, m: Machine, host: str, tasks: list[ExecTask],
     if gates:
         orders = _with_gates(orders, gates, tasks)
     steps = {name: _with_frees(order) for name, order in orders.items()}
-    return ExecProgram(g, host, tuple(tasks), vertices, devices, steps, makespan_s, gates)
+    return ExecProgram(g, host, tuple(tasks), vertices, devices, steps, makespan_s, gates,
+                       parts)
 
 
 def _core_gates(devices: Sequence[Device], tasks: Sequence[ExecTask],
@@ -519,3 +538,190 @@ def _with_frees(steps: list[ExecStep]) -> tuple[ExecStep, ...]:
         frees.setdefault(i, []).append(k)
     return tuple(ExecStep(s.kind, s.task, s.reads, s.writes, tuple(sorted(frees.get(i, []))),
                           s.gates_in, s.gates_out) for i, s in enumerate(steps))
+
+
+# ---- partitions ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """A compiled unit: a maximal run of one device's compute tasks (in plan order, one
+    precision) that runs to its end without waiting on another device.
+
+    ``tasks``: the plan's compute tasks it merges (their names are the plan's vertices);
+    ``inputs``: the tensors it reads that it does not make (graph inputs, other partitions'
+    outputs, received or converted copies); ``outputs``: the tensors it makes that anything
+    outside it reads (another partition, a transfer, a conversion, the graph's outputs).
+    """
+
+    name: str
+    index: int
+    device: str
+    dtype: DType
+    tasks: tuple[str, ...]
+    ops: tuple[Op, ...]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+def partitions_of(g: Graph, tasks: Sequence[ExecTask], vertices: Mapping[str, ExecVertex],
+                  cores: Mapping[str, Sequence[int]] | None = None) -> list[Partition]:
+    """Cut each device's compute tasks, in plan order, into partitions.
+
+    A device's order is cut before a compute task that computes in another precision, that
+    reads a copy which arrived (received from another device, or converted) after the
+    current partition began, or that follows a task whose output left early (a transfer or
+    conversion of a tensor the partition made starts before the next compute task), or where
+    the plan runs a task of another device that shares the device's ``cores`` in between
+    (the core gate makes the partition wait for it).
+    Partitions are numbered by the start of their first task and named ``p{k}.{device}``.
+    """
+    events: dict[str, list[tuple[float, int, int, ExecTask]]] = {}
+    for t in tasks:
+        if t.kind is TaskKind.TRANSFER:
+            events.setdefault(t.device, []).append((t.start_s, t.index, 1, t))
+            if t.dst_device is not None:
+                events.setdefault(t.dst_device, []).append((t.end_s, t.index, 2, t))
+        else:
+            events.setdefault(t.device, []).append((t.start_s, t.index, 1, t))
+    shared: dict[str, list[float]] = {}  # device -> starts of core-sharing devices' work
+    if cores:
+        for d, mine in cores.items():
+            others = {o for o, theirs in cores.items() if o != d and set(mine) & set(theirs)}
+            shared[d] = sorted(t.start_s for t in tasks if t.device in others
+                               and t.kind is not TaskKind.TRANSFER)
+    groups: list[tuple[str, DType, list[ExecTask]]] = []
+    for device, evs in events.items():
+        between = shared.get(device, [])
+        evs.sort(key=lambda e: (e[0], e[1], e[2]))
+        cur: list[ExecTask] = []
+        dtype: DType | None = None
+        made: set[str] = set()
+        arrived: set[str] = set()
+        left = False
+        for _, _, sub, t in evs:
+            if t.kind is TaskKind.COMPUTE:
+                vx = vertices[t.name]
+                gated = bool(cur) and _any_in(between, cur[-1].start_s, t.start_s)
+                if cur and dtype is not None and (vx.dtype is not dtype or left or gated
+                                                  or any(x in arrived for x in vx.inputs)):
+                    groups.append((device, dtype, cur))
+                    cur, made, arrived, left = [], set(), set(), False
+                cur.append(t)
+                dtype = vx.dtype
+                made.update(vx.outputs)
+            elif not cur:
+                continue
+            elif t.kind is TaskKind.CONVERSION:
+                if t.tensor in made:
+                    left = True
+                if t.tensor is not None:
+                    arrived.add(t.tensor)
+            elif sub == 2:  # a receive on this device
+                if t.tensor is not None:
+                    arrived.add(t.tensor)
+            elif t.tensor in made:  # a send of a tensor this partition made
+                left = True
+        if cur and dtype is not None:
+            groups.append((device, dtype, cur))
+    groups.sort(key=lambda grp: (grp[2][0].start_s, grp[2][0].index))
+    outside: dict[str, set[int]] = {}  # tensor -> tasks that read it
+    for t in tasks:
+        if t.kind is TaskKind.COMPUTE:
+            for x in vertices[t.name].inputs:
+                outside.setdefault(x, set()).add(t.index)
+        elif t.tensor is not None:
+            outside.setdefault(t.tensor, set()).add(t.index)
+    graph_out = set(g.outputs)
+    out: list[Partition] = []
+    for k, (device, dtype, members) in enumerate(groups):
+        idx = {t.index for t in members}
+        made_here: set[str] = set()
+        ins: list[str] = []
+        outs: list[str] = []
+        ops: list[Op] = []
+        for t in members:
+            vx = vertices[t.name]
+            ops.extend(vx.ops)
+            for x in vx.inputs:
+                if x not in made_here and x not in ins:
+                    ins.append(x)
+            made_here.update(vx.outputs)
+        for t in members:
+            for x in vertices[t.name].outputs:
+                if x in graph_out or outside.get(x, set()) - idx:
+                    outs.append(x)
+        out.append(Partition(f"p{k}.{device}", k, device, dtype,
+                             tuple(t.name for t in members), tuple(ops), tuple(ins),
+                             tuple(outs)))
+    return out
+
+
+def _any_in(sorted_x: Sequence[float], lo: float, hi: float) -> bool:
+    """Whether some x in ``sorted_x`` has lo <= x < hi."""
+    i = bisect.bisect_left(sorted_x, lo)
+    return i < len(sorted_x) and sorted_x[i] < hi
+
+
+def _merge(tasks: Sequence[ExecTask], vertices: Mapping[str, ExecVertex],
+           parts: Sequence[Partition]) -> tuple[list[ExecTask], dict[str, ExecVertex]]:
+    """Tasks and vertices with each partition's compute tasks merged into one compute task
+    named after the partition (its vertex is the partition), in a topological order."""
+    by_name = {t.name: t for t in tasks}
+    owner: dict[int, int] = {}  # old task index -> partition index
+    for p in parts:
+        for name in p.tasks:
+            owner[by_name[name].index] = p.index
+    keys: list[tuple[str, int]] = []  # ("t", old index) or ("p", partition)
+    seen: set[int] = set()
+    for t in tasks:
+        if t.index in owner:
+            if owner[t.index] not in seen:
+                seen.add(owner[t.index])
+                keys.append(("p", owner[t.index]))
+        else:
+            keys.append(("t", t.index))
+    deps_of: dict[tuple[str, int], set[tuple[str, int]]] = {}
+
+    def key(i: int) -> tuple[str, int]:
+        return ("p", owner[i]) if i in owner else ("t", i)
+
+    for t in tasks:
+        k = key(t.index)
+        deps_of.setdefault(k, set()).update(key(d) for d in t.deps if key(d) != k)
+    # a stable topological order (Kahn, earliest original position first)
+    pos = {k: i for i, k in enumerate(keys)}
+    indeg = {k: len(deps_of.get(k, ())) for k in keys}
+    users: dict[tuple[str, int], list[tuple[str, int]]] = {}
+    for k, ds in deps_of.items():
+        for d in ds:
+            users.setdefault(d, []).append(k)
+    ready = [(pos[k], k) for k in keys if indeg[k] == 0]
+    heapq.heapify(ready)
+    order: list[tuple[str, int]] = []
+    while ready:
+        _, k = heapq.heappop(ready)
+        order.append(k)
+        for u in users.get(k, ()):
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                heapq.heappush(ready, (pos[u], u))
+    if len(order) != len(keys):
+        raise InputError("the plan's partitions depend on each other in a cycle",
+                         place="schedule.tasks")
+    new_index = {k: i for i, k in enumerate(order)}
+    merged: list[ExecTask] = []
+    new_vertices: dict[str, ExecVertex] = {}
+    for i, k in enumerate(order):
+        deps = tuple(sorted(new_index[d] for d in deps_of.get(k, ())))
+        if k[0] == "t":
+            merged.append(replace(tasks[k[1]], index=i, deps=deps))
+            continue
+        p = parts[k[1]]
+        members = [by_name[n] for n in p.tasks]
+        merged.append(ExecTask(i, p.name, TaskKind.COMPUTE, p.device, None, p.name, None,
+                               None, None, deps, min(t.start_s for t in members),
+                               max(t.end_s for t in members)))
+        new_vertices[p.name] = ExecVertex(p.name, p.device, p.dtype, p.ops, p.inputs,
+                                          p.outputs)
+    return merged, new_vertices

@@ -1,0 +1,1 @@
+"""The runtimes partitions run in: one module per runtime (``onnxruntime``)."""

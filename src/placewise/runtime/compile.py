@@ -1,0 +1,321 @@
+"""Compile a program's partitions into ONNX models, one per partition.
+
+Every partition becomes one ONNX model whose inputs and outputs are exactly the partition's
+boundary tensors (``Partition.inputs`` / ``outputs``, named as the plan names them), with the
+initializers it uses, the source's opset and shape information, checked with
+``onnx.checker``. Both kinds of source take one path:
+
+- **ONNX sources**: the partition's nodes are extracted from the source model
+  (``onnx.utils.Extractor``: every node needed to make the outputs from the inputs, with
+  the initializers and constants they read).
+- **torch.export sources** (``.pt2`` files and zoo models): the program's graph is cut
+  with ``torch.fx`` into one ``GraphModule`` per partition (the fx nodes of its ops, the
+  parameters they read; nodes the importer does not count as ops, such as ``getitem`` and
+  assertions, follow their inputs), and each is exported to ONNX by ``torch.onnx.export``
+  (the dynamo exporter, opset 18). Torch never runs a partition.
+
+int8 partitions are the fp32 partition quantized by ``onnxruntime.quantization``'s dynamic
+quantization (int8 weights, activations quantized per call); its float inputs and outputs
+stay fp32, and the plan's conversion tasks at its boundary run beside it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import tempfile
+import warnings
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from placewise.errors import UnsupportedError
+from placewise.runtime.program import Partition
+from placewise.units import DType
+
+__all__ = ["ONNX_OPSET", "compile_partition", "compile_partitions", "quantize_dynamic_model",
+           "write_partitions"]
+
+#: the opset torch sources are exported at (ONNX sources keep their own)
+ONNX_OPSET = 18
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Silence the exporters' progress lines and warnings (the library never prints)."""
+    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "onnxscript")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, lv in zip(loggers, levels, strict=True):
+            lg.setLevel(lv)
+
+
+def compile_partitions(source: Any, partitions: Sequence[Partition]) -> dict[str, Any]:
+    """ONNX ``ModelProto`` of every partition (by partition name) of ``source`` (a
+    ``runtime.opexec.ModelSource``). int8 partitions come quantized."""
+    from placewise.runtime.opexec import SourceFormat
+
+    out: dict[str, Any] = {}
+    if source.format is SourceFormat.ONNX:
+        for p in partitions:
+            out[p.name] = compile_partition(source, p)
+        return out
+    gm = _unlifted(source.exported_program)
+    assign = _fx_assignment(gm, partitions)
+    for p in partitions:
+        out[p.name] = _finish(_torch_partition(source, gm, assign, p), p)
+    return out
+
+
+def compile_partition(source: Any, p: Partition) -> Any:
+    """The ONNX model of one partition of ``source``."""
+    from placewise.runtime.opexec import SourceFormat
+
+    if source.format is SourceFormat.ONNX:
+        return _finish(_onnx_partition(source.onnx_model, p), p)
+    return compile_partitions(source, [p])[p.name]
+
+
+def _finish(model: Any, p: Partition) -> Any:
+    import onnx
+
+    _check_boundary(model, p)
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as exc:
+        raise UnsupportedError(f"partition {p.name!r} does not pass onnx.checker: "
+                               f"{str(exc).splitlines()[0]}") from None
+    if p.dtype is DType.INT8:
+        model = quantize_dynamic_model(model, p.name)
+    elif p.dtype is not DType.FP32:
+        raise UnsupportedError(f"partition {p.name!r} computes in {p.dtype.value}: "
+                               f"partitions compile to fp32 or int8")
+    return model
+
+
+def _check_boundary(model: Any, p: Partition) -> None:
+    ins = [i.name for i in model.graph.input]
+    inits = {i.name for i in model.graph.initializer}
+    ins = [n for n in ins if n not in inits]
+    outs = [o.name for o in model.graph.output]
+    if sorted(ins) != sorted(p.inputs) or list(outs) != list(p.outputs):
+        raise UnsupportedError(
+            f"partition {p.name!r} compiled with boundary inputs {ins} and outputs {outs}; "
+            f"the plan expects inputs {list(p.inputs)} and outputs {list(p.outputs)}")
+
+
+def quantize_dynamic_model(model: Any, what: str) -> Any:
+    """``model`` with onnxruntime dynamic quantization (int8 weights, uint8 activations
+    quantized per call: ``MatMulInteger`` / ``ConvInteger`` kernels)."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with tempfile.TemporaryDirectory(prefix="placewise-quant-") as tmp, _quiet():
+        src = os.path.join(tmp, "in.onnx")
+        dst = os.path.join(tmp, "out.onnx")
+        onnx.save(model, src)
+        try:
+            quantize_dynamic(src, dst, weight_type=QuantType.QInt8)
+        except Exception as exc:
+            raise UnsupportedError(f"onnxruntime could not quantize {what}: "
+                                   f"{type(exc).__name__}: {exc}") from None
+        return onnx.load(dst)
+
+
+# ---- ONNX sources -----------------------------------------------------------------------------
+
+
+def _onnx_partition(model: Any, p: Partition) -> Any:
+    import onnx
+    from onnx.utils import Extractor
+
+    try:
+        sub = Extractor(model).extract_model(list(p.inputs), list(p.outputs))
+    except Exception as exc:
+        raise UnsupportedError(f"partition {p.name!r} cannot be cut from the ONNX model: "
+                               f"{type(exc).__name__}: {exc}") from None
+    sub.graph.name = p.name
+    del sub.opset_import[:]
+    sub.opset_import.extend(model.opset_import)
+    sub.ir_version = model.ir_version
+    with contextlib.suppress(Exception):
+        sub = onnx.shape_inference.infer_shapes(sub)
+    return sub
+
+
+# ---- torch.export sources --------------------------------------------------------------------
+
+
+def _unlifted(ep: Any) -> Any:
+    """The program as a ``GraphModule`` whose parameters are attributes."""
+    try:
+        return ep.module(check_guards=False)
+    except TypeError:  # an older torch without the keyword
+        return ep.module()
+
+
+def _fx_assignment(gm: Any, partitions: Sequence[Partition]) -> dict[str, int]:
+    """fx node name -> partition index for every call node: the partition of its op, or
+    (nodes that are not ops: getitem, assertions, scalar arithmetic) the latest partition
+    of its inputs, else the earliest of its users; nodes with neither are dropped."""
+    owner: dict[str, int] = {}
+    for p in partitions:
+        for op in p.ops:
+            owner[op.provenance.source or op.name] = p.index
+    calls = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method",
+                                                    "call_module")]
+    assign: dict[str, int] = {}
+    for n in calls:
+        if n.name in owner:
+            assign[n.name] = owner[n.name]
+            continue
+        ins = [assign[a.name] for a in n.all_input_nodes if a.name in assign]
+        if ins:
+            assign[n.name] = max(ins)
+    for n in reversed(calls):
+        if n.name in assign:
+            continue
+        users = [assign[u.name] for u in n.users if u.name in assign]
+        if users:
+            assign[n.name] = min(users)
+    return assign
+
+
+def _torch_partition(source: Any, gm: Any, assign: dict[str, int], p: Partition) -> Any:
+    import torch
+    from torch import fx
+
+    graph = fx.Graph()
+    env: dict[str, Any] = {}
+    root = torch.nn.Module()
+    wanted = set(p.inputs)
+    # the unlifted module names its placeholders after the forward's arguments: the
+    # graph's inputs are the program's user inputs in the same order
+    user = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    g_inputs = list(source.graph.inputs) if source.graph is not None else []
+    alias = {n.name: g_inputs[i] for i, n in enumerate(user) if i < len(g_inputs)}
+
+    def value(n: Any) -> Any:
+        if n.name in alias:
+            return value_of(alias[n.name], n)
+        if n.name in env:
+            return env[n.name]
+        if n.op == "get_attr":
+            _copy_attr(gm, root, str(n.target))
+            env[n.name] = graph.get_attr(str(n.target))
+            return env[n.name]
+        if n.name in wanted or n.op == "placeholder":
+            if n.name not in wanted:
+                raise UnsupportedError(f"partition {p.name!r} reads graph input {n.name!r} "
+                                       f"that the plan does not give it")
+            env[n.name] = graph.placeholder(n.name)
+            env[n.name].meta = dict(n.meta)
+            return env[n.name]
+        # a value the importer does not count as a tensor (a size, a scalar): recompute it
+        return copy(n)
+
+    def value_of(name: str, n: Any) -> Any:
+        if name not in wanted:
+            raise UnsupportedError(f"partition {p.name!r} reads graph input {name!r} that "
+                                   f"the plan does not give it")
+        env[name].meta = dict(n.meta)
+        return env[name]
+
+    def copy(n: Any) -> Any:
+        new = graph.node_copy(n, value)
+        new.meta = dict(n.meta)
+        env[n.name] = new
+        return new
+
+    for name in p.inputs:  # placeholders in the plan's order
+        env[name] = graph.placeholder(name)
+    for n in gm.graph.nodes:
+        if assign.get(n.name) == p.index:
+            copy(n)
+    missing = [o for o in p.outputs if o not in env]
+    if missing:
+        raise UnsupportedError(f"partition {p.name!r}: the program has no node for "
+                               f"{missing[0]!r}")
+    outs = [env[o] for o in p.outputs]
+    graph.output(outs[0] if len(outs) == 1 else tuple(outs))
+    graph.eliminate_dead_code()
+    sub = fx.GraphModule(root, graph, class_name=p.name.replace(".", "_"))
+    args = _example_args(source, p)
+    try:
+        with torch.no_grad(), _quiet():
+            prog = torch.onnx.export(sub, args, dynamo=True, opset_version=ONNX_OPSET,
+                                     external_data=False, verbose=False, optimize=True,
+                                     input_names=list(p.inputs),
+                                     output_names=list(p.outputs))
+    except Exception as exc:
+        raise UnsupportedError(f"partition {p.name!r} could not be exported to ONNX: "
+                               f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+                               ) from None
+    if prog is None:  # pragma: no cover - only the legacy exporter returns None
+        raise UnsupportedError("torch.onnx.export returned no program")
+    model = prog.model_proto
+    model.graph.name = p.name
+    return model
+
+
+def _copy_attr(src: Any, dst: Any, target: str) -> None:
+    import torch
+
+    *path, last = target.split(".")
+    s, d = src, dst
+    for part in path:
+        s = getattr(s, part)
+        if not hasattr(d, part):
+            d.add_module(part, torch.nn.Module())
+        d = getattr(d, part)
+    val = getattr(s, last)
+    if isinstance(val, torch.nn.Parameter):
+        d.register_parameter(last, val)
+    elif isinstance(val, torch.Tensor):
+        d.register_buffer(last, val)
+    else:
+        setattr(d, last, val)
+
+
+def _example_args(source: Any, p: Partition) -> tuple[Any, ...]:
+    """Example inputs of the partition's boundary, at their real shapes and dtypes (values
+    do not matter to the exporter: the shapes are static)."""
+    import torch
+
+    from placewise.runtime.opexec import torch_dtype
+
+    g = source.graph
+    if g is None:
+        raise UnsupportedError("compiling partitions needs the source's graph")
+    args = []
+    for name in p.inputs:
+        t = g.tensor(name)
+        shape = tuple(int(d) for d in t.shape)
+        args.append(torch.zeros(shape, dtype=torch_dtype(t.dtype)))
+    return tuple(args)
+
+
+def write_partitions(source: Any, partitions: Sequence[Partition], folder: str,
+                     *, external_data_bytes: int = 64 * 2**20) -> dict[str, str]:
+    """Compile every partition and write it as ``{folder}/{name}.onnx`` (weights of a
+    partition larger than ``external_data_bytes`` go beside it as ``{name}.onnx.data``).
+    Returns partition name -> file path."""
+    import onnx
+
+    models = compile_partitions(source, partitions)
+    paths: dict[str, str] = {}
+    for name, model in models.items():
+        path = os.path.join(folder, f"{name}.onnx")
+        big = model.ByteSize() > external_data_bytes
+        onnx.save_model(model, path, save_as_external_data=big, all_tensors_to_one_file=True,
+                        location=f"{name}.onnx.data" if big else None)
+        paths[name] = path
+    return paths
