@@ -24,19 +24,17 @@ nothing (assertions) are not ops.
 
 from __future__ import annotations
 
-import io
-import json
 import operator
 import os
 import re
 import warnings
-import zipfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from placewise.errors import GraphError, ModelFormatError
 from placewise.graph.ir import Attrs, Dim, Graph, Op, OpKind, Provenance, Role, Tensor
+from placewise.graph.pt2 import read_pt2
 from placewise.units import DType
 
 if TYPE_CHECKING:
@@ -687,102 +685,13 @@ def _short(text: str, limit: int = 300) -> str:
 
 
 # ---- .pt2 files -----------------------------------------------------------------------------
-
-
-def _check_archive(path: str) -> None:
-    """Refuse anything but a PT2 archive whose weights, constants and sample inputs load
-    without unpickling arbitrary objects (``torch.export.load`` would otherwise fall back to
-    ``pickle``)."""
-    import torch
-
-    try:
-        zf = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError, ValueError) as e:
-        raise ModelFormatError(f"not a torch.export .pt2 archive (not a zip file: {e})",
-                               file=path) from None
-    with zf:
-        names = zf.namelist()
-        roots = {n.split("/", 1)[0] for n in names if "/" in n}
-        if len(roots) != 1:
-            raise ModelFormatError("not a torch.export .pt2 archive (expected one top-level "
-                                   "folder)", file=path)
-        root = roots.pop() + "/"
-
-        def read(rel: str) -> bytes:
-            try:
-                return zf.read(root + rel)
-            except KeyError:
-                raise ModelFormatError(f"the archive has no {rel!r} (not a torch.export .pt2 "
-                                       f"file, or truncated)", file=path) from None
-            except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
-                raise ModelFormatError(f"cannot read {rel!r} from the archive ({e}); "
-                                       f"truncated or corrupt", file=path) from None
-
-        if read("archive_format").decode(errors="replace").strip() != "pt2":
-            raise ModelFormatError("not a torch.export .pt2 archive (archive_format is not "
-                                   "'pt2'; legacy formats are not read)", file=path)
-        models = [n[len(root) + len("models/"):-len(".json")] for n in names
-                  if n.startswith(root + "models/") and n.endswith(".json")]
-        if not models:
-            raise ModelFormatError("the archive holds no exported program (models/*.json)",
-                                   file=path)
-        for model in models:
-            for rel, kind in ((f"data/weights/{model}_weights_config.json", "weight"),
-                              (f"data/constants/{model}_constants_config.json", "constant")):
-                if root + rel not in names:
-                    continue
-                try:
-                    config = json.loads(read(rel)).get("config", {})
-                except (ValueError, AttributeError):
-                    raise ModelFormatError(f"{rel!r} is not valid JSON", file=path) from None
-                for fqn, meta in config.items():
-                    pname = str(meta.get("path_name", ""))
-                    if meta.get("use_pickle") or not pname.startswith(("weight_", "tensor_")):
-                        raise ModelFormatError(
-                            f"{kind} {fqn!r} is stored as a pickled object; placewise does "
-                            f"not unpickle model files", file=path, place=rel)
-            sample = f"data/sample_inputs/{model}.pt"
-            if root + sample in names:
-                try:
-                    torch.load(io.BytesIO(read(sample)), weights_only=True)
-                except ModelFormatError:
-                    raise
-                except Exception:
-                    raise ModelFormatError(
-                        "the sample inputs are not plain tensors (they would need "
-                        "unpickling arbitrary objects); refused", file=path,
-                        place=sample) from None
-
-
-def read_pt2(path: str | os.PathLike[str]) -> Any:
-    """The ``torch.export.ExportedProgram`` saved at ``path``, safely.
-
-    The archive is checked first: a file that is not a PT2 archive, is truncated, or would
-    need unpickling arbitrary objects is refused with ``ModelFormatError``, as is any failure
-    inside ``torch.export.load``. Every reader of ``.pt2`` files goes through here.
-    """
-    import torch
-
-    file = os.fspath(path)
-    if not os.path.exists(file):
-        raise ModelFormatError("no such file", file=file)
-    if os.path.isdir(file):
-        raise ModelFormatError("is a directory, not a .pt2 file", file=file)
-    _check_archive(file)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return torch.export.load(file)
-    except ModelFormatError:
-        raise
-    except Exception as e:
-        raise ModelFormatError(f"torch.export.load failed: {type(e).__name__}: "
-                               f"{_short(str(e))}", file=file) from None
+# read_pt2 (placewise.graph.pt2) is the one safe reader: it checks every archive entry before
+# torch sees the file and loads with weights-only unpickling forced.
 
 
 def load_pt2(path: str | os.PathLike[str]) -> Graph:
-    """Load a ``.pt2`` file saved by ``torch.export.save`` (checked by ``read_pt2``) and
-    convert it."""
+    """Load a ``.pt2`` file saved by ``torch.export.save`` (read safely by ``read_pt2``,
+    see ``placewise.graph.pt2``) and convert it."""
     file = os.fspath(path)
     ep = read_pt2(file)
     stem = os.path.splitext(os.path.basename(file))[0]

@@ -142,10 +142,20 @@ def load_source(ref: str | os.PathLike[str], *, shapes: Mapping[str, Sequence[in
         return ModelSource(text, SourceFormat.ONNX, graph, path, onnx_model=model,
                            shapes=shp, batch=batch)
     if suffix == ".pt2":
-        from placewise.graph.torch_import import read_pt2
+        from placewise.graph.torch_import import load_exported, read_pt2
 
-        ep = read_pt2(text)
-        graph = _load_graph(text, shapes, batch) if with_graph else None
+        ep = read_pt2(text)  # checked entry by entry before torch sees it; nothing runs
+        graph = None
+        if with_graph:  # the same program, loaded once
+            from placewise.graph.load import bind_input_shapes
+
+            graph = load_exported(ep, name=path.stem, file=text)
+            if shapes or batch is not None:
+                if isinstance(batch, bool) or (batch is not None and (
+                        not isinstance(batch, int) or batch <= 0)):
+                    raise InputError(f"batch must be a positive integer, got {batch!r}",
+                                     place="--batch")
+                graph = bind_input_shapes(graph, shapes, batch, file=text)
         return ModelSource(text, SourceFormat.TORCH_EXPORT, graph, path,
                            exported_program=ep, shapes=shp, batch=batch)
     raise InputError("no executable source for this model: profiling and execution need a "
