@@ -384,8 +384,10 @@ def _build_problem(model: str, hw: str, shape: list[str] | None, batch: int | No
     from placewise.cost.load import load_cost_model
     from placewise.graph.fuse import fuse
     from placewise.schedule.placement import Problem
+    from placewise.search.api import check_scale
 
     graph = _load_graph(model, shape, batch)
+    check_scale(len(graph.ops), file=model)  # before anything that grows with the graph
     machine = resolve_machine(hw)
     if calibration is not None and not calibration.is_file():
         raise InputError("no such file", file=str(calibration))

@@ -12,9 +12,25 @@ supports them). When costing every (vertex, device, precision) would take more t
 a third of the time limit, each device's precisions are screened on a sample of vertices
 and only the best two (or one) are explored; the result's notes say so.
 
-Determinism: the same problem, arguments and seed give the same result (all but
-``search_time_s``): the budget is a work estimate, not the wall clock, unless
-``deterministic=False``.
+**Time.** ``time_limit_s`` bounds the search's wall-clock time. Within it the search spends
+a deterministic *work budget* (``work_limit_s``, by default ``WORK_SHARE`` of the limit):
+estimated seconds of work that every step charges, so that the same problem, arguments and
+seed give the same result (all but ``search_time_s``) whenever the work budget ends the
+search first. The limit is also a hard deadline: every loop checks it, and a step that
+cannot be interrupted (costing the candidates, a scheduler evaluation, HEFT, the DP,
+building CP-SAT's model) starts only if its estimated wall time fits before it. When the
+deadline is what stopped the search, the result says so (``wall_stopped`` and a note) and
+may differ between runs. ``deterministic=False`` lets the wall clock alone decide. A limit
+too short for even the least search — costing every vertex on every device in one
+precision and scoring one plan — is refused up front with ``InputError`` naming the time
+it needs (``minimum_time_s``), and so is a costing step that the deadline cuts short.
+``search_time_s`` records the time really spent.
+
+**Memory.** ``check_scale`` refuses, with ``InputError``, a graph whose planning would not
+fit in the memory available (``psutil.virtual_memory().available``); ``plan_search`` checks
+what the search needs (``SEARCH_BYTES_PER_VERTEX``), the command line checks what the
+whole ``plan`` command needs (``PLAN_BYTES_PER_OP``) right after loading the graph, before
+anything large is built.
 
 >>> from placewise.graph.ir import Graph, Op, OpKind, Role, Tensor
 >>> from placewise.schedule.placement import Problem
@@ -36,14 +52,20 @@ Determinism: the same problem, arguments and seed give the same result (all but
 Traceback (most recent call last):
 ...
 placewise.errors.InputError: --strategy: unknown strategy 'fastest' (known: single:DEVICE, greedy, heft, dp, cpsat, local, auto, exhaustive)
+>>> check_scale(1_000_000, available_bytes=8 << 30)
+Traceback (most recent call last):
+...
+placewise.errors.InputError: graph size: 1000000 ops is more than this machine can plan in memory: about 128.00 KiB per op (measured), 122.07 GiB in all, and 8.00 GiB is available; the most it can plan now is about 65536 ops
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+import psutil
 
 from placewise.errors import InputError, MemoryInfeasible, UnsupportedError
 from placewise.schedule.evaluate import Objective
@@ -53,20 +75,47 @@ from placewise.search.result import Progress, SearchResult, Tracker
 from placewise.search.space import (
     COST_QUERY_S,
     DEFAULT_DTYPES,
+    EVAL_BASE_S,
     EVAL_VERTEX_S,
+    EVAL_WALL_FACTOR,
+    PRIOR_SPEED,
     Budget,
     Model,
     SearchSpace,
+    SearchStopped,
     screen_dtypes,
 )
 from placewise.units import DType, format_bytes
 
-__all__ = ["STRATEGIES", "Strategy", "parse_strategy", "plan_search"]
+__all__ = [
+    "PLAN_BYTES_PER_OP",
+    "SEARCH_BYTES_PER_VERTEX",
+    "STRATEGIES",
+    "WORK_SHARE",
+    "Strategy",
+    "check_scale",
+    "minimum_time_s",
+    "parse_strategy",
+    "plan_search",
+]
 
 STRATEGIES = ("single:DEVICE", "greedy", "heft", "dp", "cpsat", "local", "auto", "exhaustive")
 _NAMES = {s for s in STRATEGIES if s != "single:DEVICE"}
 _EXHAUSTIVE_REFUSE = 1e7  # placements
-_SCREEN_SHARE = 0.6  # of the time limit that the work before searching may take
+_SCREEN_SHARE = 0.6  # of the work budget that the work before searching may take
+# The deterministic work budget, as a share of the wall-clock limit: the work estimates ran
+# 1.0-2.3 times slower than estimated on the (loaded) 2-core development machine (auto and
+# local search on 18..1,000-vertex graphs), so half the limit usually ends first and keeps
+# the result reproducible; the deadline bounds the rest.
+WORK_SHARE = 0.5
+_FINISH_ITEM_S = 1e-6  # wall seconds per vertex and edge to finish (bound, result); 0.5 measured
+# Memory the ``plan`` command needs per op of a task graph, beyond the loaded graph (peak RSS
+# minus RSS after loading, over ops), measured with /usr/bin/time -v and psutil on layered
+# task graphs (``generate("layered", n)``, 3 edges per task at most) on h100-sxm-server:
+# 10,000 ops 1.38 GB peak, 50,000 ops 6.46 GB: 127 KiB per op, most of it building and
+# writing the plan (the search alone: about 19 KiB per vertex).
+PLAN_BYTES_PER_OP = 128 * 1024
+SEARCH_BYTES_PER_VERTEX = 20 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +154,75 @@ def parse_strategy(text: str, devices: Sequence[str] | None = None) -> Strategy:
     return Strategy(s)
 
 
+def check_scale(ops: int, *, bytes_per_op: int = PLAN_BYTES_PER_OP,
+                available_bytes: int | None = None, what: str = "plan",
+                file: str | None = None) -> None:
+    """Raise ``InputError`` (place ``graph size``) when ``ops`` ops (or vertices) times
+    ``bytes_per_op`` exceeds the memory available (``available_bytes``, default
+    ``psutil.virtual_memory().available``): the message gives the estimate, what is
+    available and the most ops this machine can ``what`` (``plan``, ``search``) now."""
+    avail = int(psutil.virtual_memory().available if available_bytes is None
+                else available_bytes)
+    need = ops * bytes_per_op
+    if need <= avail:
+        return
+    raise InputError(
+        f"{ops} ops is more than this machine can {what} in memory: about "
+        f"{format_bytes(bytes_per_op)} per op (measured), {format_bytes(need)} in all, and "
+        f"{format_bytes(avail)} is available; the most it can {what} now is about "
+        f"{avail // bytes_per_op} ops", file=file, place="graph size")
+
+
+def minimum_time_s(problem: Problem, dtypes: Sequence[DType | str] | None = None) -> float:
+    """Estimated wall seconds of the least search of ``problem``: costing every vertex on
+    every device in one precision and scoring one plan (at the reference speed,
+    ``PRIOR_SPEED``); a time limit below it is refused."""
+    dts = _dtypes(dtypes)
+    n = len(problem.vertices)
+    devs = sum(1 for dev in problem.machine.devices if any(d in dev.dtypes for d in dts))
+    costing = n * max(1, devs) * COST_QUERY_S * PRIOR_SPEED
+    return costing + _eval_wall_s(n) + _finish_s(problem)
+
+
+def _eval_wall_s(n: int) -> float:
+    return (EVAL_BASE_S + EVAL_VERTEX_S * n) * EVAL_WALL_FACTOR
+
+
+def _finish_s(problem: Problem) -> float:
+    return 0.005 + _FINISH_ITEM_S * (len(problem.vertices) + len(problem.edges))
+
+
+def _too_short(limit_s: float, n: int, why: str, need_s: float) -> InputError:
+    return InputError(f"{limit_s:.3g} s is too short for {n} vertices{why} about "
+                      f"{need_s:.3g} s: give --time-limit {math.ceil(need_s)} or more",
+                      place="--time-limit")
+
+
+def _costed(problem: Problem, dts: tuple[DType, ...], explore: dict[str, tuple[DType, ...]]
+            | None, budget: Budget, limit_s: float) -> SearchSpace:
+    """The search space, costed under the deadline (leaving time for one evaluation);
+    calibrates the budget's speed on it."""
+    n = len(problem.vertices)
+    clock = budget.clock
+    t0 = clock()
+    try:
+        space = SearchSpace(problem, dts, explore=explore,
+                            stop=budget.stop_at(_eval_wall_s(n)))
+    except SearchStopped as exc:
+        took = clock() - t0
+        need = took * max(1, exc.total) / max(1, exc.done) + _eval_wall_s(n) + \
+            _finish_s(problem) + (t0 - budget.start)
+        raise _too_short(limit_s, n, f" on this machine now: costing the candidates reached "
+                         f"the deadline after {exc.done} of {exc.total} vertices "
+                         f"({took:.3g} s); costing them all and scoring one plan needs",
+                         need) from None
+    work = space.queries * COST_QUERY_S
+    budget.charge(work)
+    if work >= 0.05:
+        budget.calibrate(clock() - t0, work)
+    return space
+
+
 def _objective(objective: Objective | str) -> Objective:
     if isinstance(objective, Objective):
         return objective
@@ -136,7 +254,8 @@ def _screening(problem: Problem, dtypes: tuple[DType, ...], time_limit_s: float
                ) -> tuple[dict[str, tuple[DType, ...]] | None, str]:
     """Precisions to explore per device (None: all) so that the work every strategy does
     before searching — costing the candidates, scoring the baselines, HEFT's crossings —
-    stays under ``_SCREEN_SHARE`` of the limit (estimated, deterministic)."""
+    stays under ``_SCREEN_SHARE`` of the work budget ``time_limit_s`` (estimated,
+    deterministic)."""
     n = len(problem.vertices)
     devices = problem.machine.devices
     per_dev = [sum(1 for d in dtypes if d in dev.dtypes) for dev in devices]
@@ -154,49 +273,58 @@ def _screening(problem: Problem, dtypes: tuple[DType, ...], time_limit_s: float
     kept = ", ".join(f"{d}: {'/'.join(x.value for x in dts)}" for d, dts in explore.items())
     return explore, (f"precision screening: costing every precision of {n} vertices and the "
                      f"baselines would take about {estimate(full):.3g} s of the "
-                     f"{time_limit_s:.3g} s limit; explored the best {keep} per device on a "
-                     f"sample ({kept})")
+                     f"{time_limit_s:.3g} s work budget; explored the best {keep} per device "
+                     f"on a sample ({kept})")
 
 
 def plan_search(problem: Problem, *, strategy: str = "auto",
                 objective: Objective | str = Objective.LATENCY, time_limit_s: float = 10.0,
                 seed: int = 0, progress: Progress | None = None,
-                dtypes: Sequence[DType | str] | None = None, deterministic: bool = True
-                ) -> SearchResult:
+                dtypes: Sequence[DType | str] | None = None, deterministic: bool = True,
+                work_limit_s: float | None = None,
+                clock: Callable[[], float] = time.perf_counter) -> SearchResult:
     """Search placements of ``problem`` with ``strategy`` for ``objective`` (see the module
     docstring). ``progress(message, fraction)`` is called as the search advances.
+    ``time_limit_s`` bounds the wall-clock time; ``work_limit_s`` is the deterministic work
+    budget (default ``WORK_SHARE * time_limit_s``); ``clock`` measures wall time.
 
     Raises ``InputError`` (place ``--strategy``, ``--objective``, ``--time-limit``,
-    ``--dtypes``) for bad arguments, ``UnsupportedError`` when ``dp`` (or ``exhaustive``,
-    ``cpsat``) cannot handle the graph, ``MemoryInfeasible`` naming the tier and the bytes
-    when the plan (or every plan tried) does not fit, ``Infeasible`` when a vertex can run
-    nowhere.
+    ``--dtypes``) for bad arguments or a time limit too short for the least search of this
+    graph, and (place ``graph size``) for a graph too large for the memory available;
+    ``UnsupportedError`` when ``dp`` (or ``exhaustive``, ``cpsat``) cannot handle the graph;
+    ``MemoryInfeasible`` naming the tier and the bytes when the plan (or every plan tried)
+    does not fit; ``Infeasible`` when a vertex can run nowhere.
     """
-    t0 = time.perf_counter()
     strat = parse_strategy(strategy, problem.devices)
     obj = _objective(objective)
-    if isinstance(time_limit_s, bool) or not isinstance(time_limit_s, int | float) or \
-            not math.isfinite(time_limit_s) or time_limit_s <= 0:
-        raise InputError(f"the time limit must be a positive number of seconds, got "
-                         f"{time_limit_s!r}", place="--time-limit")
+    limit = _seconds(time_limit_s, "time limit", "--time-limit")
+    work_limit = WORK_SHARE * limit if work_limit_s is None else _seconds(
+        work_limit_s, "work limit", "work_limit_s")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise InputError(f"the seed must be an integer, got {seed!r}", place="--seed")
     dts = _dtypes(dtypes)
-    budget = Budget(float(time_limit_s), deterministic=deterministic)
+    n = len(problem.vertices)
+    check_scale(n, bytes_per_op=SEARCH_BYTES_PER_VERTEX, what="search")
+    budget = (Budget(work_limit, deadline_s=limit, clock=clock) if deterministic else
+              Budget(limit, deadline_s=limit, deterministic=False, clock=clock))
+    need = minimum_time_s(problem, dts)
+    if need > limit:
+        raise _too_short(limit, n, ": costing every vertex on every device (one precision "
+                         "each) and scoring one plan takes (estimated)", need)
     if progress is not None:
         progress("costing candidates", 0.0)
-    explore, screen_note = _screening(problem, dts, float(time_limit_s))
-    space = SearchSpace(problem, dts, explore=explore)
-    budget.charge(space.queries * COST_QUERY_S)
+    explore, screen_note = _screening(problem, dts, budget.limit_s)
+    space = _costed(problem, dts, explore, budget, limit)
+    budget.reserve_s = _finish_s(problem) * budget.speed / PRIOR_SPEED
     model = Model(space)
     tracker = Tracker(problem, obj, budget, progress)
     if screen_note:
         tracker.note(screen_note)
-    ctx = Context(space, model, tracker, seed=seed)
-    tracker.progress("baselines", budget.spent_s() / budget.limit_s)
-    ctx.baselines()
-    name = strat.name
     label = str(strat)
+    name = strat.name
+    ctx = Context(space, model, tracker, seed=seed, keep=label)
+    tracker.progress("baselines", budget.spent_s() / budget.limit_s)
+    ctx.baselines(first=label if name in ("single", "greedy") else None)
     if name in ("heft", "cpsat", "local", "auto"):
         tracker.progress("heft", budget.spent_s() / budget.limit_s)
         ctx.heft()
@@ -210,23 +338,24 @@ def plan_search(problem: Problem, *, strategy: str = "auto",
         if space.size() > _EXHAUSTIVE_REFUSE:
             raise UnsupportedError(f"exhaustive: {space.size():.3g} placements is too many to "
                                    f"enumerate (limit {_EXHAUSTIVE_REFUSE:.0g}); use 'auto'")
-        if ctx.exhaustive().choice is None:
-            raise UnsupportedError("exhaustive: the time budget ended before any placement "
-                                   "was scored")
+        ctx.exhaustive()
     elif name == "local":
         ctx.local()
     elif name == "auto":
         auto(ctx)
-    if name in ("local", "auto"):
-        best = tracker.best
-        assert best is not None
+    best = tracker.best
+    assert best is not None  # the first baseline is always scored
+    if name in ("local", "auto") or label not in ctx.labelled:
+        if name not in ("local", "auto"):
+            tracker.note(f"{label}: no plan within the time limit: the plan is the best "
+                         f"scored ({tracker.best_label})")
         chosen = tracker.best_label
         ev = best
     else:
         chosen = label
         ev = ctx.evaluation_of(ctx.labelled[label][1])
     if not ev.feasible:
-        if tracker.best is not None and tracker.best.feasible:
+        if best.feasible:
             v = ev.memory.violations[0]
             raise MemoryInfeasible(
                 f"the {chosen} plan does not fit in memory: {v.describe()} (overflow "
@@ -235,8 +364,8 @@ def plan_search(problem: Problem, *, strategy: str = "auto",
                 need_bytes=v.need_bytes, capacity_bytes=v.capacity_bytes)
         tracker.raise_if_nothing_fits()
     if budget.wall_stopped:
-        tracker.note("the wall-clock guard (three times the time limit plus two seconds) "
-                     "ended the search: the result may differ between runs")
+        tracker.note(f"the {limit:.3g} s time limit (the wall clock), not the work budget, "
+                     f"stopped or cut short a step: the result may differ between runs")
     objective_s = ev.score(obj)
     lb = max([space.lower_bound_s(throughput=obj is Objective.THROUGHPUT), *ctx.bounds])
     lb = min(lb, objective_s)
@@ -246,10 +375,20 @@ def plan_search(problem: Problem, *, strategy: str = "auto",
     tracker.progress("done", 1.0)
     return SearchResult(
         best=ev, strategy=str(strat), chosen=chosen, objective=obj,
-        search_time_s=time.perf_counter() - t0, candidates_evaluated=tracker.evaluated,
+        search_time_s=budget.wall_s(), candidates_evaluated=tracker.evaluated,
         estimates=tracker.estimates, pruned=tuple(space.pruned_counts().items()),
         pruned_examples=tuple(space.pruned_examples().items()),
         alternatives=tuple(tracker.alternatives), baselines=tuple(tracker.baselines),
         lower_bound_s=lb, dtypes=tuple(d.value for d in space.dtypes), seed=seed,
         machine_devices=tuple(problem.devices), cpsat_bound_s=ctx.cpsat_bound_s,
-        cpsat_status=ctx.cpsat_status, gap=gap, notes=tuple(tracker.notes))
+        cpsat_status=ctx.cpsat_status, gap=gap, notes=tuple(tracker.notes),
+        time_limit_s=limit, work_budget_s=budget.limit_s if deterministic else None,
+        wall_stopped=budget.wall_stopped)
+
+
+def _seconds(value: float, what: str, place: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or \
+            not math.isfinite(value) or value <= 0:
+        raise InputError(f"the {what} must be a positive number of seconds, got {value!r}",
+                         place=place)
+    return float(value)

@@ -7,7 +7,9 @@ a label: ``baselines`` (``single:DEVICE`` for every device, then ``greedy``), ``
 
 ``auto`` (by graph size and time budget):
 
-1. the baselines and HEFT, always — so the answer is never worse than the best baseline;
+1. the baselines and HEFT — so the answer is never worse than the best baseline scored
+   (when the budget cannot take them all, the best single devices by compute time come
+   first; one baseline is always scored);
 2. a space of at most ``EXHAUSTIVE_MAX`` placements is enumerated: its optimum under the
    scheduler;
 3. otherwise the DP where it applies (latency: series-parallel graphs up to ``DP_MAX``
@@ -17,9 +19,13 @@ a label: ``baselines`` (``single:DEVICE`` for every device, then ``greedy``), ``
    vertices), its solutions scored by the scheduler;
 4. local search from the best plans so far with what is left of the budget.
 
-Every step checks the budget first; the search stops as soon as the best plan meets a
-proven lower bound (the DP's, or CP-SAT's up to its rounding): it is then optimal. What
-was skipped and why goes into the notes.
+Every step checks the budget first: a step that cannot be interrupted (an evaluation,
+building CP-SAT's model, the estimator local search starts from) starts only if its
+estimated work fits in the work budget and its estimated wall time before the deadline
+(``Budget.fits``); HEFT, the DP, CP-SAT and local search also watch the deadline while they
+run, and a step the deadline cuts short leaves the plans scored before it. The search stops
+as soon as the best plan meets a proven lower bound (the DP's, or CP-SAT's up to its
+rounding): it is then optimal. What was skipped and why goes into the notes.
 """
 
 from __future__ import annotations
@@ -35,15 +41,17 @@ from placewise.search.cpsat import BUILD_TERM_S, cpsat_search
 from placewise.search.dp import dp_search, graph_shape
 from placewise.search.exhaustive import ExhaustiveOutcome, exhaustive_search
 from placewise.search.heft import heft_choice
-from placewise.search.local import local_search
+from placewise.search.local import EXACT_MAX, local_search
 from placewise.search.result import RankKey, Tracker
 from placewise.search.space import (
     COST_QUERY_S,
     DP_STATE_S,
     HEFT_UNIT_S,
+    MOVE_VERTEX_S,
     Budget,
     Model,
     SearchSpace,
+    SearchStopped,
 )
 
 __all__ = ["CPSAT_AUTO_MAX", "DP_CHAIN_MAX", "DP_MAX", "EXHAUSTIVE_MAX", "Context", "auto"]
@@ -56,10 +64,14 @@ _CPSAT_SCORED = 30  # CP-SAT solutions re-scored by the scheduler (the last ones
 
 
 class Context:
-    """One search in progress (see the module docstring)."""
+    """One search in progress (see the module docstring).
 
-    def __init__(self, space: SearchSpace, model: Model, tracker: Tracker, *, seed: int
-                 ) -> None:
+    ``keep``: the label whose scheduler evaluation is kept when it is scored (the plan a
+    named strategy returns), so that it need not be evaluated again at the end.
+    """
+
+    def __init__(self, space: SearchSpace, model: Model, tracker: Tracker, *, seed: int,
+                 keep: str | None = None) -> None:
         self.space = space
         self.model = model
         self.tracker = tracker
@@ -71,15 +83,19 @@ class Context:
         self.cpsat_bound_s: float | None = None
         self.cpsat_status: str | None = None
         self.slack_s = 0.0  # rounding below which a bound counts as met
+        self.keep = keep
+        self.kept: Evaluation | None = None
         self._queries = 0
 
     # -- helpers ---------------------------------------------------------------------------
     def score(self, label: str, choice: Sequence[int], note: str = "") -> RankKey:
         self.tracker.phase = label
-        key, _ = self.tracker.evaluate(self.space.placement(choice), label=label, note=note)
+        key, ev = self.tracker.evaluate(self.space.placement(choice), label=label, note=note)
         old = self.labelled.get(label)
         if old is None or key < old[0]:
             self.labelled[label] = (key, tuple(choice))
+            if label == self.keep and ev is not None:
+                self.kept = ev
         return key
 
     def starts(self) -> list[tuple[str, tuple[int, ...], RankKey]]:
@@ -97,26 +113,64 @@ class Context:
         return self.starts()[0][1]
 
     def evaluation_of(self, choice: Sequence[int]) -> Evaluation:
-        """The scheduler's evaluation of a placement (the tracker's best if it is that)."""
+        """The scheduler's evaluation of a placement (the tracker's best or the kept one if
+        it is one of those, else evaluated again)."""
         pl: Placement = self.space.placement(choice)
-        best = self.tracker.best
-        if best is not None and best.placement == pl:
-            return best
+        for ev in (self.tracker.best, self.kept):
+            if ev is not None and ev.placement == pl:
+                return ev
         from placewise.schedule.evaluate import evaluate
 
         return evaluate(self.space.problem, pl)
 
+    def skip(self, step: str, work_s: float) -> None:
+        """Note that ``step`` (estimated at ``work_s`` of work) did not fit in the budget."""
+        b = self.budget
+        if b.deterministic and b.used_s + work_s > b.limit_s:
+            why = (f"its estimated {work_s:.3g} s of work does not fit in the "
+                   f"{b.left_s():.3g} s left of the {b.limit_s:.3g} s work budget")
+        else:
+            why = (f"it would not finish before the time limit ({b.wall_left_s():.3g} s "
+                   f"left of {b.deadline_s:.3g} s)")
+        self.tracker.note(f"{step}: skipped: {why}")
+
+    def stopped(self, step: str, exc: SearchStopped) -> None:
+        self.tracker.note(f"{step}: {exc}: the time limit ran out (the plan is the best "
+                          f"scored before it)")
+
     # -- steps -------------------------------------------------------------------------------
-    def baselines(self) -> None:
+    def baselines(self, first: str | None = None) -> None:
+        """Score ``single:DEVICE`` for every device, then ``greedy`` (``first``, if given,
+        before them). When the budget cannot take them all, the best single devices by
+        their compute time go first and the rest are skipped (noted); the first is always
+        scored: a search returns at least one plan."""
         tr = self.tracker
-        for d in self.space.devices:
-            choice, note = single_choice(self.space, d)
-            key = self.score(f"single:{d}", choice, note)
-            tr.baselines.append((f"single:{d}", tr.score_of(key)))
+        sp = self.space
+        todo: list[tuple[str, list[int], str, float]] = []
+        for di, d in enumerate(sp.devices):
+            choice, note = single_choice(sp, d)
+            work = sum(sp.cost_s[i][k] for i, k in enumerate(choice)) / max(1, sp.lanes[di])
+            todo.append((f"single:{d}", choice, note, work))
+        todo.append(("greedy", greedy_choice(sp), "", math.inf))
+        order = [item[0] for item in todo]
+        if not tr.can_evaluate(len(todo)):
+            todo.sort(key=lambda item: (item[0] != first, item[3]))
+        elif first is not None:
+            todo.sort(key=lambda item: item[0] != first)
+        scored: dict[str, float] = {}
+        skipped: list[str] = []
+        for label, choice, note, _ in todo:
+            if scored and not tr.can_evaluate():
+                skipped.append(label)
+                continue
+            key = self.score(label, choice, note)
+            scored[label] = tr.score_of(key)
             if note:
-                tr.note(f"single:{d}: {note}")
-        key = self.score("greedy", greedy_choice(self.space))
-        tr.baselines.append(("greedy", tr.score_of(key)))
+                tr.note(f"{label}: {note}")
+        tr.baselines.extend((label, scored[label]) for label in order if label in scored)
+        if skipped:
+            self.skip(f"baselines {', '.join(sorted(skipped, key=order.index))}",
+                      tr.eval_work_s)
 
     def charge_queries(self) -> None:
         """Charge the budget for the crossings computed since the last call."""
@@ -124,51 +178,96 @@ class Context:
         self.budget.charge(COST_QUERY_S * (q - self._queries))
         self._queries = q
 
-    def heft(self) -> tuple[int, ...]:
+    def heft(self) -> tuple[int, ...] | None:
+        """HEFT's plan, scored; ``None`` (noted) when it does not fit in the budget."""
         sp = self.space
-        choice = heft_choice(self.model, throughput=self.throughput)
-        work = sum(len(c) for c in sp.cands) + len(self.model.edges.src)
+        ed = self.model.edges
+        tr = self.tracker
+        work = sum(len(c) for c in sp.cands) + len(ed.src)
+        # at most one crossing per (in-edge, candidate) and per (vertex, candidate)
+        queries = sum(len(sp.cands[v]) for v in ed.dst) + sum(len(c) for c in sp.cands)
+        est = HEFT_UNIT_S * work + COST_QUERY_S * queries
+        if not self.budget.fits(est + tr.eval_work_s,
+                                est * self.budget.speed + tr.eval_wall_s()):
+            self.skip("heft", est + tr.eval_work_s)
+            return None
+        try:
+            choice = heft_choice(self.model, throughput=self.throughput,
+                                 stop=self.budget.stop_at(tr.eval_wall_s()))
+        except SearchStopped as exc:
+            self.charge_queries()
+            self.stopped("heft", exc)
+            return None
         self.budget.charge(HEFT_UNIT_S * work)
         self.charge_queries()
-        self.tracker.estimates += work
+        tr.estimates += work
         self.score("heft", choice)
         return tuple(choice)
 
-    def dp(self) -> tuple[int, ...]:
-        out = dp_search(self.model, throughput=self.throughput)
-        self.tracker.estimates += out.states
+    def dp(self) -> tuple[int, ...] | None:
+        """The DP's plan, scored; ``None`` (noted) when it does not fit in the budget.
+        Raises ``UnsupportedError`` for a graph the DP does not handle."""
+        sp = self.space
+        ed = self.model.edges
+        tr = self.tracker
+        pairs = sum(len(sp.cands[u]) * len(sp.cands[v]) for u, v in zip(ed.src, ed.dst,
+                                                                         strict=True))
+        cube = sum(len(c) ** 3 for c in sp.cands)
+        est = COST_QUERY_S * pairs + DP_STATE_S * (pairs + cube) * (
+            len(sp.devices) if self.throughput else 1)
+        if not self.budget.fits(est + tr.eval_work_s,
+                                est * self.budget.speed + tr.eval_wall_s()):
+            self.skip("dp", est + tr.eval_work_s)
+            return None
+        try:
+            out = dp_search(self.model, throughput=self.throughput,
+                            stop=self.budget.stop_at(tr.eval_wall_s()))
+        except SearchStopped as exc:
+            self.charge_queries()
+            self.stopped("dp", exc)
+            return None
+        tr.estimates += out.states
         self.budget.charge(DP_STATE_S * out.states)
+        self.charge_queries()
         for n in out.notes:
-            self.tracker.note(n)
+            tr.note(n)
         if not self.throughput and out.exact:
             self.bounds.append(out.value_s)
-            self.tracker.note(f"dp: {out.kind} graph; the contention-free optimum "
-                              f"{out.value_s:.6g} s bounds every placement's makespan")
+            tr.note(f"dp: {out.kind} graph; the contention-free optimum "
+                    f"{out.value_s:.6g} s bounds every placement's makespan")
         self.score("dp", out.choice)
         return out.choice
 
     def cpsat(self, time_limit_s: float) -> tuple[int, ...] | None:
         sp = self.space
+        tr = self.tracker
+        ed = self.model.edges
+        terms = sum(len(sp.cands[ed.src[e]]) * len(sp.cands[ed.dst[e]])
+                    for e in range(len(ed.src))) + sum(len(c) for c in sp.cands)
+        build = BUILD_TERM_S * terms
+        # the hint's evaluation (if it is not the best's) and the scoring of the solutions
+        scoring_s = (1 + _CPSAT_SCORED) * tr.eval_wall_s()
+        if not self.budget.fits(build, build * self.budget.speed + 0.05 + scoring_s):
+            self.skip("cpsat", build)
+            return None
         hint = self.best_choice()
         ev = self.evaluation_of(hint)
         starts_s = None
         if not self.throughput:
             sched = ev.schedule
             starts_s = [sched.task(v.name).start_s for v in sp.problem.vertices]
-        ub = ev.score(self.tracker.objective) if ev.feasible else None
+        ub = ev.score(tr.objective) if ev.feasible else None
         if ub is not None and not math.isfinite(ub):
             ub = None
-        self.tracker.progress("cpsat", self.budget.spent_s() / max(self.budget.limit_s, 1e-9))
+        tr.progress("cpsat", self.budget.spent_s() / max(self.budget.limit_s, 1e-9))
+        wall = self.budget.wall_left_s() - _CPSAT_SCORED * tr.eval_wall_s()
         out = cpsat_search(self.model, throughput=self.throughput, time_limit_s=time_limit_s,
                            seed=self.seed, hint=hint, hint_starts_s=starts_s,
-                           upper_bound_s=ub)
-        ed = self.model.edges
-        terms = sum(len(sp.cands[ed.src[e]]) * len(sp.cands[ed.dst[e]])
-                    for e in range(len(ed.src))) + sum(len(c) for c in sp.cands)
-        self.budget.charge(out.deterministic_s + BUILD_TERM_S * terms)
+                           upper_bound_s=ub, wall_limit_s=max(0.01, wall))
+        self.budget.charge(out.deterministic_s + build)
         self.charge_queries()
         for n in out.notes:
-            self.tracker.note(n)
+            tr.note(n)
         self.cpsat_status = out.status
         if out.status in ("OPTIMAL", "FEASIBLE"):
             self.cpsat_bound_s = out.bound_s
@@ -176,20 +275,27 @@ class Context:
                 self.bounds.append(out.bound_s)
                 self.slack_s = (sp.n + len(self.model.edges.src) + 2) * out.tick_s
         if not out.solutions:
-            self.tracker.note(f"cpsat: no solution ({out.status}) within "
-                              f"{time_limit_s:.3g} s of search")
+            tr.note(f"cpsat: no solution ({out.status}) within "
+                    f"{time_limit_s:.3g} s of search")
             return None
         best: tuple[RankKey, tuple[int, ...]] | None = None
-        distinct = list(dict.fromkeys(out.solutions))
-        for ch in distinct[-_CPSAT_SCORED:]:
-            self.tracker.phase = "cpsat"
-            key, _ = self.tracker.evaluate(sp.placement(ch))
+        distinct = list(dict.fromkeys(out.solutions))[-_CPSAT_SCORED:]
+        if not tr.can_evaluate(len(distinct)):
+            distinct.reverse()  # the last found first: the best in the model
+        scored = 0
+        for ch in distinct:
+            if scored and not tr.can_evaluate():
+                tr.note(f"cpsat: {len(distinct) - scored} of its solutions not scored: the "
+                        f"time limit ran out")
+                break
+            scored += 1
+            tr.phase = "cpsat"
+            key, _ = tr.evaluate(sp.placement(ch))
             if best is None or key < best[0]:
                 best = (key, ch)
         assert best is not None
         note = (f"{out.status.lower()} in the CP-SAT model (objective {out.objective_s:.6g} s, "
-                f"bound {out.bound_s:.6g} s); best of {min(len(distinct), _CPSAT_SCORED)} "
-                f"solutions as scheduled")
+                f"bound {out.bound_s:.6g} s); best of {scored} solutions as scheduled")
         self.score("cpsat", best[1], note)
         return best[1]
 
@@ -204,9 +310,20 @@ class Context:
         self.tracker.note(f"exhaustive: {note}")
         return out
 
-    def local(self) -> tuple[int, ...]:
-        self.tracker.phase = "local"
-        out = local_search(self.model, self.tracker, self.starts(), seed=self.seed)
+    def local(self) -> tuple[int, ...] | None:
+        """Local search from the plans so far; ``None`` (noted) when even its start (the
+        estimator, one scheduler checkpoint) does not fit in the budget."""
+        sp = self.space
+        tr = self.tracker
+        ne = len(self.model.edges.src)
+        if sp.n > EXACT_MAX:
+            est = MOVE_VERTEX_S * (sp.n + ne) + COST_QUERY_S * ne
+            if not self.budget.fits(est + tr.eval_work_s,
+                                    est * self.budget.speed + tr.eval_wall_s()):
+                self.skip("local", est + tr.eval_work_s)
+                return None
+        tr.phase = "local"
+        out = local_search(self.model, tr, self.starts(), seed=self.seed)
         note = (f"{out.proposed} moves, {out.accepted} accepted, {out.scored} scored by the "
                 f"scheduler, {out.restarts} restarts"
                 + (", stopped early (no better plan in the last restarts)" if out.converged

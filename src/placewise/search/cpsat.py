@@ -47,8 +47,8 @@ alone scores plans.
 
 **Determinism.** One search worker, the given seed, and a *deterministic* time limit
 (CP-SAT's work units, about seconds): the same inputs give the same plan. A wall-clock
-limit of three times that (plus a second) stops a run on a loaded machine; the outcome then
-says so.
+limit of four times that (plus two seconds), or the search's deadline when it comes first
+(``wall_limit_s``), stops a run on a loaded machine; the outcome then says so.
 
 >>> from placewise.graph.ir import Graph, Op, OpKind, Role, Tensor
 >>> from placewise.schedule.placement import Problem
@@ -298,13 +298,15 @@ def cpsat_search(model: Model, *, throughput: bool = False, time_limit_s: float 
                  seed: int = 0, hint: Sequence[int] | None = None,
                  hint_starts_s: Sequence[float] | None = None,
                  upper_bound_s: float | None = None, workers: int = 1,
-                 memory: bool = True) -> CpsatOutcome:
+                 memory: bool = True, wall_limit_s: float | None = None) -> CpsatOutcome:
     """Solve the model (see the module docstring).
 
     ``hint``: candidate indexes of a known good placement (e.g. HEFT's) and
     ``hint_starts_s`` its compute tasks' start times from the scheduler; ``upper_bound_s``
-    its objective (sets the tick and the horizon). Raises ``UnsupportedError`` for graphs
-    over ``CPSAT_MAX_VERTICES`` vertices.
+    its objective (sets the tick and the horizon). ``wall_limit_s``: the most wall-clock
+    seconds the solver may run (the search's deadline; default the guard
+    ``4 * time_limit_s + 2``). Raises ``UnsupportedError`` for graphs over
+    ``CPSAT_MAX_VERTICES`` vertices.
     """
     sp = model.space
     n = sp.n
@@ -410,6 +412,8 @@ def cpsat_search(model: Model, *, throughput: bool = False, time_limit_s: float 
     solver.parameters.random_seed = int(seed) & 0x7FFFFFFF
     solver.parameters.max_deterministic_time = max(0.005, time_limit_s * DETERMINISTIC_PER_S)
     wall_cap = 4.0 * time_limit_s + 2.0
+    if wall_limit_s is not None:
+        wall_cap = max(0.01, min(wall_cap, wall_limit_s - (time.perf_counter() - t0)))
     solver.parameters.max_time_in_seconds = wall_cap
     sel = [cp_model.LinearExpr.weighted_sum(xs, list(range(len(xs)))) for xs in x]
     collect = _Collect(sel, starts, obj)

@@ -49,13 +49,14 @@ host counts as its own resource; the scheduler's period of the DP plan is the ju
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from placewise.errors import UnsupportedError
 from placewise.schedule.placement import Placement
-from placewise.search.space import Model
+from placewise.search.space import Model, SearchStopped
 
 __all__ = ["DpOutcome", "dp_search", "graph_shape", "is_chain"]
 
@@ -132,10 +133,21 @@ def _stuck_vertex(model: Model) -> int | None:
     return next((i for i in range(n) if not done[i]), None)
 
 
-def dp_search(model: Model, *, throughput: bool = False) -> DpOutcome:
+Stop = Callable[[], bool]
+
+
+def _due(stop: Stop | None, step: int) -> bool:
+    """Whether the deadline check ``stop`` (called every 256 steps) says to stop."""
+    return stop is not None and not step % 256 and stop()
+
+
+def dp_search(model: Model, *, throughput: bool = False, stop: Stop | None = None
+              ) -> DpOutcome:
     """Run the DP for the latency (series-parallel graphs) or throughput (chains)
     objective; raises ``UnsupportedError`` naming the reason when the graph is not one it
-    handles (see the module docstring)."""
+    handles (see the module docstring). ``stop`` (a deadline check, see
+    ``Budget.stop_at``) is called every 256 steps; when it returns true the DP is abandoned
+    with ``SearchStopped``."""
     if throughput:
         if not is_chain(model):
             p = model.problem
@@ -146,8 +158,8 @@ def dp_search(model: Model, *, throughput: bool = False) -> DpOutcome:
                 f"dp: stage partitioning for throughput needs a chain: vertex {bad.name!r} "
                 f"has {len(p.preds[bad.index])} predecessors and {len(p.succs[bad.index])} "
                 f"successors")
-        return _chain_throughput(model)
-    sp = _SP(model)
+        return _chain_throughput(model, stop)
+    sp = _SP(model, stop)
     sp.reduce()
     choice, value, states = sp.solve()
     kind = "chain" if is_chain(model) else "series-parallel"
@@ -158,8 +170,9 @@ def dp_search(model: Model, *, throughput: bool = False) -> DpOutcome:
 class _SP:
     """The two-terminal reduction with DP tables (see the module docstring)."""
 
-    def __init__(self, model: Model) -> None:
+    def __init__(self, model: Model, stop: Stop | None = None) -> None:
         self.model = model
+        self.stop = stop
         sp = model.space
         n = sp.n
         self.n = n
@@ -207,6 +220,9 @@ class _SP:
         p = m.problem
         n = self.n
         for e in range(len(ed.src)):
+            if _due(self.stop, e):
+                raise SearchStopped(f"dp stopped costing the crossings ({e} of "
+                                    f"{len(ed.src)} edges)")
             u, v = ed.src[e], ed.dst[e]
             au, av = len(sp.cands[u]), len(sp.cands[v])
             tab = np.empty((au, av))
@@ -226,7 +242,11 @@ class _SP:
         out, inn = self.out, self.inn
         queue = [i for i in range(self.n) if len(inn[i]) == 1 and len(out[i]) == 1]
         done = [False] * self.n
+        steps = 0
         while queue:
+            steps += 1
+            if _due(self.stop, steps):
+                raise SearchStopped(f"dp stopped reducing the graph ({steps} reductions)")
             mid = queue.pop()
             if done[mid] or len(inn[mid]) != 1 or len(out[mid]) != 1:
                 continue
@@ -297,7 +317,7 @@ def _insert(front: list[tuple[float, float, int]], item: tuple[float, float, int
     return True
 
 
-def _chain_throughput(model: Model) -> DpOutcome:
+def _chain_throughput(model: Model, stop: Stop | None = None) -> DpOutcome:
     sp = model.space
     comm = model.comm
     p = model.problem
@@ -335,6 +355,8 @@ def _chain_throughput(model: Model) -> DpOutcome:
         entries.append((-1, k, 0))
         layer[(k, 0)] = [(closed, on_d, len(entries) - 1)]
     for i in range(1, n):
+        if _due(stop, i):
+            raise SearchStopped(f"dp stopped partitioning the chain ({i} of {n} vertices)")
         nxt: dict[tuple[int, int], list[tuple[float, float, int]]] = {}
         in_e = ed.e_in[i]
         for (kp, mask), front in layer.items():

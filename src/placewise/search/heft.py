@@ -16,7 +16,8 @@ times; a candidate whose finish, with half the fitted crossing times and a free 
 already loses is not costed exactly (this saves most cost-model queries on large graphs).
 Lanes keep at most 64 gaps each for insertion. Links are not reserved (transfers run
 whenever data is ready) and conversions are delays: HEFT *estimates*, the scheduler scores
-its result.
+its result. ``stop`` (a deadline check, see ``Budget.stop_at``) is called every 256
+vertices; when it returns true HEFT is abandoned with ``SearchStopped``.
 
 With ``throughput=True`` each vertex instead takes the candidate that keeps the busiest
 resource's occupancy lowest (device lanes, link directions, shared controllers), finish
@@ -43,12 +44,13 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_right
+from collections.abc import Callable
 
 from placewise.cost.model import Representation
 from placewise.errors import UnsupportedError
 from placewise.graph.ir import Tensor
 from placewise.schedule.placement import Placement
-from placewise.search.space import Model
+from placewise.search.space import Model, SearchStopped
 from placewise.units import DType
 
 __all__ = ["heft_choice", "heft_placement", "upward_ranks"]
@@ -137,7 +139,8 @@ def _slot(starts: list[float], ends: list[float], ready: float, dur: float
     return t, n
 
 
-def heft_choice(model: Model, *, throughput: bool = False) -> list[int]:
+def heft_choice(model: Model, *, throughput: bool = False,
+                stop: Callable[[], bool] | None = None) -> list[int]:
     """Candidate indexes HEFT picks (see the module docstring)."""
     sp = model.space
     ed = model.edges
@@ -167,7 +170,11 @@ def heft_choice(model: Model, *, throughput: bool = False) -> list[int]:
     ready_q = [(-rank[i], i) for i in range(n) if indeg[i] == 0]
     heapq.heapify(ready_q)
     succs = model.problem.succs
+    placed = 0
     while ready_q:
+        if stop is not None and not placed % 256 and stop():
+            raise SearchStopped(f"heft stopped after placing {placed} of {n} vertices")
+        placed += 1
         _, i = heapq.heappop(ready_q)
         costs = sp.cost_s[i]
         best: tuple[float, float, int] | None = None

@@ -32,7 +32,13 @@ from typing import Any
 from placewise.errors import MemoryInfeasible
 from placewise.schedule.evaluate import Evaluation, Objective, evaluate
 from placewise.schedule.placement import Placement, Problem
-from placewise.search.space import EVAL_BASE_S, EVAL_VERTEX_S, Budget
+from placewise.search.space import (
+    EVAL_BASE_S,
+    EVAL_VERTEX_S,
+    EVAL_WALL_FACTOR,
+    PRIOR_SPEED,
+    Budget,
+)
 from placewise.units import format_bytes
 
 __all__ = ["Alternative", "Progress", "SearchResult", "Tracker", "rank_key"]
@@ -91,7 +97,11 @@ class SearchResult:
       objective (makespan or period): the problem bound, or a better proven one;
     - ``cpsat_bound_s`` / ``cpsat_status`` / ``gap``: CP-SAT's proven bound on its model
       (see ``placewise.search.cpsat``) and ``(objective - bound) / objective``;
-    - ``notes``: what the search decided and why (screening, refusals, stops).
+    - ``notes``: what the search decided and why (screening, refusals, stops);
+    - ``search_time_s``: the wall-clock seconds the search really took; ``time_limit_s``:
+      the limit it was given (a wall-clock bound); ``work_budget_s``: its deterministic
+      work budget; ``wall_stopped``: the wall clock, not the work budget, ended or cut
+      short a step (the result may then differ between runs).
     """
 
     best: Evaluation
@@ -113,6 +123,9 @@ class SearchResult:
     cpsat_status: str | None = None
     gap: float | None = None
     notes: tuple[str, ...] = field(default=())
+    time_limit_s: float | None = None
+    work_budget_s: float | None = None
+    wall_stopped: bool = False
 
     @property
     def placement(self) -> Placement:
@@ -178,6 +191,9 @@ class SearchResult:
         }
         if include_time:
             out["search_time_s"] = self.search_time_s
+            out["time_limit_s"] = self.time_limit_s
+            out["work_budget_s"] = self.work_budget_s
+            out["wall_stopped"] = self.wall_stopped
         return out
 
 
@@ -187,6 +203,12 @@ class Tracker:
     ``evaluate(placement, label=None)`` returns ``(rank key, Evaluation)``; a placement
     seen before (memoized for graphs up to ``memo_max`` vertices) returns its key and
     ``None`` without evaluating again. A ``label`` records the plan as an alternative.
+
+    An evaluation cannot be interrupted: ``can_evaluate()`` says whether one still fits in
+    the budget (work clock and wall-clock deadline), its wall time estimated by
+    ``eval_wall_s()`` — the slowest evaluation measured so far, or before the first one the
+    work estimate times ``EVAL_WALL_FACTOR`` (scaled by the budget's ``speed`` relative to
+    ``PRIOR_SPEED``).
     """
 
     def __init__(self, problem: Problem, objective: Objective, budget: Budget,
@@ -207,10 +229,26 @@ class Tracker:
         self._memo: dict[Placement, tuple[RankKey, Alternative]] | None = (
             {} if len(problem.vertices) <= memo_max else None)
         self._eval_s = EVAL_BASE_S + EVAL_VERTEX_S * len(problem.vertices)
+        self._eval_wall_s = 0.0  # the slowest evaluation measured (wall seconds)
 
     def progress(self, message: str, fraction: float) -> None:
         if self._progress is not None:
             self._progress(message, min(1.0, max(0.0, fraction)))
+
+    @property
+    def eval_work_s(self) -> float:
+        """The work one evaluation is charged."""
+        return self._eval_s
+
+    def eval_wall_s(self) -> float:
+        """Estimated wall seconds of one evaluation (see the class docstring)."""
+        if self._eval_wall_s > 0.0:
+            return self._eval_wall_s
+        return self._eval_s * EVAL_WALL_FACTOR * self.budget.speed / PRIOR_SPEED
+
+    def can_evaluate(self, count: int = 1) -> bool:
+        """Whether ``count`` more evaluations fit in the budget (work and wall clock)."""
+        return self.budget.fits(count * self._eval_s, count * self.eval_wall_s())
 
     def note(self, text: str) -> None:
         if text not in self.notes:
@@ -232,7 +270,17 @@ class Tracker:
                                                          a.makespan_s, a.period_s,
                                                          a.throughput_rps, note))
                 return got[0], None
+        elif self.best is not None and self.best.placement == placement:
+            # too large to memoize, but the best so far is kept: no need to evaluate again
+            if label is not None:
+                self.alternatives.append(self._summary(label, self.best, note))
+            return self.best_key, None
+        clock = self.budget.clock
+        t0 = clock()
         ev = evaluate(self.problem, placement)
+        took = clock() - t0
+        if took > self._eval_wall_s:
+            self._eval_wall_s = took
         self.evaluated += 1
         self.budget.charge(self._eval_s)
         key = rank_key(ev, self.objective)

@@ -15,11 +15,14 @@
   the time (the delay a consumer sees in a contention-free run) and the occupancy of every
   resource (what pipelined throughput counts). Strategies use it to *estimate*; only the
   scheduler (``placewise.schedule.evaluate``) scores.
-- ``Budget``: a deterministic work clock. Strategies charge it with estimated seconds of
-  work (cost queries, evaluations, moves) so that the same inputs and seed always stop at
-  the same point — wall-clock stops would make plans differ run to run. A wall-clock
-  safety stop (three times the limit plus two seconds) ends runaway searches and is
-  reported.
+- ``Budget``: a deterministic work clock with a wall-clock deadline. Strategies charge it
+  with estimated seconds of work (cost queries, evaluations, moves) so that the same inputs
+  and seed always stop at the same point — wall-clock stops would make plans differ run to
+  run. The time limit is also a hard wall-clock deadline: every loop checks it
+  (``exhausted``), and a step that cannot be interrupted (costing, a scheduler evaluation,
+  HEFT, the DP) first asks whether its estimated wall time still fits (``fits``). When the
+  wall clock is what stopped a step, ``wall_stopped`` says so (the result may then differ
+  between runs).
 
 >>> from placewise.graph.ir import Graph, Op, OpKind, Role, Tensor
 >>> from placewise.schedule.placement import Problem
@@ -39,7 +42,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from placewise.cost.model import Representation
@@ -54,6 +57,7 @@ __all__ = [
     "Budget",
     "Comm",
     "SearchSpace",
+    "SearchStopped",
     "screen_dtypes",
 ]
 
@@ -71,37 +75,84 @@ MOVE_VERTEX_S = 2.5e-6  # one incremental estimate, per vertex or edge read (wit
 MOVE_BASE_S = 2e-5  # one incremental estimate, fixed part
 HEFT_UNIT_S = 2.4e-5  # HEFT, per candidate and per edge (crossings charged as queries)
 DP_STATE_S = 2e-6  # one DP table entry
+# Wall seconds per second of the work estimates above, for sizing steps that cannot be
+# interrupted (``Budget.speed``, see ``Budget.fits``) before costing has measured it. Measured
+# on the 2-core development machine under the load of other work (10,000 and 200,000-vertex
+# layered graphs on h100-sxm-server): costing 1.07-1.56, HEFT 0.5-0.95 of its (upper)
+# estimate; a scheduler evaluation 2.0-4.6 (2.5-2.7 for one device; it grows with the
+# crossings), hence its own factor until the first evaluation is timed.
+PRIOR_SPEED = 1.3
+EVAL_WALL_FACTOR = 2.5  # at PRIOR_SPEED; scaled by speed / PRIOR_SPEED
+
+
+class SearchStopped(Exception):
+    """A step ran into the time limit's wall-clock deadline and was abandoned, after
+    ``done`` of its ``total`` units of work. Internal: the search catches it, keeps what was
+    scored before and notes the step."""
+
+    def __init__(self, message: str, *, done: int = 0, total: int = 0) -> None:
+        super().__init__(message)
+        self.done = done
+        self.total = total
 
 
 class Budget:
-    """A deterministic work clock with a wall-clock safety stop.
+    """A deterministic work clock with a wall-clock deadline (see the module docstring).
 
-    ``charge(s)`` adds estimated work; ``exhausted()`` is true once the estimate reaches
-    ``limit_s`` or the wall clock passes ``3 * limit_s + 2`` seconds (``wall_stopped``
-    then says the result may differ between runs). With ``deterministic=False`` the wall
-    clock alone decides.
+    ``limit_s``: the work budget, in estimated seconds of work that strategies ``charge``;
+    ``deadline_s``: the wall-clock seconds the search may take from the budget's creation
+    (default ``limit_s``), measured with ``clock`` (``time.perf_counter`` unless injected).
+    ``exhausted()`` is true once the work reaches ``limit_s`` or the wall clock reaches the
+    deadline less ``reserve_s`` (what finishing the search needs); ``wall_stopped`` then
+    says the wall clock decided, so the result may differ between runs. With
+    ``deterministic=False`` the wall clock alone decides (``limit_s`` is then wall seconds).
+
+    ``fits(work_s, wall_s=None)``: whether a step that cannot be interrupted, estimated at
+    ``work_s`` seconds of work and ``wall_s`` wall seconds (default ``work_s * speed``), can
+    still start: within the work left and before the deadline (less the reserve).
+    ``speed`` is wall seconds per second of estimated work, measured on the costing step
+    (``calibrate``), ``PRIOR_SPEED`` before it. ``stop_at(s)`` is a check for long steps
+    that turns true ``s`` seconds (and the reserve) before the deadline.
 
     >>> b = Budget(1.0)
     >>> b.charge(0.4); b.left_s(), b.exhausted()
     (0.6, False)
-    >>> b.charge(0.7); b.exhausted()
-    True
+    >>> b.fits(0.5), b.fits(0.7)
+    (True, False)
+    >>> b.charge(0.7); b.exhausted(), b.wall_stopped
+    (True, False)
+    >>> t = [0.0]
+    >>> late = Budget(5.0, deadline_s=10.0, clock=lambda: t[0])
+    >>> t[0] = 10.5
+    >>> late.exhausted(), late.wall_stopped, late.fits(0.0, 0.1), late.stop_at(0.0)()
+    (True, True, False, True)
     """
 
-    __slots__ = ("deterministic", "limit_s", "start", "used_s", "wall_stopped")
+    __slots__ = ("clock", "deadline_s", "deterministic", "limit_s", "reserve_s", "speed",
+                 "start", "used_s", "wall_stopped")
 
-    def __init__(self, limit_s: float, *, deterministic: bool = True) -> None:
+    def __init__(self, limit_s: float, *, deadline_s: float | None = None,
+                 deterministic: bool = True, clock: Callable[[], float] = time.perf_counter
+                 ) -> None:
         self.limit_s = max(0.0, float(limit_s))
+        self.deadline_s = self.limit_s if deadline_s is None else max(0.0, float(deadline_s))
         self.deterministic = deterministic
         self.used_s = 0.0
-        self.start = time.perf_counter()
+        self.clock = clock
+        self.start = clock()
         self.wall_stopped = False
+        self.speed = PRIOR_SPEED
+        self.reserve_s = 0.0
 
     def charge(self, seconds: float) -> None:
         self.used_s += seconds
 
     def wall_s(self) -> float:
-        return time.perf_counter() - self.start
+        return self.clock() - self.start
+
+    def wall_left_s(self) -> float:
+        """Wall-clock seconds left before the deadline (less the reserve)."""
+        return max(0.0, self.deadline_s - self.reserve_s - self.wall_s())
 
     def spent_s(self) -> float:
         """Work done so far: the estimate (deterministic) or the wall clock."""
@@ -110,13 +161,33 @@ class Budget:
     def left_s(self) -> float:
         return round(max(0.0, self.limit_s - self.spent_s()), 9)
 
-    def exhausted(self) -> bool:
-        if self.spent_s() >= self.limit_s:
-            return True
-        if self.deterministic and self.wall_s() > 3.0 * self.limit_s + 2.0:
+    def calibrate(self, wall_s: float, work_s: float) -> None:
+        """Set ``speed`` from a step that took ``wall_s`` for ``work_s`` of estimated work
+        (kept within 0.1..10: one noisy step must not make later sizing absurd)."""
+        if work_s > 0.0 and wall_s > 0.0:
+            self.speed = min(10.0, max(0.1, wall_s / work_s))
+
+    def _late(self, wall_s: float) -> bool:
+        """Whether ``wall_s`` more seconds would pass the deadline (less the reserve);
+        notes a wall-clock stop."""
+        if self.wall_s() + wall_s + self.reserve_s < self.deadline_s:
+            return False
+        if self.deterministic:
             self.wall_stopped = True
-            return True
-        return False
+        return True
+
+    def exhausted(self) -> bool:
+        return self.spent_s() >= self.limit_s or self._late(0.0)
+
+    def fits(self, work_s: float, wall_s: float | None = None) -> bool:
+        if self.deterministic and self.used_s + work_s > self.limit_s:
+            return False
+        return not self._late(work_s * self.speed if wall_s is None else wall_s)
+
+    def stop_at(self, wall_s: float) -> Callable[[], bool]:
+        """A check for a long step: true once fewer than ``wall_s`` seconds (what must
+        still run after the step) and the reserve are left before the deadline."""
+        return lambda: self._late(wall_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +210,9 @@ class SearchSpace:
     ``dtypes``: the precisions search may choose (default ``DEFAULT_DTYPES``), each
     intersected with every device's supported ones. ``explore``: device -> the subset of
     ``dtypes`` to cost on it (precision screening of large graphs, see ``screen_dtypes``);
-    a vertex left with no candidate by screening gets the unscreened ones back.
+    a vertex left with no candidate by screening gets the unscreened ones back. ``stop``:
+    checked every 256 vertices; when it returns true, costing is abandoned with
+    ``SearchStopped`` (the time limit's deadline, see ``Budget.stop_at``).
 
     Raises ``MemoryInfeasible`` when a vertex fits on no device (naming the tier and the
     bytes) and ``Infeasible`` when it can run nowhere for another reason.
@@ -154,7 +227,8 @@ class SearchSpace:
                  "queries")
 
     def __init__(self, problem: Problem, dtypes: Sequence[DType] | None = None, *,
-                 explore: Mapping[str, Sequence[DType]] | None = None) -> None:
+                 explore: Mapping[str, Sequence[DType]] | None = None,
+                 stop: Callable[[], bool] | None = None) -> None:
         self.problem = problem
         self.dtypes: tuple[DType, ...] = tuple(dict.fromkeys(dtypes or DEFAULT_DTYPES))
         if not self.dtypes:
@@ -176,6 +250,10 @@ class SearchSpace:
         self.best_k: list[int] = []
         kind_ok: list[dict[OpKind, bool]] = [{} for _ in m.devices]
         for v in problem.vertices:
+            if stop is not None and not v.index % 256 and stop():
+                raise SearchStopped(f"costing stopped after {v.index} of {self.n} vertices "
+                                    f"({self.queries} cost-model queries)", done=v.index,
+                                    total=self.n)
             got = self._vertex(v.index, v.kinds, kind_ok, explore)
             if not got[0] and explore is not None:
                 got = self._vertex(v.index, v.kinds, kind_ok, None)
