@@ -29,6 +29,11 @@ moves, and at the end: a checkpoint that is worse than the best scored placement
 walk back to it. Only scheduler scores decide what is returned. Graphs with many vertices
 draw their moves from crossing edges, so the work per move does not grow with the graph.
 
+**Time.** The walk runs until the tracker's budget is exhausted (work or wall-clock
+deadline); a scheduler evaluation (a move in the exact mode, a checkpoint, the final
+score) starts only if its measured time still fits before the deadline, else the walk ends
+with the best placement scored so far.
+
 >>> from placewise.graph.ir import Graph, Op, OpKind, Role, Tensor
 >>> from placewise.schedule import Objective
 >>> from placewise.schedule.placement import Problem
@@ -480,6 +485,8 @@ def local_search(model: Model, tracker: Tracker,
             if kind == "none":
                 break
             continue
+        if (exact or since_check + 1 >= check_every) and not tracker.can_evaluate(work=False):
+            break  # the deadline: no time to score another placement
         proposed += 1
         if not guard.apply(cur, mv) and cur_key[0] == 0:
             guard.undo(cur, mv)
@@ -549,6 +556,8 @@ def local_search(model: Model, tracker: Tracker,
             if stale >= max_stale and next_start >= len(order):
                 converged = True
                 break
+            if exact and not tracker.can_evaluate(work=False):
+                break
             src = order[next_start] if next_start < len(order) else best
             next_start += 1
             cur = list(src)
@@ -562,7 +571,7 @@ def local_search(model: Model, tracker: Tracker,
                 budget.charge(MOVE_VERTEX_S * (est.touched - last_touched))
                 last_touched = est.touched
                 cur = est.choice
-    if est is not None and tuple(est.choice) != best:
+    if est is not None and tuple(est.choice) != best and tracker.can_evaluate(work=False):
         key, _ = tracker.evaluate(sp.placement(est.choice))
         evals += 1
         if key < best_key:

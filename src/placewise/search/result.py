@@ -246,9 +246,12 @@ class Tracker:
             return self._eval_wall_s
         return self._eval_s * EVAL_WALL_FACTOR * self.budget.speed / PRIOR_SPEED
 
-    def can_evaluate(self, count: int = 1) -> bool:
-        """Whether ``count`` more evaluations fit in the budget (work and wall clock)."""
-        return self.budget.fits(count * self._eval_s, count * self.eval_wall_s())
+    def can_evaluate(self, count: int = 1, *, work: bool = True) -> bool:
+        """Whether ``count`` more evaluations fit in the budget: in the work left (unless
+        ``work=False``, for loops that check the work budget themselves) and before the
+        wall-clock deadline."""
+        return self.budget.fits(count * self._eval_s if work else 0.0,
+                                count * self.eval_wall_s())
 
     def note(self, text: str) -> None:
         if text not in self.notes:
