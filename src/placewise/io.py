@@ -40,7 +40,6 @@ import os
 import re
 import shutil
 import stat
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -49,6 +48,7 @@ from typing import Any
 from placewise.errors import InputError
 
 __all__ = [
+    "MAX_ABS",
     "MAX_DEPTH",
     "MAX_JSON_BYTES",
     "MAX_YAML_BYTES",
@@ -77,7 +77,8 @@ MAX_YAML_BYTES = 16 * 1024 * 1024
 #: most YAML nodes a document may hold once its aliases are expanded
 MAX_YAML_NODES = 1_000_000
 
-_FLOAT_MAX = sys.float_info.max
+#: the largest magnitude of any number in a file placewise reads
+MAX_ABS = 1e100
 _MAX_INT_DIGITS = 309  # more digits than this can never be a finite float
 
 ErrorType = type[InputError]
@@ -233,14 +234,16 @@ def _path_text(path: tuple[str | int, ...]) -> str:
 
 
 def check_numbers(data: Any, *, file: str | None, error: ErrorType = InputError,
-                  max_depth: int = MAX_DEPTH) -> None:
-    """Refuse, naming the place, any non-finite float (NaN, inf), any integer too large to be
-    a float, and nesting deeper than ``max_depth``; walks ``data`` iteratively.
+                  max_depth: int = MAX_DEPTH, max_abs: float = MAX_ABS) -> None:
+    """Refuse, naming the place, any non-finite float (NaN, inf), any number larger in
+    magnitude than ``max_abs`` (default 1e100: no placewise file comes near it, and the
+    headroom means no unit conversion or sum can overflow), and nesting deeper than
+    ``max_depth``; walks ``data`` iteratively.
 
     >>> check_numbers({"tiers": [{"capacity_bytes": 10**400}]}, file="m.yaml")
     Traceback (most recent call last):
     ...
-    placewise.errors.InputError: m.yaml: tiers[0].capacity_bytes: the integer 1000000000...(401 digits) is too large
+    placewise.errors.InputError: m.yaml: tiers[0].capacity_bytes: the integer 1000000000...(401 digits) is too large (placewise reads numbers up to 1e+100)
     """
     stack: list[tuple[Any, tuple[str | int, ...]]] = [(data, ())]
     seen: set[int] = set()
@@ -252,11 +255,14 @@ def check_numbers(data: Any, *, file: str | None, error: ErrorType = InputError,
             if not math.isfinite(value):
                 raise error(f"number {value!r} is not finite", file=file,
                             place=_path_text(path))
+            if abs(value) > max_abs:
+                raise error(f"number {value!r} is too large (placewise reads numbers up to "
+                            f"{max_abs:g})", file=file, place=_path_text(path))
             continue
         if isinstance(value, int):
-            if abs(value) > _FLOAT_MAX:
-                raise error(f"the integer {_int_text(value)} is too large", file=file,
-                            place=_path_text(path))
+            if abs(value) > max_abs:
+                raise error(f"the integer {_int_text(value)} is too large (placewise reads "
+                            f"numbers up to {max_abs:g})", file=file, place=_path_text(path))
             continue
         if isinstance(value, _BadNumber):
             raise error(value.problem, file=file, place=_path_text(path))
@@ -312,7 +318,8 @@ _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 def _parse_int(text: str) -> int | _BadNumber:
     if len(text.lstrip("-")) > _MAX_INT_DIGITS:
         return _BadNumber(f"{text[:10]}...({len(text.lstrip('-'))} digits)",
-                          "the integer {} is too large")
+                          "the integer {} is too large (placewise reads numbers up to "
+                          f"{MAX_ABS:g})")
     return int(text)
 
 

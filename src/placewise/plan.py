@@ -1199,6 +1199,19 @@ def _check_references(plan: Plan, file: str) -> None:
     for name in plan.schedule.critical_path:
         if name not in names:
             raise SpecError(f"unknown task {name!r}", file=file, place="schedule.critical_path")
+    resources = {r.name for r in plan.schedule.resources}
+    for i, t in enumerate(plan.schedule.tasks):
+        if t.resource not in resources:
+            raise SpecError(f"runs on unknown resource {t.resource!r} (not in "
+                            f"schedule.resources)", file=file,
+                            place=f"schedule.tasks[{i}] ({t.name}).resource")
+    for i, c in enumerate(plan.crossings):
+        k = c.kept
+        if k is not None and ((k.cost_s is None) != (k.delta_s is None)
+                              or (k.cost_s is not None and k.dtype is None)):
+            raise SpecError("cost_s, delta_s and dtype are given together (or cost_s and "
+                            "delta_s not at all)", file=file,
+                            place=f"crossings[{i}] ({c.tensor}).kept")
     for v, a in plan.placement.items():
         if set(a) != {"device", "dtype"}:
             raise SpecError("an assignment has exactly the keys 'device' and 'dtype'",

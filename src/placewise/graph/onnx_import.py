@@ -186,7 +186,7 @@ _DATA_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "double
 
 def _typed_count(elem_type: int, numel: int) -> int:
     """How many entries the typed field holds for ``numel`` elements."""
-    bits = _ELEM_BITS[elem_type]
+    bits = _ELEM_BITS.get(elem_type, 0)  # STRING: one entry per element
     if elem_type in (14, 15):
         return 2 * numel  # complex: real and imaginary parts
     if bits in (2, 4):
@@ -194,15 +194,41 @@ def _typed_count(elem_type: int, numel: int) -> int:
     return numel
 
 
+def _placed_tensors(graph: GraphProto, scope: str = "") -> Iterable[tuple[TensorProto, str]]:
+    """Every stored tensor of ``graph`` (subgraphs included) with the place that names it."""
+    stack: list[tuple[GraphProto, str]] = [(graph, scope)]
+    while stack:
+        g, within = stack.pop()
+        for t in g.initializer:
+            yield t, f"{within}initializer {t.name!r}"
+        for sp in g.sparse_initializer:
+            yield sp.values, f"{within}sparse initializer {sp.values.name!r} values"
+            yield sp.indices, f"{within}sparse initializer {sp.values.name!r} indices"
+        for i, node in enumerate(g.node):
+            label = f"{within}node {node.name or f'{node.op_type}_{i}'!r}"
+            for attr in node.attribute:
+                where = f"{label} attribute {attr.name!r}"
+                if attr.HasField("t"):
+                    yield attr.t, where
+                for j, t in enumerate(attr.tensors):
+                    yield t, f"{where}[{j}]"
+                if attr.HasField("sparse_tensor"):
+                    yield attr.sparse_tensor.values, f"{where} values"
+                    yield attr.sparse_tensor.indices, f"{where} indices"
+                if attr.HasField("g"):
+                    stack.append((attr.g, f"{where}: "))
+                for j, sub in enumerate(attr.graphs):
+                    stack.append((sub, f"{where}[{j}]: "))
+
+
 def _check_tensor_data(model: ModelProto, path: str) -> None:
     """Every tensor stored in the model (initializers, sparse initializers, attribute
     tensors, subgraphs included) holds exactly the data its dims and element type need."""
     from onnx import TensorProto
 
-    for tensor in _all_tensors(model.graph):
+    for tensor, place in _placed_tensors(model.graph):
         if tensor.data_location == TensorProto.EXTERNAL:
             continue  # checked by _resolve_external
-        place = f"initializer {tensor.name!r}" if tensor.name else "a tensor"
         dims = [int(d) for d in tensor.dims]
         if any(d < 0 for d in dims):
             raise ModelFormatError(f"negative dimension in its shape {dims}", file=path,
@@ -227,6 +253,9 @@ def _check_tensor_data(model: ModelProto, path: str) -> None:
                     f"holds {have} bytes of raw_data but its shape {dims} of {type_name} "
                     f"needs {need}", file=path, place=place)
             others = [f for f in _DATA_FIELDS if len(getattr(tensor, f))]
+            if others:
+                raise ModelFormatError(f"holds both raw_data and {', '.join(others)}",
+                                       file=path, place=place)
         else:
             need = _typed_count(elem, numel)
             have = len(getattr(tensor, field))
@@ -235,10 +264,10 @@ def _check_tensor_data(model: ModelProto, path: str) -> None:
                     f"holds {have} values in {field} but its shape {dims} of {type_name} "
                     f"needs {need}", file=path, place=place)
             others = [f for f in _DATA_FIELDS if f != field and len(getattr(tensor, f))]
-        if others:
-            raise ModelFormatError(
-                f"also holds data in {', '.join(others)}, which a {type_name} tensor does not "
-                f"use", file=path, place=place)
+            if others:
+                raise ModelFormatError(
+                    f"also holds data in {', '.join(others)}, which a {type_name} tensor "
+                    f"does not use", file=path, place=place)
 
 
 # ---- external data ---------------------------------------------------------------------------
@@ -456,7 +485,7 @@ def _tensor_type_info(name: str, tp: TypeProto, env: Mapping[str, int]) -> _Type
                 if d.HasField("dim_value"):
                     dims.append(int(d.dim_value))
                 elif d.dim_param:
-                    dims.append(eval_dim(d.dim_param, env))
+                    dims.append(_eval_dim_param(d.dim_param, env, name))
                 else:
                     dims.append(f"{_symbol(name)}_d{i}")
             shape = tuple(dims)
@@ -470,6 +499,23 @@ def _tensor_type_info(name: str, tp: TypeProto, env: Mapping[str, int]) -> _Type
     if which == "optional_type":
         return _tensor_type_info(name, tp.optional_type.elem_type, env)
     return None
+
+
+_MAX_DIM_PARAM = 256  # characters of a symbolic dim (exporters write names like "s0*s1")
+
+
+def _eval_dim_param(text: str, env: Mapping[str, int], value: str) -> Dim:
+    """``eval_dim`` of a dim_param, refusing ones too long or nested to be a dim name."""
+    depth = deepest = 0
+    for ch in text:
+        depth += 1 if ch == "(" else -1 if ch == ")" else 0
+        deepest = max(deepest, depth)
+    if len(text) > _MAX_DIM_PARAM or deepest > 16:
+        raise ModelFormatError(
+            f"symbolic dimension {_short(text, 40)!r} is longer or more nested than a "
+            f"dimension name may be ({_MAX_DIM_PARAM} characters, 16 parentheses)",
+            place=f"value {value!r}")
+    return eval_dim(text, env)
 
 
 def _constant_node_info(node: NodeProto) -> _TypeInfo | None:
@@ -870,7 +916,10 @@ def _build_graph(model: ModelProto, file: str, env: Mapping[str, int],
     graph = model.graph
     infos: dict[str, _TypeInfo] = {}
     for vi in [*graph.value_info, *graph.input, *graph.output]:
-        info = _tensor_type_info(vi.name, vi.type, env)
+        try:
+            info = _tensor_type_info(vi.name, vi.type, env)
+        except ModelFormatError as e:
+            raise e.at(file=file) from None
         if info is not None and (vi.name not in infos or infos[vi.name].dtype is None):
             infos[vi.name] = info
     consts: dict[str, TensorProto] = {}
