@@ -78,6 +78,7 @@ from placewise.search.space import (
     EVAL_BASE_S,
     EVAL_VERTEX_S,
     EVAL_WALL_FACTOR,
+    HEFT_UNIT_S,
     PRIOR_SPEED,
     Budget,
     Model,
@@ -257,12 +258,17 @@ def _screening(problem: Problem, dtypes: tuple[DType, ...], time_limit_s: float
     stays under ``_SCREEN_SHARE`` of the work budget ``time_limit_s`` (estimated,
     deterministic)."""
     n = len(problem.vertices)
+    ne = len(problem.edges)
     devices = problem.machine.devices
     per_dev = [sum(1 for d in dtypes if d in dev.dtypes) for dev in devices]
-    fixed = (len(devices) + 2) * n * EVAL_VERTEX_S
+    # the baselines and HEFT's plan, scored
+    fixed = (len(devices) + 2) * (EVAL_BASE_S + n * EVAL_VERTEX_S)
 
     def estimate(keep: int) -> float:
-        return 2 * n * sum(min(keep, c) for c in per_dev) * COST_QUERY_S + fixed
+        per_vertex = sum(min(keep, c) for c in per_dev)  # candidates, at most
+        cands = n * per_vertex
+        heft = HEFT_UNIT_S * (cands + ne) + COST_QUERY_S * (ne + n) * per_vertex
+        return cands * COST_QUERY_S + heft + fixed  # as Context.heft sizes HEFT
 
     allowance = _SCREEN_SHARE * time_limit_s
     full = max(per_dev, default=1)
@@ -271,8 +277,8 @@ def _screening(problem: Problem, dtypes: tuple[DType, ...], time_limit_s: float
     keep = next((k for k in range(full - 1, 0, -1) if estimate(k) <= allowance), 1)
     explore = screen_dtypes(problem, dtypes, keep)
     kept = ", ".join(f"{d}: {'/'.join(x.value for x in dts)}" for d, dts in explore.items())
-    return explore, (f"precision screening: costing every precision of {n} vertices and the "
-                     f"baselines would take about {estimate(full):.3g} s of the "
+    return explore, (f"precision screening: costing every precision of {n} vertices, the "
+                     f"baselines and HEFT would take about {estimate(full):.3g} s of the "
                      f"{time_limit_s:.3g} s work budget; explored the best {keep} per device "
                      f"on a sample ({kept})")
 

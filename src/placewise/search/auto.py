@@ -245,8 +245,8 @@ class Context:
         terms = sum(len(sp.cands[ed.src[e]]) * len(sp.cands[ed.dst[e]])
                     for e in range(len(ed.src))) + sum(len(c) for c in sp.cands)
         build = BUILD_TERM_S * terms
-        # the hint's evaluation (if it is not the best's) and the scoring of the solutions
-        scoring_s = (1 + _CPSAT_SCORED) * tr.eval_wall_s()
+        # the hint's evaluation (if it is not the best's) and scoring a few solutions
+        scoring_s = 4 * tr.eval_wall_s()
         if not self.budget.fits(build, build * self.budget.speed + 0.05 + scoring_s):
             self.skip("cpsat", build)
             return None
@@ -260,7 +260,7 @@ class Context:
         if ub is not None and not math.isfinite(ub):
             ub = None
         tr.progress("cpsat", self.budget.spent_s() / max(self.budget.limit_s, 1e-9))
-        wall = self.budget.wall_left_s() - _CPSAT_SCORED * tr.eval_wall_s()
+        wall = self.budget.wall_left_s() - 3 * tr.eval_wall_s()  # score a few solutions
         out = cpsat_search(self.model, throughput=self.throughput, time_limit_s=time_limit_s,
                            seed=self.seed, hint=hint, hint_starts_s=starts_s,
                            upper_bound_s=ub, wall_limit_s=max(0.01, wall))

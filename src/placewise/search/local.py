@@ -31,8 +31,9 @@ draw their moves from crossing edges, so the work per move does not grow with th
 
 **Time.** The walk runs until the tracker's budget is exhausted (work or wall-clock
 deadline); a scheduler evaluation (a move in the exact mode, a checkpoint, the final
-score) starts only if its measured time still fits before the deadline, else the walk ends
-with the best placement scored so far.
+score) starts only if its measured time still fits before the deadline, and so does an
+estimated move (a move's update can run through the whole graph downstream of it: the
+slowest so far is the estimate); else the walk ends with the best placement scored so far.
 
 >>> from placewise.graph.ir import Graph, Op, OpKind, Role, Tensor
 >>> from placewise.schedule import Objective
@@ -476,6 +477,8 @@ def local_search(model: Model, tracker: Tracker,
     improved = False
     converged = False
     last_touched = 0  # the estimator's construction is charged with the first move
+    clock = budget.clock
+    move_wall = 0.0  # the slowest estimated move so far (wall seconds; it cannot be cut)
     while not budget.exhausted():
         frac = min(1.0, (budget.spent_s() - start_used) / span)
         temp = t_start * (t_end / t_start) ** frac
@@ -487,6 +490,8 @@ def local_search(model: Model, tracker: Tracker,
             continue
         if (exact or since_check + 1 >= check_every) and not tracker.can_evaluate(work=False):
             break  # the deadline: no time to score another placement
+        if move_wall > 0.0 and not budget.fits(0.0, move_wall):
+            break  # the deadline: no time for another move as slow as the slowest so far
         proposed += 1
         if not guard.apply(cur, mv) and cur_key[0] == 0:
             guard.undo(cur, mv)
@@ -517,7 +522,11 @@ def local_search(model: Model, tracker: Tracker,
         else:
             assert est is not None
             before = {v: est.choice[v] for v in mv}
+            t_move = clock()
             val, undo = est.apply(mv)
+            took = clock() - t_move
+            if took > move_wall:
+                move_wall = took
             tracker.estimates += 1
             budget.charge(MOVE_BASE_S + 1e-8 * sp.n
                           + MOVE_VERTEX_S * (est.touched - last_touched))
