@@ -12,7 +12,11 @@ from placewise.cost.calibrated import (
     load_calibration,
     region_key,
 )
-from placewise.cost.context import CONTEXT_METHOD, profile_in_context, samples_from_telemetry
+from placewise.cost.context import (
+    PARTITION_METHOD,
+    profile_in_context,
+    samples_from_telemetry,
+)
 from placewise.cost.model import Source, Term
 from placewise.graph.fuse import fuse
 from placewise.plan import build_plan
@@ -90,7 +94,9 @@ def test_every_region_is_measured_on_every_device_and_precision(
             c = got[(dev, region_key(g, [g.op(n) for n in r.ops], DType.FP32))]
             assert c.n >= 3 and c.median_s > 0
             assert c.p10_s <= c.median_s <= c.p90_s
-            assert c.kernel_s > 0 and c.overhead_s > 0
+            # a region runs inside its partition's session: the step's fixed cost is the
+            # device's run call, not the region's
+            assert c.kernel_s > 0 and c.overhead_s == 0
     # the int8 run measured the int8 linears on cpu1, with their hidden conversions
     int8 = [c for c in calibrated.context if c.device == "cpu1" and c.dtype == "int8"
             and c.kind == "region"]
@@ -101,7 +107,9 @@ def test_every_region_is_measured_on_every_device_and_precision(
 def test_devices_get_the_measured_dispatch_and_request(calibrated: Calibration) -> None:
     recs = {d.name: d for d in calibrated.devices}
     for dev in ("cpu0", "cpu1"):
-        assert recs[dev].dispatch.method == CONTEXT_METHOD and recs[dev].dispatch.n > 0
+        assert recs[dev].dispatch.method == PARTITION_METHOD and recs[dev].dispatch.n > 0
+        assert recs[dev].dispatch.median_s == 0
+        assert recs[dev].run_call.n > 0 and recs[dev].run_call.median_s > 0
     # the host (cpu0) saw every request: 3 per run, 3 runs (cpu0, cpu1, cpu1 int8)
     assert recs["cpu0"].request.n == 9 and recs["cpu0"].request.median_s > 0
     assert recs["cpu1"].request.n == 0
@@ -190,11 +198,15 @@ def test_the_plan_adds_the_request_hand_off(calibrated: Calibration) -> None:
     prob = Problem(g, fuse(g), m, CalibratedModel(m, calibrated))
     ev = evaluate(prob, Placement.uniform(prob.vertex_names, "cpu0", DType.FP32))
     plan = build_plan(prob, ev, model_ref="zoo:mlp", strategy="single:cpu0")
-    req = {d.name: d for d in calibrated.devices}["cpu0"].request
+    rec = {d.name: d for d in calibrated.devices}["cpu0"]
+    req, run_call = rec.request, rec.run_call
+    # the hand-off, and the host's first partition's session.run
     assert plan.request is not None and plan.request.device == "cpu0"
-    assert plan.request.latency_s == pytest.approx(req.median_s)
+    assert run_call.n > 0
+    assert plan.request.latency_s == pytest.approx(req.median_s + run_call.median_s)
     assert plan.request.terms_s[Term.SYNC] == pytest.approx(req.median_s)
-    assert plan.latency_s == pytest.approx(plan.makespan_s + req.median_s)
+    assert plan.request.terms_s[Term.LAUNCH] == pytest.approx(run_call.median_s)
+    assert plan.latency_s == pytest.approx(plan.makespan_s + plan.request.latency_s)
     assert plan.predicted_latency_s == plan.latency_s
     # no calibration: no request term, the latency is the makespan
     from placewise.cost.load import load_cost_model

@@ -283,6 +283,11 @@ class DeviceRecord(_Strict):
     # the worker's own time per request when requests are pipelined (messages, io steps,
     # wake-ups), beyond its steps (``placewise.cost.context``)
     request_busy: StepOverhead = Field(default_factory=StepOverhead)
+    # the fixed cost of one partition's ``session.run`` on this device as the executor runs
+    # it (the step's time less its nodes' kernel times, ``placewise.cost.context``); paid
+    # once per partition: plans charge it to the transfer that starts a partition and, on
+    # the host, to the request (absent: not measured)
+    run_call: StepOverhead = Field(default_factory=StepOverhead)
 
 
 class ContextMeasurement(_Strict):
@@ -944,9 +949,28 @@ class CalibratedModel:
             "model": "profiled in model order (executor)", "measured_s": req.median_s,
             "p10_s": req.p10_s, "p90_s": req.p90_s, "requests": float(req.n),
             "method": req.method, "calibration": self._fp, "interval": "measured p10..p90"}
-        return Cost(((Term.SYNC, req.median_s),) if req.median_s > 0 else (),
-                    req.p10_s, req.p90_s, Bottleneck.LAUNCH, Source.PROFILED,
+        terms: list[tuple[Term, float]] = [(Term.SYNC, req.median_s)] if req.median_s > 0 \
+            else []
+        lo, hi = req.p10_s, req.p90_s
+        rc = rec.run_call
+        if rc.n and host in devices:  # the host's first partition starts with the request
+            terms.append((Term.LAUNCH, rc.median_s))
+            lo, hi = lo + rc.p10_s, hi + rc.p90_s
+            a["run_call_s"] = rc.median_s
+        return Cost(tuple(terms), lo, hi, Bottleneck.LAUNCH, Source.PROFILED,
                     tuple(sorted(a.items())))
+
+    def _with_run_call(self, cost: Cost, dst: str) -> Cost:
+        """``cost`` plus ``dst``'s partition run call (the partition the transfer starts)."""
+        rec = self._records.get(dst)
+        if rec is None or not rec.run_call.n or rec.run_call.median_s <= 0:
+            return cost
+        rc = rec.run_call
+        return Cost((*cost.terms, (Term.LAUNCH, rc.median_s)), cost.low_s + rc.p10_s,
+                    cost.high_s + rc.p90_s, cost.bottleneck, cost.source,
+                    (*cost.assumptions, ("run_call_s", rc.median_s),
+                     ("run_call", "the receiving partition's session.run, measured")),
+                    memory_bytes=cost.memory_bytes)
 
     def _context_cost(self, graph: Graph, ops: Sequence[Op], device: str, dtype: DType
                       ) -> Cost | None:
@@ -1225,11 +1249,12 @@ class CalibratedModel:
                 "measured_bytes": f"{lk.min_bytes}..{lk.max_bytes}", "method": lk.method,
                 "bandwidth": how,
                 "calibration": self._fp, "interval": "fit residual p10..p90"}
-            return Cost(tuple((k, v) for k, v in ((Term.TRANSFER, wire),
-                                                  (Term.SYNC, lk.latency_s)) if v),
-                        total * math.exp(lk.resid_q10), total * math.exp(lk.resid_q90),
-                        Bottleneck.LINK, Source.CALIBRATED, tuple(sorted(a.items())),
-                        memory_bytes=nbytes)
+            return self._with_run_call(Cost(
+                tuple((k, v) for k, v in ((Term.TRANSFER, wire), (Term.SYNC, lk.latency_s))
+                      if v),
+                total * math.exp(lk.resid_q10), total * math.exp(lk.resid_q90),
+                Bottleneck.LINK, Source.CALIBRATED, tuple(sorted(a.items())),
+                memory_bytes=nbytes), dst)
         return self._with_dispatch(cost, (src, dst))
 
     def conversion_cost(self, tensor: Tensor, src: Representation, dst: Representation,

@@ -57,7 +57,10 @@ through ``progress(done, total, message)``; the library never prints.
 
 from __future__ import annotations
 
+import os
+import shutil
 import statistics
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -112,6 +115,11 @@ CLIENT_METHOD = ("in model order, pipelined: the client process's CPU time per r
 #: requests in flight in the pipelined part of a model-order run (as validation keeps for
 #: up to three devices)
 _IN_FLIGHT = 8
+RUN_CALL_METHOD = ("in model order, partitioned: a partition step's time less the sum of its "
+                   "nodes' kernel times from onnxruntime's profiler (a separate, untimed run "
+                   "on the same values and cores)")
+PARTITION_METHOD = ("partitioned: a region runs inside its partition's session (no step of "
+                    "its own); the partition's fixed cost is DeviceRecord.run_call")
 REQUEST_METHOD = ("in model order: inputs written -> input step ends, plus last step before "
                   "the output step -> outputs ready, per isolated request")
 
@@ -181,6 +189,35 @@ class _Round:
     period: float | None
     client: float | None
     transfers: dict[tuple[str, str, str], list[float]]
+
+
+def _partition_samples(graph: Graph, problem: Any, run: _Run, rd: _Round,
+                       profiles: dict[str, Any],
+                       pooled: dict[tuple[str, str], _Samples],
+                       run_calls: dict[str, list[float]]) -> None:
+    """A partitioned single-device round: each partition step's time splits into its
+    run call (the step less its nodes' profiled kernel times) and its vertices' shares of
+    the rest, by their ops' profiled node times."""
+    for p in run.program.partitions:
+        xs = rd.steps.get((p.device, p.name))
+        prof = profiles.get(p.name)
+        if not xs or prof is None or prof.nodes_s <= 0:
+            continue
+        for tot, _ker, _hid, _ovh in xs:
+            run_calls.setdefault(p.device, []).append(max(tot - prof.nodes_s, 0.0))
+        for vname in p.tasks:
+            v = problem.vertex(vname)
+            dt = run.placement[v.name].dtype
+            share = sum(prof.op_s.get(o.name, 0.0) for o in v.ops) / prof.nodes_s
+            key = region_key(graph, list(v.ops), dt)
+            smp = pooled.setdefault((p.device, key), _Samples("region", dt.value, v.name,
+                                                               len(v.ops), [], [], [], []))
+            for tot, _ker, hid, _ovh in xs:
+                work = min(tot, prof.nodes_s) * share
+                smp.total.append(work)
+                smp.kernel.append(work)
+                smp.hidden.append(hid * share)
+                smp.overhead.append(0.0)
 
 
 def _overhead(xs: Sequence[float], method: str) -> StepOverhead:
@@ -356,7 +393,7 @@ def _alternating(problem: Any, a: str, b: str) -> Any:
 def _placement(problem: Any, cfg: ContextConfig) -> tuple[Any, int] | None:
     """Every vertex on ``cfg.device``: in ``cfg.dtype`` where feasible, else fp32; None when
     some vertex cannot run there. Also the number of vertices in ``cfg.dtype``."""
-    from placewise.runtime.opexec import INT8_KINDS
+    from placewise.graph.ir import INT8_KINDS
     from placewise.schedule.placement import Assignment, Placement, feasible_assignments
 
     out = {}
@@ -389,11 +426,10 @@ def profile_in_context(graph: Graph, source: ModelSource, machine: Machine,
     without local devices, ``ExecutionError`` when a run fails."""
     from placewise.cost.profile import local_devices
     from placewise.graph.fuse import fuse
-    from placewise.runtime.executor import Executor
     from placewise.runtime.opexec import request_inputs
     from placewise.runtime.program import program_from_schedule
     from placewise.schedule.placement import Problem
-    from placewise.schedule.simulate import TaskKind, schedule
+    from placewise.schedule.simulate import schedule
 
     if requests < 1 or warmup < 0 or rounds < 1:
         raise InputError(f"requests and rounds must be >= 1 and warmup >= 0, got {requests}, "
@@ -429,6 +465,64 @@ def profile_in_context(graph: Graph, source: ModelSource, machine: Machine,
             sched = schedule(problem, alt)
             runs.append(_Run(f"{da.name}<->{db.name}", None, alt, sched,
                              program_from_schedule(problem, sched)))
+    tmp = tempfile.mkdtemp(prefix="placewise-context-")
+    try:
+        files, profiles = _compile_and_profile(runs, source, graph, inputs[warmup], machine,
+                                               tmp, progress)
+        return _profile_rounds(graph, source, machine, calibration, problem, runs, skipped,
+                               inputs, files, profiles, requests=requests, rounds=rounds,
+                               warmup=warmup, stream=stream, timeout_s=timeout_s,
+                               progress=progress)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _compile_and_profile(runs: Sequence[_Run], source: ModelSource, graph: Graph,
+                         request: Sequence[Any], machine: Machine, tmp: str,
+                         progress: Progress | None
+                         ) -> tuple[dict[str, dict[str, str]], dict[str, dict[str, Any]]]:
+    """Each run's partitions compiled once (files under ``tmp``); the single-device runs'
+    partitions profiled node by node (onnxruntime's profiler, on the request's real
+    boundary values, pinned to the device's cores): run label -> partition -> profile."""
+    from placewise.runtime.compile import compile_partitions
+    from placewise.runtime.profiler import chain, profile_partition
+
+    files: dict[str, dict[str, str]] = {}
+    profiles: dict[str, dict[str, Any]] = {}
+    for k, run in enumerate(runs):
+        if not run.program.partitions:
+            continue
+        if progress is not None:
+            progress(0, 1, f"compiling the partitions of {run.label}")
+        models = compile_partitions(source, run.program.partitions)
+        folder = os.path.join(tmp, f"run{k}")
+        os.makedirs(folder)
+        files[run.label] = {}
+        for name, m in models.items():
+            path = os.path.join(folder, f"{name}.onnx")
+            with open(path, "wb") as f:
+                f.write(m.SerializeToString())
+            files[run.label][name] = path
+        if run.device is None:
+            continue
+        vals = chain(models, run.program.partitions,
+                     dict(zip(graph.inputs, (np.asarray(x) for x in request), strict=True)))
+        profiles[run.label] = {
+            p.name: profile_partition(models[p.name], p, vals,
+                                      cores=list(machine.device(p.device).cores or ()))
+            for p in run.program.partitions}
+    return files, profiles
+
+
+def _profile_rounds(graph: Graph, source: ModelSource, machine: Machine,
+                    calibration: Calibration, problem: Any, runs: Sequence[_Run],
+                    skipped: list[str], inputs: Sequence[Any],
+                    files: dict[str, dict[str, str]], profiles: dict[str, dict[str, Any]], *,
+                    requests: int, rounds: int, warmup: int, stream: bool,
+                    timeout_s: float, progress: Progress | None) -> Calibration:
+    from placewise.runtime.executor import Executor
+    from placewise.schedule.simulate import TaskKind
+
     total = len(runs) * rounds
     done = 0
     raw: dict[str, list[_Round]] = {}
@@ -439,7 +533,8 @@ def profile_in_context(graph: Graph, source: ModelSource, machine: Machine,
                 progress(done, total, f"running the model on {run.label} in model order")
             done += 1
             with Executor(run.program, source, reference_inputs=inputs[0], slots=_IN_FLIGHT,
-                          timeout_s=timeout_s) as ex:
+                          timeout_s=timeout_s,
+                          partition_files=files.get(run.label)) as ex:
                 ex.start()
                 if warmup:
                     ex.run(inputs[:warmup], phase="warmup")
@@ -471,6 +566,7 @@ def profile_in_context(graph: Graph, source: ModelSource, machine: Machine,
     moves: dict[tuple[str, str], list[tuple[int, float]]] = {}
     stream_extra: dict[str, list[float]] = {}
     clients: list[float] = []
+    run_calls: dict[str, list[float]] = {}
     for run in runs:
         kept = sorted(raw.get(run.label, []), key=lambda x: x.score)[:keep]
         used = {t.device for t in run.program.tasks}
@@ -488,6 +584,10 @@ def profile_in_context(graph: Graph, source: ModelSource, machine: Machine,
                 stream_extra.setdefault(run.device, []).append(rd.period - own)
                 clients.append(rd.client)
             handoffs[shares_host].extend(rd.handoff)
+            if run.program.partitions:
+                _partition_samples(graph, problem, run, rd, profiles.get(run.label, {}),
+                                   pooled, run_calls)
+                continue
             for (dev, name), xs in rd.steps.items():
                 task = run.schedule.task(name)
                 if task.kind is TaskKind.COMPUTE:
@@ -536,6 +636,11 @@ def profile_in_context(graph: Graph, source: ModelSource, machine: Machine,
         if stream_extra.get(d.name):
             upd["request_busy"] = _overhead([max(x, 0.0) for x in stream_extra[d.name]],
                                             STREAM_METHOD)
+        if run_calls.get(d.name):
+            upd["run_call"] = _overhead(run_calls[d.name], RUN_CALL_METHOD)
+            # regions run inside one session: no per-step dispatch of their own
+            upd["dispatch"] = StepOverhead(median_s=0.0, p10_s=0.0, p90_s=0.0,
+                                           n=len(run_calls[d.name]), method=PARTITION_METHOD)
         records.append(d.model_copy(update=upd) if upd else d)
     settings = dict(calibration.settings)
     settings.update({"context_requests": float(requests), "context_warmup": float(warmup),

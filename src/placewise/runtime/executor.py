@@ -687,6 +687,7 @@ class Executor:
             "idle_spin_s": self.idle_spin_s if not self._shares_cores(d) else 0.0,
             "fx_map": self._fx_map,
             "shared_cores": self._shares_cores(d),
+            "granularity": "partition" if prog.partitions else "op",
             "partitions": {name: path for name, path in self._partition_files.items()
                            if name in vertices},
         }
@@ -1221,7 +1222,7 @@ class _Worker:
             raise UnsupportedError(f"device {self.device!r} has backend cuda but torch sees "
                                    f"no GPU here")
         self.dev = torch.device("cuda") if self.cuda else torch.device("cpu")
-        self.partitioned = bool(p.get("partitions"))
+        self.partitioned = p.get("granularity") == "partition"
         self.fx = p["format"] == "torch_export" and not self.partitioned
         self.shm = shared_memory.SharedMemory(name=p["shm"])
         buf = self.shm.buf
