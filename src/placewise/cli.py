@@ -547,6 +547,40 @@ def validate(
     sys.stdout.write(render_validation(report))
 
 
+# ---- export ------------------------------------------------------------------------------------
+@app.command()
+def export(
+    plan_file: Annotated[Path, typer.Argument(metavar="PLAN", help="Plan JSON")],
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder to write (new or empty)")],
+    force: Annotated[bool, typer.Option("--force", help="Replace a folder that holds files")] = False,
+    hw: Annotated[str | None, typer.Option("--hw", help="The plan's machine, when it is a spec file (default: its preset, or 'local')")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write the plan's partitions as ONNX files and a manifest that plain onnxruntime chains."""
+    from placewise.export import export_plan, manifest_summary
+    from placewise.plan import load_plan
+
+    machine = None
+    if hw:
+        machine = resolve_machine(hw)
+    elif load_plan(plan_file).machine.name == "local":
+        machine = resolve_machine("local")  # probed once and cached (with a progress bar)
+    with _progress("exporting") as cb:
+        manifest = export_plan(plan_file, out_dir, machine=machine, force=force, progress=cb)
+    summary = manifest_summary(manifest, out_dir)
+    if as_json:
+        _print_json(summary)
+        return
+    out.print(_table(f"{len(summary['partitions'])} partitions of {manifest.model} "
+                     f"({manifest.machine}), in execution order",
+                     ["partition", "device", "provider", "precision", "threads", "size"],
+                     [[q["name"], q["device"], q["provider"].removesuffix("ExecutionProvider"),
+                       q["precision"], q["threads"], format_bytes(q["bytes"])]
+                      for q in summary["partitions"]], right=(4, 5)))
+    out.print(f"wrote {summary['files']} files ({format_bytes(summary['bytes'])}) to {out_dir}: "
+              f"one .onnx per partition and manifest.json")
+
+
 # ---- demo ------------------------------------------------------------------------------------
 @app.command()
 def demo(

@@ -206,9 +206,13 @@ def program_from_schedule(problem: Problem, schedule: Schedule, *,
 
 
 def program_from_plan(plan: Any, graph: Graph, machine: Machine, *,
-                      granularity: str = "partition") -> ExecProgram:
+                      granularity: str = "partition", local_only: bool = True) -> ExecProgram:
     """The executable program of a plan file (``placewise.plan.Plan``) whose graph is
-    ``graph`` and whose machine is ``machine`` (fingerprints are the caller's to check)."""
+    ``graph`` and whose machine is ``machine`` (fingerprints are the caller's to check).
+
+    ``local_only=False`` skips the check that every device is a local one (``cores`` and a
+    ``backend``): the program of a preset plan, whose partitions ``placewise export``
+    writes but nothing here runs."""
     from placewise.plan import parse_rep
 
     records = list(plan.schedule.tasks)
@@ -241,12 +245,12 @@ def program_from_plan(plan: Any, graph: Graph, machine: Machine, *,
         vertices[t.name] = ExecVertex(t.name, a.device, a.dtype, ops, tuple(reg.inputs),
                                       tuple(reg.outputs))
     return _build_program(graph, machine, plan.host, tasks, vertices, float(plan.makespan_s),
-                          granularity)
+                          granularity, local_only)
 
 
 def _build_program(g: Graph, m: Machine, host: str, tasks: list[ExecTask],
                    vertices: dict[str, ExecVertex], makespan_s: float,
-                   granularity: str = "partition") -> ExecProgram:
+                   granularity: str = "partition", local_only: bool = True) -> ExecProgram:
     """Each device's steps: its tasks in plan order (a receive at its transfer's end),
     reordered only where a step would read a copy before it is made; ``io:in`` first and
     ``io:out`` after the last output on the host; frees after each copy's last reader; and,
@@ -266,7 +270,7 @@ def _build_program(g: Graph, m: Machine, host: str, tasks: list[ExecTask],
                          place=f"device {missing[0]!r}")
     devices = tuple(d for d in m.devices if d.name in used)
     for d in devices:
-        if not d.cores or not d.backend:
+        if local_only and (not d.cores or not d.backend):
             raise InputError(f"device {d.name!r} of machine {m.name!r} is not a local device "
                              f"(it has no cores/backend): only this machine's devices run "
                              f"plans", place=f"device {d.name!r}")

@@ -1,11 +1,21 @@
 """onnxruntime sessions for partitions: the execution provider a device's runtime loads,
 its threads pinned to the device's cores, no silent CPU fallback.
 
-- **provider** (``provider_for``): this machine's CPU devices run the CPU execution
-  provider; a device whose backend is ``cuda`` runs the CUDA execution provider. Devices of
-  presets record the provider a user of that hardware would load (NVIDIA GPUs: CUDA; Orin
-  DLAs: TensorRT with a DLA core; Intel iGPU and NPU: OpenVINO), so their partitions export
-  even though they cannot run here.
+- **provider** (``provider_for``), read from the device's own fields (``hardware.spec.
+  Device``: ``backend``, ``kind``, ``model``, ``name``):
+
+  - a *local* device (it has a ``backend``): ``cuda`` runs the CUDA execution provider;
+    ``torch``, ``onnxruntime`` and ``cpu`` run the CPU one (partitions always run in
+    onnxruntime, whichever backend the op-by-op mode used);
+  - a *preset* device records the provider a user of that hardware would load, so that its
+    partitions export even though they cannot run here: an NVIDIA GPU (``kind: gpu``, an
+    NVIDIA ``model``) the CUDA execution provider on CUDA device N (the number that ends
+    the device's name, ``gpu1`` -> 1; TensorRT as the alternative); an Orin DLA (``kind:
+    dla``) TensorRT with ``trt_dla_enable`` and ``trt_dla_core`` N (``dla1`` -> 1), with
+    the precision the partition computes in enabled (DLAs run int8 and fp16 only); an Intel
+    GPU or NPU OpenVINO with ``device_type`` GPU or NPU; a CPU the CPU execution provider.
+    A GPU, NPU or accelerator from no vendor named here is ``UnsupportedError`` (naming the
+    device and its model), never a guess.
 - **threads**: ``intra_op_num_threads`` = the device's core count, one inter-op thread,
   sequential execution; the worker process is pinned to the device's cores
   (``os.sched_setaffinity``) before the session is made, and onnxruntime's threads inherit
@@ -16,6 +26,7 @@ its threads pinned to the device's cores, no silent CPU fallback.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,38 +39,80 @@ __all__ = ["Provider", "make_session", "provider_for"]
 @dataclass(frozen=True, slots=True)
 class Provider:
     """An execution provider with its options (as ``InferenceSession(providers=...)``
-    takes them)."""
+    takes them); ``alternatives``: other providers that run the same device (TensorRT
+    beside CUDA on an NVIDIA GPU)."""
 
     name: str
     options: dict[str, str] = field(default_factory=dict)
+    alternatives: tuple[Provider, ...] = ()
 
     def as_ort(self) -> tuple[str, dict[str, str]]:
         return self.name, dict(self.options)
 
 
-def provider_for(device: Any) -> Provider:
-    """The execution provider that runs ``device`` (a ``hardware.spec.Device``)."""
-    backend = (getattr(device, "backend", None) or "").lower()
+CPU = "CPUExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+TENSORRT = "TensorrtExecutionProvider"
+OPENVINO = "OpenVINOExecutionProvider"
+
+_NVIDIA = ("nvidia", "jetson", "geforce", "quadro", "tesla")
+_INTEL = ("intel", "arc graphics", "iris", "uhd graphics", "ai boost", "movidius")
+
+
+def _ordinal(name: str) -> str:
+    """The device number a device name gives (``gpu1`` -> ``1``, ``dla0`` -> ``0``, ``gpu``
+    -> ``0``); a name that is not ``gpu``/``cuda``/``dla``/``npu`` and a number (``a100``)
+    gives 0.
+
+    >>> [_ordinal(n) for n in ("gpu1", "dla-1", "gpu", "a100")]
+    ['1', '1', '0', '0']
+    """
+    m = re.fullmatch(r"(?:gpu|cuda|dla|npu)[_.:-]?(\d{1,4})", name.lower())
+    return str(int(m.group(1))) if m else "0"
+
+
+def provider_for(device: Any, dtype: Any = None) -> Provider:
+    """The execution provider that runs ``device`` (a ``hardware.spec.Device``) for a
+    partition computing in ``dtype`` (a ``units.DType``; only TensorRT's DLA options
+    depend on it). See the module docstring for the rules.
+
+    >>> from placewise.hardware.spec import load_machine
+    >>> orin = load_machine("jetson-agx-orin")
+    >>> provider_for(orin.device("gpu")).name
+    'CUDAExecutionProvider'
+    >>> provider_for(orin.device("dla1")).options["trt_dla_core"]
+    '1'
+    """
+    backend = (getattr(device, "backend", None) or "").strip().lower()
     kind = str(getattr(getattr(device, "kind", ""), "value", getattr(device, "kind", "")))
     model = (getattr(device, "model", "") or "").lower()
-    name = (getattr(device, "name", "") or "").lower()
-    if backend == "cuda":
-        return Provider("CUDAExecutionProvider", {"device_id": "0"})
-    if backend in ("torch", "onnxruntime", "cpu"):
-        return Provider("CPUExecutionProvider")
-    if "dla" in name or "dla" in model or kind == "dla":
-        core = "1" if name.endswith("1") else "0"
-        return Provider("TensorrtExecutionProvider",
-                        {"trt_dla_enable": "True", "trt_dla_core": core})
-    if "nvidia" in model or "jetson" in model or "orin" in model or "hopper" in model \
-            or (kind == "gpu" and any(w in model for w in ("a100", "h100", "gh200", "ampere"))):
-        return Provider("CUDAExecutionProvider", {"device_id": "0"})
-    if "intel" in model or "openvino" in model:
-        dtype = "NPU" if kind == "npu" else ("GPU" if kind == "gpu" else "CPU")
-        return Provider("OpenVINOExecutionProvider", {"device_type": dtype})
-    if kind == "gpu":
-        return Provider("CUDAExecutionProvider", {"device_id": "0"})
-    return Provider("CPUExecutionProvider")
+    name = str(getattr(device, "name", "") or "")
+    n = _ordinal(name)
+    if backend:
+        if backend == "cuda":
+            return Provider(CUDA, {"device_id": n})
+        if backend in ("torch", "onnxruntime", "cpu"):
+            return Provider(CPU)
+        raise UnsupportedError(f"device {name!r}: no onnxruntime execution provider for "
+                               f"backend {backend!r} (known: cuda, torch, onnxruntime, cpu)")
+    if kind == "cpu":
+        return Provider(CPU)
+    if kind == "dla":
+        opts = {"device_id": "0", "trt_dla_enable": "True", "trt_dla_core": n}
+        precision = str(getattr(dtype, "value", dtype or ""))
+        if precision == "int8":
+            opts["trt_int8_enable"] = "True"
+        elif precision == "fp16":
+            opts["trt_fp16_enable"] = "True"
+        return Provider(TENSORRT, opts)
+    if any(w in model for w in _NVIDIA) and kind in ("gpu", "accelerator"):
+        return Provider(CUDA, {"device_id": n}, (Provider(TENSORRT, {"device_id": n}),))
+    if any(w in model for w in _INTEL) and kind in ("gpu", "npu"):
+        return Provider(OPENVINO, {"device_type": kind.upper()})
+    raise UnsupportedError(
+        f"device {name!r} ({kind}, model {getattr(device, 'model', '') or 'not given'!r}): "
+        f"no onnxruntime execution provider known for it (NVIDIA GPUs and DLAs, Intel GPUs "
+        f"and NPUs, CPUs); name the vendor in the device's model")
 
 
 def make_session(model: bytes | str, provider: Provider, *, threads: int,
@@ -80,7 +133,7 @@ def make_session(model: bytes | str, provider: Provider, *, threads: int,
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
-    if provider.name != "CPUExecutionProvider":
+    if provider.name != CPU:
         so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
     if profile_prefix is not None:
         so.enable_profiling = True
