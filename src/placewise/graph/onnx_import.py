@@ -150,25 +150,38 @@ def _check_strings(model: ModelProto, path: str) -> None:
     field, instead of failing later wherever the name is used."""
     from google.protobuf.descriptor import FieldDescriptor
 
+    plan: dict[str, list[tuple[str, bool, bool]]] = {}  # per message type: what to look at
+
+    def fields(msg: Any) -> list[tuple[str, bool, bool]]:
+        d = msg.DESCRIPTOR
+        if d.full_name not in plan:
+            plan[d.full_name] = [
+                (fd.name, fd.type == FieldDescriptor.TYPE_MESSAGE,
+                 fd.is_repeated if hasattr(fd, "is_repeated")
+                 else fd.label == FieldDescriptor.LABEL_REPEATED)
+                for fd in d.fields
+                if fd.type in (FieldDescriptor.TYPE_MESSAGE, FieldDescriptor.TYPE_STRING)]
+        return plan[d.full_name]
+
+    # only message and string fields are visited: tensor data is never copied out
     stack: list[tuple[Any, str]] = [(model, "")]
     while stack:
         msg, place = stack.pop()
-        for fd, value in msg.ListFields():
-            where = f"{place}.{fd.name}" if place else fd.name
-            repeated = fd.is_repeated if hasattr(fd, "is_repeated") else \
-                fd.label == FieldDescriptor.LABEL_REPEATED
-            if fd.type == FieldDescriptor.TYPE_MESSAGE:
+        for name, is_msg, repeated in fields(msg):
+            where = f"{place}.{name}" if place else name
+            if is_msg:
                 if repeated:
-                    stack.extend((m, f"{where}[{i}]") for i, m in enumerate(value))
-                else:
-                    stack.append((value, where))
-            elif fd.type == FieldDescriptor.TYPE_STRING:
-                for i, v in enumerate(value if repeated else (value,)):
-                    if not isinstance(v, str):
-                        raise ModelFormatError(
-                            f"is not UTF-8 text ({bytes(v)[:40]!r}); names and strings in "
-                            f"an ONNX model must be UTF-8", file=path,
-                            place=f"{where}[{i}]" if repeated else where)
+                    stack.extend((m, f"{where}[{i}]") for i, m in enumerate(getattr(msg, name)))
+                elif msg.HasField(name):
+                    stack.append((getattr(msg, name), where))
+                continue
+            value = getattr(msg, name)
+            for i, v in enumerate(value if repeated else (value,)):
+                if not isinstance(v, str):
+                    raise ModelFormatError(
+                        f"is not UTF-8 text ({bytes(v)[:40]!r}); names and strings in an "
+                        f"ONNX model must be UTF-8", file=path,
+                        place=f"{where}[{i}]" if repeated else where)
 
 
 # bits per element of each ONNX element type; the typed field that holds it without raw_data
