@@ -21,7 +21,8 @@ plan passes). What it checks (``Check``):
   breakdown and feasibility agree, the accounting balances to zero at the end, and (with the
   graph) the weights each device must hold fit and are not more than its recorded peak;
 - ``support`` (needs the machine): every vertex is on a device of the machine that computes
-  in its dtype and runs every op kind of the vertex;
+  in its dtype and runs every op kind of the vertex, in that dtype (a local device has int8
+  kernels only for ``graph.ir.INT8_KINDS``);
 - ``coverage``: every vertex has exactly one compute task, on its device; with the graph,
   every op of the graph is placed exactly once and nothing else is.
 
@@ -59,6 +60,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from placewise.cost.roofline import local_kernel_gap
 from placewise.graph.ir import Graph, Role
 from placewise.hardware.spec import Machine
 from placewise.plan import Plan, TaskRecord, TierRecord, check_fingerprints
@@ -503,6 +505,10 @@ def _support(plan: Plan, graph: Graph | None, machine: Machine, out: _Out) -> No
             if not dev.supports(kind):
                 out.error(Check.SUPPORT, f"op {op}", f"is a {kind.value} op on {dev_name}, "
                                                      f"which does not run that kind")
+            elif (gap := local_kernel_gap(dev, kind, dt)) is not None:
+                out.error(Check.SUPPORT, f"op {op}", f"is a {kind.value} op computing in "
+                                                     f"{dt.value} on {dev_name} (vertex {v}), "
+                                                     f"which has no such kernel: {gap}")
 
 
 def _coverage(plan: Plan, graph: Graph | None, out: _Out) -> None:

@@ -1259,6 +1259,26 @@ def _check_machine(plan: Plan, machine: Machine | None, file: str | None) -> Mac
     return machine
 
 
+def _check_plan(plan: Plan, machine: Machine, file: str | None) -> None:
+    """Refuse, before anything is loaded or run, a plan the independent checker
+    (``placewise.check``) finds broken on ``machine``: a device the machine lacks, a kernel
+    its backends do not have (int8 outside ``graph.ir.INT8_KINDS``), an impossible
+    schedule. The first error is the message, support errors first."""
+    from placewise.check import Check, Severity, check_plan
+
+    errors = [f for f in check_plan(plan, machine=machine, file=file)
+              if f.severity is Severity.ERROR]
+    if not errors:
+        return
+    order = {Check.SUPPORT: 0, Check.COVERAGE: 1}
+    errors.sort(key=lambda f: order.get(f.check, 2))
+    first = errors[0]
+    more = (f" ({len(errors) - 1} more error{'s' if len(errors) > 2 else ''}: placewise "
+            f"check {file or 'PLAN'} --hw local lists them)" if len(errors) > 1 else "")
+    raise InputError(f"the plan cannot run here: {first.subject} {first.message}{more}",
+                     file=file, place=f"check {first.check.value}")
+
+
 def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
                   source: ModelSource | str | None = None, machine: Machine | None = None,
                   progress: Progress | None = None, baseline: bool = True,
@@ -1290,6 +1310,11 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
         plan = load_plan(file)
     report("checking the plan against this machine and the model", 0.0)
     machine = _check_machine(plan, machine, file)
+    # the plan first: nothing of the model is loaded for a plan that cannot run here
+    _check_plan(plan, machine, file)
+    # model files are read by the checked loaders (a .pt2 archive is checked entry by entry
+    # before torch sees it, with weights-only unpickling forced); nothing of the model runs
+    # before its graph's fingerprint is the plan's
     if source is None or isinstance(source, str):
         ref = source or plan.model
         src = load_source(ref, batch=plan.batch, shapes=shapes)

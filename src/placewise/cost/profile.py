@@ -78,7 +78,7 @@ from placewise.cost.calibrated import (
 )
 from placewise.cost.model import Representation
 from placewise.errors import InputError, PlacewiseError, UnsupportedError
-from placewise.graph.ir import Graph, OpKind, Role
+from placewise.graph.ir import INT8_KINDS, Graph, OpKind, Role
 from placewise.hardware.spec import Device, Machine
 from placewise.units import DType
 
@@ -117,7 +117,7 @@ MAX_CONVERSION_SIZES = 6
 _MAX_SAMPLES = 2000
 # kinds that never run (no kernel in any backend)
 _SKIP_KINDS = frozenset({OpKind.TASK, OpKind.CONSTANT})
-_INT8_KINDS_VALUES = ("conv", "gemm", "linear", "matmul")
+_INT8_KINDS_VALUES = tuple(sorted(k.value for k in INT8_KINDS))  # graph.ir.INT8_KINDS
 
 Progress = Callable[[int, int, str], None]
 

@@ -24,6 +24,10 @@ How an op's time is built (one kernel unless said otherwise):
   per time step). Views (reshape-like ops that move no bytes) cost nothing, not even a
   launch. A fused region pays one launch and skips its internal tensors' traffic.
 
+A local device (one with a runtime ``backend``) has int8 kernels only for
+``graph.ir.INT8_KINDS``: an int8 question about any other kind there is ``UnsupportedError``
+(``local_kernel_gap``), so search never plans a kernel the executor lacks.
+
 Intervals are an *assumption*, not a measurement: ``[0.6x, 1.7x]`` the central estimate
 for counted ops (the typical spread of achieved vs. modelled kernel time for tuned
 libraries; the upper side is wider because real kernels miss the roofline more often than
@@ -51,7 +55,7 @@ from typing import Any
 
 from placewise.cost.model import Bottleneck, Cost, Representation, Source, Term
 from placewise.errors import UnsupportedError
-from placewise.graph.ir import Graph, Op, OpKind, Tensor
+from placewise.graph.ir import INT8_KINDS, Graph, Op, OpKind, Tensor
 from placewise.hardware.spec import Device, DeviceKind, Machine
 from placewise.units import DType
 
@@ -64,6 +68,7 @@ __all__ = [
     "RooflineModel",
     "contraction_efficiency",
     "gemm_dims",
+    "local_kernel_gap",
     "op_work",
     "region_internal_tensors",
     "scaled_bytes",
@@ -306,6 +311,26 @@ class _Parts:
     counted: bool
 
 
+def local_kernel_gap(dev: Device, kind: OpKind, dtype: DType) -> str | None:
+    """Why local device ``dev`` has no kernel for op kind ``kind`` in ``dtype`` (None when
+    it has one, or when ``dev`` is not a local device: presets describe their own hardware).
+
+    >>> from placewise.schedule.testing import toy_machine
+    >>> gpu = toy_machine().device("gpu")
+    >>> local_kernel_gap(gpu.model_copy(update={"backend": "onnxruntime"}), OpKind.RELU,
+    ...                  DType.INT8)
+    'local backends have int8 kernels only for conv, gemm, linear, matmul (onnxruntime dynamic quantization)'
+    >>> local_kernel_gap(gpu, OpKind.RELU, DType.INT8) is None
+    True
+    """
+    if dtype is DType.INT8 and dev.backend is not None and kind not in INT8_KINDS \
+            and kind is not OpKind.TASK:
+        kinds = ", ".join(sorted(k.value for k in INT8_KINDS))
+        return f"local backends have int8 kernels only for {kinds} (onnxruntime dynamic " \
+               f"quantization)"
+    return None
+
+
 class RooflineModel:
     """The analytic cost model of ``machine`` (see the module docstring for the terms).
 
@@ -332,6 +357,10 @@ class RooflineModel:
                 f"device {dev.name!r} cannot run {op.where()} ({op.kind.value}) in "
                 f"{dtype.value}: supported dtypes are "
                 f"{', '.join(d.value for d in dev.dtypes)}")
+        gap = local_kernel_gap(dev, op.kind, dtype)
+        if gap is not None:
+            raise UnsupportedError(f"device {dev.name!r} cannot run {op.where()} "
+                                   f"({op.kind.value}) in {dtype.value}: {gap}")
 
     def parts(self, graph: Graph, op: Op, device: str, dtype: DType) -> _Parts:
         """The roofline components of ``op`` (no launch for views)."""

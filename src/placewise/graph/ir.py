@@ -28,6 +28,7 @@ from placewise.errors import GraphError
 from placewise.units import DType, Layout
 
 __all__ = [
+    "INT8_KINDS",
     "AttrValue",
     "Attrs",
     "Dim",
@@ -222,6 +223,13 @@ for _k in (OpKind.RESHAPE, OpKind.FLATTEN, OpKind.SQUEEZE, OpKind.UNSQUEEZE, OpK
     _CATEGORY[_k] = OpCategory.VIEW
 for _k in (OpKind.QUANTIZE, OpKind.DEQUANTIZE, OpKind.CAST, OpKind.LAYOUT_CONVERT):
     _CATEGORY[_k] = OpCategory.CONVERSION
+
+#: op kinds that have an int8 kernel on placewise's local backends (onnxruntime dynamic
+#: quantization: ``MatMulInteger`` / ``ConvInteger``). A local device (one with a runtime
+#: ``backend``) computes a vertex in int8 only when every op of it is one of these: the cost
+#: models, the plan checker, profiling and the executor all read this set.
+INT8_KINDS: frozenset[OpKind] = frozenset({OpKind.LINEAR, OpKind.MATMUL, OpKind.GEMM,
+                                           OpKind.CONV})
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,7 +56,7 @@ import torch
 
 from placewise.cost.model import Representation
 from placewise.errors import InputError, UnsupportedError
-from placewise.graph.ir import Graph, Op, OpKind
+from placewise.graph.ir import INT8_KINDS, Graph, Op
 from placewise.units import DType, Layout
 
 __all__ = [
@@ -80,8 +80,6 @@ __all__ = [
     "torch_dtype",
 ]
 
-#: op kinds that have an int8 kernel here (onnxruntime dynamic quantization)
-INT8_KINDS = frozenset({OpKind.LINEAR, OpKind.MATMUL, OpKind.GEMM, OpKind.CONV})
 
 _SEED = 0
 _POSITIVE_FX = {"sqrt", "rsqrt", "log", "log1p", "reciprocal", "pow", "log2", "log10"}

@@ -1,0 +1,203 @@
+"""validate checks the plan before it loads or runs anything (issue 10).
+
+- a placement naming a device the machine lacks (``cpu9``) is refused, naming the device
+  (it used to run everything on cpu0 and exit 0);
+- a plan on ``local`` uses only kernels the local backends have: the search never puts a
+  non-int8 kind in int8 on a local device (``graph.ir.INT8_KINDS``), and validate refuses
+  such a plan naming the op and why (it used to fail mid-run, exit 1);
+- a plan whose model is a hostile ``.pt2`` is refused with exit 2 and the payload never runs.
+
+The CLI tests run on this machine's devices as the test helpers describe them (a seeded
+``local`` cache), so nothing is probed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from placewise.cost.roofline import RooflineModel
+from placewise.errors import InputError, UnsupportedError
+from placewise.graph.ir import INT8_KINDS, OpKind
+from placewise.plan import Plan, save_plan
+from placewise.units import DType
+from placewise.validate import validate_plan
+from tests.runtime.helpers import local_machine, tiny_plan, tiny_source
+from tests.test_cli import assert_bad_input
+
+BIG_MLP = "zoo:mlp?layers=2&hidden=1024&in_features=1024&out_features=1024"
+
+
+def _with_placement(plan: Plan, vertex: str, **change: str) -> Plan:
+    placement = {k: dict(v) for k, v in plan.placement.items()}
+    placement[vertex].update(change)
+    return plan.model_copy(update={"placement": placement})
+
+
+# ---- the library ---------------------------------------------------------------------------
+
+
+def test_a_device_the_machine_lacks_is_refused_before_the_model_loads(tmp_path: Path) -> None:
+    plan, _ = tiny_plan()
+    bad = _with_placement(plan, next(iter(plan.placement)), device="cpu9")
+    # the model reference leads nowhere: the plan's own error comes first
+    bad = bad.model_copy(update={"model": str(tmp_path / "absent.pt2")})
+    path = tmp_path / "plan.json"
+    save_plan(bad, path)
+    with pytest.raises(InputError) as err:
+        validate_plan(path, machine=local_machine(), requests=1)
+    assert "'cpu9'" in err.value.problem and "does not have" in err.value.problem
+    assert err.value.file == str(path) and err.value.place == "check support"
+
+
+def test_int8_on_a_kind_without_an_int8_kernel_is_refused(tmp_path: Path) -> None:
+    plan, _ = tiny_plan()
+    relu = next(v for v, r in plan.regions.items() if plan.ops[r.ops[0]].kind is OpKind.RELU)
+    bad = _with_placement(plan, relu, device="cpu1", dtype="int8")
+    with pytest.raises(InputError) as err:
+        validate_plan(bad, source=tiny_source(), machine=local_machine(), requests=1)
+    msg = err.value.problem
+    assert f"op {plan.regions[relu].ops[0]}" in msg and "int8" in msg and "relu" in msg
+    assert "int8 kernels only for conv, gemm, linear, matmul" in msg
+
+
+def test_the_roofline_has_no_int8_kernel_for_other_kinds_on_local_devices() -> None:
+    m = local_machine()
+    g = tiny_source().graph
+    assert g is not None
+    model = RooflineModel(m)
+    relu = next(o for o in g.ops if o.kind is OpKind.RELU)
+    lin = next(o for o in g.ops if o.kind is OpKind.LINEAR)
+    assert model.op_cost(g, lin, "cpu1", DType.INT8).total_s > 0
+    with pytest.raises(UnsupportedError, match="int8 kernels only for"):
+        model.op_cost(g, relu, "cpu1", DType.INT8)
+    with pytest.raises(UnsupportedError, match="int8 kernels only for"):
+        model.region_cost(g, [lin, relu], "cpu1", DType.INT8)
+    # a preset's devices describe their own kernels: no local rule there
+    from placewise.hardware.spec import load_machine
+
+    preset = load_machine("h100-sxm-server")
+    gpu = next(d for d in preset.devices if DType.INT8 in d.dtypes)
+    assert RooflineModel(preset).op_cost(g, relu, gpu.name, DType.INT8).total_s > 0
+
+
+# ---- the command line ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def xdg(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An XDG cache holding the test machine as this host's probed ``local`` spec."""
+    from placewise.hardware.probe import host_fingerprint, local_cache_path
+
+    data: dict[str, Any] = local_machine().model_dump(mode="json")
+    data["name"] = "local"
+    data["tags"] = {**(data.get("tags") or {}), "fingerprint": host_fingerprint()}
+    root = tmp_path_factory.mktemp("xdg")
+    path = root / "placewise" / local_cache_path().name
+    path.parent.mkdir(parents=True)
+    path.write_text(yaml.safe_dump(data))
+    return root
+
+
+def _run(xdg: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, COLUMNS="120", TERM="dumb", PYTHONHASHSEED="0",
+               XDG_CACHE_HOME=str(xdg))
+    return subprocess.run([sys.executable, "-m", "placewise.cli", *args], capture_output=True,
+                          text=True, env=env, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from placewise.graph import zoo
+
+    path = tmp_path_factory.mktemp("model") / "mlp.onnx"
+    zoo.export_onnx("mlp", {"layers": 2, "hidden": 1024, "in_features": 1024,
+                            "out_features": 1024}, path, dynamic_batch=False)
+    return path
+
+
+@pytest.fixture(scope="module", params=["zoo", "file"])
+def greedy_plan(request: pytest.FixtureRequest, xdg: Path, model_file: Path,
+                tmp_path_factory: pytest.TempPathFactory) -> Path:
+    model = BIG_MLP if request.param == "zoo" else str(model_file)
+    out = tmp_path_factory.mktemp("plan") / "greedy.json"
+    proc = _run(xdg, "plan", model, "--hw", "local", "--strategy", "greedy", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def _int8_vertices(plan: dict[str, Any]) -> dict[str, list[str]]:
+    return {v: [plan["ops"][o]["kind"] for o in plan["regions"][v]["ops"]]
+            for v, a in plan["placement"].items() if a["dtype"] == "int8"}
+
+
+def _fused(plan: dict[str, Any], vertex: str) -> bool:
+    kinds = [plan["ops"][o]["kind"] for o in plan["regions"][vertex]["ops"]]
+    return len(kinds) == 2 and kinds[0] in ("linear", "gemm") and kinds[1] == "relu"
+
+
+def test_greedy_on_local_uses_only_kernels_the_backends_have(greedy_plan: Path,
+                                                             xdg: Path) -> None:
+    plan = json.loads(greedy_plan.read_text())
+    int8 = _int8_vertices(plan)
+    assert int8, "int8 pays on this machine where a kernel exists (the lone last linear)"
+    kinds = {k.value for k in INT8_KINDS}
+    for v, ops in int8.items():
+        assert set(ops) <= kinds, (v, ops)
+    # the fused linear+relu (gemm+relu) vertices are not: relu has no int8 kernel here
+    assert any(_fused(plan, v) for v in plan["placement"])
+    proc = _run(xdg, "check", str(greedy_plan), "--hw", "local")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_validate_names_the_op_without_an_int8_kernel(greedy_plan: Path, xdg: Path,
+                                                      tmp_path: Path) -> None:
+    plan = json.loads(greedy_plan.read_text())
+    fused = next(v for v in plan["regions"] if _fused(plan, v))
+    plan["placement"][fused] = {"device": "cpu1", "dtype": "int8"}
+    bad = tmp_path / "int8.json"
+    bad.write_text(json.dumps(plan))
+    relu = plan["regions"][fused]["ops"][1]
+    assert_bad_input(_run(xdg, "validate", str(bad)), str(bad), f"op {relu}", "int8",
+                     "int8 kernels only for")
+
+
+def test_validate_names_a_device_the_machine_lacks(greedy_plan: Path, xdg: Path,
+                                                   tmp_path: Path) -> None:
+    plan = json.loads(greedy_plan.read_text())
+    vertex = sorted(plan["placement"])[0]
+    plan["placement"][vertex]["device"] = "cpu9"
+    bad = tmp_path / "cpu9.json"
+    bad.write_text(json.dumps(plan))
+    assert_bad_input(_run(xdg, "validate", str(bad)), str(bad), "'cpu9'", "does not have")
+
+
+def test_validate_of_a_plan_whose_model_is_hostile(xdg: Path, tmp_path: Path) -> None:
+    """The plan is made for a clean export; the file is then swapped for one with a pickle
+    added at data/constants/model.pt: exit 2 naming the entry, and the pickle never runs."""
+    from tests.graph.test_pt2_hostile import VARIANTS, _save
+
+    clean = _save(tmp_path / "model.pt2")
+    plan = tmp_path / "plan.json"
+    proc = _run(xdg, "plan", str(clean), "--hw", "local", "--strategy", "greedy", "--out",
+                str(plan))
+    assert proc.returncode == 0, proc.stderr
+    marker = tmp_path / "MARKER"
+    (tmp_path / "hostile").mkdir()
+    for variant in ("pickle at data/constants/model.pt", "pickle at data/weights/model.pt",
+                    "old-format files at the top", "models/NAME without .json"):
+        build, entry, _ = VARIANTS[variant]
+        hostile = build(clean, tmp_path / "hostile" / "model.pt2", marker)
+        data = json.loads(plan.read_text())
+        data["model"] = str(hostile)
+        swapped = tmp_path / "swapped.json"
+        swapped.write_text(json.dumps(data))
+        assert_bad_input(_run(xdg, "validate", str(swapped)), str(hostile), f"entry {entry!r}")
+        assert not marker.exists()
