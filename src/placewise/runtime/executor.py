@@ -2030,6 +2030,7 @@ def measure_step_overhead(steps: int = 200) -> list[float]:
     w.fault = None
     w.slots = 1
     w.cuda = False
+    w.partitioned = False
     w.tasks = {0: {"vertex": "v"}}
 
     def noop(vals: dict[str, Any]) -> None:
