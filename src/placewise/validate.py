@@ -833,6 +833,30 @@ def _solo_index(program: ExecProgram, solo: Sequence[SoloRecord]
     return {(s.task, s.device): s for s in solo}
 
 
+def predicted_tasks(plan: Plan, program: ExecProgram) -> dict[str, PlanTask]:
+    """The plan's tasks by name, and one for each partition of ``program``: its member
+    tasks back to back (start of the first; duration, terms, interval and contention
+    summed), so that a partition's step lines up with what the plan predicted for it."""
+    out = plan.task_index()
+    for p in program.partitions:
+        members = [out[n] for n in p.tasks if n in out]
+        if not members:
+            continue
+        terms: dict[Term, float] = {}
+        for m in members:
+            for k, v in m.terms_s.items():
+                terms[k] = terms.get(k, 0.0) + v
+        first = min(members, key=lambda m: m.start_s)
+        dur = sum(m.duration_s for m in members)
+        out[p.name] = first.model_copy(update={
+            "name": p.name, "vertex": p.name, "start_s": first.start_s,
+            "end_s": first.start_s + dur, "terms_s": terms,
+            "contention_s": sum(m.contention_s for m in members),
+            "low_s": sum(m.low_s for m in members), "high_s": sum(m.high_s for m in members),
+            "deps": (), "assumptions": {"partition_of": float(len(members))}})
+    return out
+
+
 def _pred_parts(trec: PlanTask) -> tuple[float, float, float, float]:
     """(total, contention, launch, hidden-conversion) seconds of a plan task: the launch
     term is the executor's dispatch (compared with the measured time around kernels), the
@@ -902,7 +926,7 @@ def _critical_path(program: ExecProgram, plan: Plan, steps: dict[str, list[_Step
     last = next((s for s in steps.get(host, []) if s.kind is StepKind.IO_OUT), None)
     if last is None:
         raise PlacewiseError("the measured request has no io:out step")
-    pred = plan.task_index()
+    pred = predicted_tasks(plan, program)
     chain: list[tuple[_Step, int, bool]] = []  # (step, gap before it in ns, cross-device)
     cur = last
     head = 0
@@ -968,7 +992,7 @@ def _critical_path(program: ExecProgram, plan: Plan, steps: dict[str, list[_Step
 
 def _task_shares(program: ExecProgram, plan: Plan, tel: Telemetry, phase: str,
                  solo: dict[tuple[str, str], SoloRecord]) -> list[TaskShare]:
-    pred = plan.task_index()
+    pred = predicted_tasks(plan, program)
     recs: dict[str, list[TaskRecord]] = {}
     for r in tel.tasks:
         if r.phase == phase and r.kind != "io":
