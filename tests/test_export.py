@@ -310,7 +310,9 @@ def test_preset_plan_records_the_providers_of_its_hardware(tmp_path: Path, prese
     out = tmp_path / "export"
     proc = cli("export", str(plan_file), "--out", str(out))
     assert proc.returncode == 0, proc.stderr
-    assert "partitions of" in proc.stdout and "wrote" in proc.stdout
+    text = " ".join(proc.stdout.split())  # rich wraps long lines
+    assert f"for {preset}:" in text and "partitions, in execution order" in text
+    assert "one .onnx per partition and manifest.json" in text
     manifest = load_manifest(out)
     check_manifest(out, manifest)
     assert manifest.machine == preset
@@ -488,8 +490,24 @@ def test_an_output_folder_with_other_files(onnx_plan: Path) -> None:
     # an empty folder is fine without --force
     empty = onnx_plan.parent / "empty"
     empty.mkdir()
-    assert cli("export", str(onnx_plan), "--out", str(empty)).returncode == 0
+    assert export_plan(onnx_plan, empty) == manifest
     assert load_manifest(empty) == manifest
+
+
+def test_large_weights_go_to_external_data(onnx_plan: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    import placewise.export as export_mod
+
+    monkeypatch.setattr(export_mod, "EXTERNAL_DATA_BYTES", 1024)  # every partition is "large"
+    out = onnx_plan.parent / "out"
+    manifest = export_plan(onnx_plan, out)
+    check_manifest(out, manifest)
+    assert all(p.external_data == f"{p.name}.onnx.data" for p in manifest.partitions)
+    whole = ort.InferenceSession(str(onnx_plan.parent / "mlp.onnx"),
+                                 providers=["CPUExecutionProvider"])
+    feeds = random_feeds(manifest)
+    for g, w in zip(chain(out, feeds).values(), whole.run(None, feeds), strict=True):
+        assert rel_l2(g, w) <= 1e-5
 
 
 def test_force_never_deletes_the_plan_or_the_current_folder(onnx_plan: Path) -> None:

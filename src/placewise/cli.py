@@ -571,8 +571,10 @@ def export(
     if as_json:
         _print_json(summary)
         return
-    out.print(_table(f"{len(summary['partitions'])} partitions of {manifest.model} "
-                     f"({manifest.machine}), in execution order",
+    n = len(summary["partitions"])
+    out.print(f"[bold]export[/bold] {manifest.model} for {manifest.machine}: {n} "
+              f"partition{'s' if n != 1 else ''}, in execution order")
+    out.print(_table("partitions",
                      ["partition", "device", "provider", "precision", "threads", "size"],
                      [[q["name"], q["device"], q["provider"].removesuffix("ExecutionProvider"),
                        q["precision"], q["threads"], format_bytes(q["bytes"])]

@@ -45,7 +45,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from placewise import __version__
-from placewise.errors import InputError, SpecError, UnsupportedError
+from placewise.errors import InputError, PlacewiseError, SpecError, UnsupportedError
 from placewise.io import (
     MAX_JSON_BYTES,
     atomic_write_json,
@@ -442,13 +442,12 @@ def _plan_source(plan: Any, source: Any, file: str | None) -> Any:
     if shapes:
         attempts.append({"shapes": shapes})
     first: Any = None
-    first_error: InputError | None = None
+    first_error: PlacewiseError | None = None
     for kwargs in attempts:
         try:
             src = load_source(ref, **kwargs)
-        except InputError as exc:
-            if first_error is None and first is None:
-                first_error = exc
+        except PlacewiseError as exc:  # e.g. a fixed batch that cannot be re-bound
+            first_error = first_error or exc
             continue
         if src.graph is not None and src.graph.fingerprint() == want:
             return src
@@ -477,16 +476,15 @@ def _plan_partitions(plan: Any, graph: Any, machine: Any) -> list[Any]:
                                    f"{dtype.value}")
     parts = list(program_from_plan(plan, graph, machine, local_only=False).partitions)
     maker = {x: p.index for p in parts for x in p.outputs}
-    by_index = {p.index: p for p in parts}
     done: set[int] = set()
     order: list[Any] = []
-    while len(order) < len(parts):
+    while len(order) < len(parts):  # the earliest-numbered partition whose inputs exist
         ready = [p for p in parts if p.index not in done
-                 and all(maker.get(x, -1) in done or x not in maker for x in p.inputs)]
+                 and all(x not in maker or maker[x] in done for x in p.inputs)]
         if not ready:
             raise UnsupportedError("the plan's partitions read from each other in a cycle")
         nxt = min(ready, key=lambda p: p.index)
-        order.append(by_index[nxt.index])
+        order.append(nxt)
         done.add(nxt.index)
     return order
 
@@ -520,6 +518,22 @@ def _numpy_name(elem_type: int) -> str:
         return onnx.TensorProto.DataType.Name(elem_type).lower()
 
 
+def _file_dtype(types: Mapping[str, Any], name: str, shape: Sequence[int], part: str) -> str:
+    """The numpy dtype a partition file declares for boundary tensor ``name`` (``types``:
+    its inputs' and outputs' ``TypeProto.Tensor`` by name), its static dims checked
+    against the plan's ``shape`` (symbolic dims, such as an ONNX source's ``batch``, take
+    the plan's value)."""
+    tt = types.get(name)
+    if tt is None:
+        raise UnsupportedError(f"partition {part!r}: its file has no boundary tensor {name!r}")
+    dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+    if tt.HasField("shape") and (len(dims) != len(shape) or any(
+            d is not None and d != s for d, s in zip(dims, shape, strict=False))):
+        raise UnsupportedError(f"partition {part!r}: its file declares {name!r} with shape "
+                               f"{dims}, the plan {list(shape)}")
+    return _numpy_name(tt.elem_type)
+
+
 def _manifest(plan: Any, src: Any, devices: Mapping[str, Any], parts: Sequence[Any],
               providers: Mapping[str, Any], paths: Mapping[str, str],
               fps: ManifestFingerprints) -> Manifest:
@@ -547,20 +561,11 @@ def _manifest(plan: Any, src: Any, devices: Mapping[str, Any], parts: Sequence[A
         types = {vi.name: vi.type.tensor_type for vi in (*model.graph.input,
                                                           *model.graph.output)}
 
-        def tensor(name: str, frm: str, *, p: Any = p,
+        def tensor(name: str, frm: str, part: str = p.name,
                    types: Mapping[str, Any] = types) -> PartitionTensor:
-            tt = types.get(name)
-            if tt is None:
-                raise UnsupportedError(f"partition {p.name!r}: its file has no boundary "
-                                       f"tensor {name!r}")
-            dtype = _numpy_name(tt.elem_type)
             shape = shape_of(name)
-            dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
-            if tt.HasField("shape") and (len(dims) != len(shape) or any(
-                    d is not None and d != s for d, s in zip(dims, shape, strict=False))):
-                raise UnsupportedError(f"partition {p.name!r}: its file declares {name!r} "
-                                       f"with shape {dims}, the plan {list(shape)}")
-            return PartitionTensor(name=name, dtype=dtype, shape=shape, from_=frm)
+            return PartitionTensor(name=name, dtype=_file_dtype(types, name, shape, part),
+                                   shape=shape, from_=frm)
 
         ins = []
         for x in p.inputs:
