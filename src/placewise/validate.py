@@ -1303,6 +1303,25 @@ def _check_plan(plan: Plan, machine: Machine, file: str | None) -> None:
                      file=file, place=f"check {first.check.value}")
 
 
+def _load_planned_source(ref: str, plan: Plan, shapes: Any) -> ModelSource:
+    """The plan's model as it was planned: bound to the plan's batch, or (a model whose
+    inputs have a fixed leading dim, or a zoo reference that names its own batch, planned
+    without ``--batch``) as it is; the graph fingerprint decides which."""
+    from placewise.runtime.opexec import load_source
+
+    try:
+        src = load_source(ref, batch=plan.batch, shapes=shapes)
+    except InputError as exc:
+        if exc.place != "--batch":
+            raise
+        return load_source(ref, shapes=shapes)  # the fingerprint check follows
+    if src.graph is not None and src.graph.fingerprint() != plan.fingerprints.graph:
+        own = load_source(ref, shapes=shapes)
+        if own.graph is not None and own.graph.fingerprint() == plan.fingerprints.graph:
+            return own
+    return src
+
+
 def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
                   source: ModelSource | str | None = None, machine: Machine | None = None,
                   progress: Progress | None = None, baseline: bool = True,
@@ -1323,7 +1342,6 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
     """
     from placewise.plan import Plan as _Plan
     from placewise.plan import check_fingerprints, load_plan
-    from placewise.runtime.opexec import load_source
 
     report: Progress = progress or (lambda _m, _f: None)
     if requests < 1:
@@ -1340,14 +1358,7 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
     # before torch sees it, with weights-only unpickling forced); nothing of the model runs
     # before its graph's fingerprint is the plan's
     if source is None or isinstance(source, str):
-        ref = source or plan.model
-        src = load_source(ref, batch=plan.batch, shapes=shapes)
-        if src.graph is not None and src.graph.fingerprint() != plan.fingerprints.graph and \
-                ref.strip().startswith("zoo:") and "batch=" in ref:
-            # a zoo reference that names its own batch, planned without --batch
-            own = load_source(ref, shapes=shapes)
-            if own.graph is not None and own.graph.fingerprint() == plan.fingerprints.graph:
-                src = own
+        src = _load_planned_source(source or plan.model, plan, shapes)
     else:
         src = source
     if src.graph is None:
