@@ -93,6 +93,7 @@ from placewise.cost.model import Representation
 from placewise.errors import ExecutionError, InputError, PlacewiseError, UnsupportedError
 from placewise.graph.ir import Graph, Op, OpKind, Provenance
 from placewise.hardware.spec import Device
+from placewise.runtime.backends.onnxruntime import provider_for
 from placewise.runtime.program import (
     ExecProgram,
 )
@@ -688,6 +689,7 @@ class Executor:
             "fx_map": self._fx_map,
             "shared_cores": self._shares_cores(d),
             "granularity": "partition" if prog.partitions else "op",
+            "provider": list(provider_for(d).as_ort()),
             "partitions": {name: path for name, path in self._partition_files.items()
                            if name in vertices},
         }
@@ -1279,8 +1281,7 @@ class _Worker:
         from placewise.runtime.backends.onnxruntime import Provider, make_session
 
         p = self.p
-        provider = Provider("CUDAExecutionProvider", {"device_id": "0"}) if self.cuda \
-            else Provider("CPUExecutionProvider")
+        provider = Provider(p["provider"][0], dict(p["provider"][1]))
         self.sessions: dict[int, Any] = {}
         for st in self.steps:
             if st["kind"] != "compute":
