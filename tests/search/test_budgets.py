@@ -163,13 +163,14 @@ def test_heft_dp_and_costing_give_up_when_told() -> None:
         dp_search(model, stop=lambda: True)
     calls = []
 
-    def later() -> bool:
-        calls.append(1)
+    def later(queries: int) -> bool:
+        calls.append(queries)
         return len(calls) > 1
 
     with pytest.raises(SearchStopped, match="costing stopped after 256 of 300") as exc:
         SearchSpace(prob, stop=later)
     assert (exc.value.done, exc.value.total) == (256, 300)
+    assert calls == [0, 256 * 4]  # told the cost-model queries so far (4 per vertex)
     # without a stop they finish
     assert len(heft_choice(model, stop=lambda: False)) == 300
 

@@ -201,17 +201,24 @@ def _too_short(limit_s: float, n: int, why: str, need_s: float) -> InputError:
 
 def _costed(problem: Problem, dts: tuple[DType, ...], explore: dict[str, tuple[DType, ...]]
             | None, budget: Budget, limit_s: float) -> SearchSpace:
-    """The search space, costed under the deadline (leaving time for one evaluation);
-    calibrates the budget's speed on it."""
+    """The search space, costed under the deadline, leaving time for one evaluation (its
+    estimate scaled by the speed costing shows so far); calibrates the budget's speed."""
     n = len(problem.vertices)
     clock = budget.clock
     t0 = clock()
+    slow = [1.0]  # this machine's speed relative to PRIOR_SPEED, as costing measures it
+
+    def stop(queries: int) -> bool:
+        work = queries * COST_QUERY_S
+        if work >= 0.05:
+            slow[0] = max(1.0, (clock() - t0) / work / PRIOR_SPEED)
+        return budget.stop_at(_eval_wall_s(n) * slow[0])()
+
     try:
-        space = SearchSpace(problem, dts, explore=explore,
-                            stop=budget.stop_at(_eval_wall_s(n)))
+        space = SearchSpace(problem, dts, explore=explore, stop=stop)
     except SearchStopped as exc:
         took = clock() - t0
-        need = took * max(1, exc.total) / max(1, exc.done) + _eval_wall_s(n) + \
+        need = took * max(1, exc.total) / max(1, exc.done) + _eval_wall_s(n) * slow[0] + \
             _finish_s(problem) + (t0 - budget.start)
         raise _too_short(limit_s, n, f" on this machine now: costing the candidates reached "
                          f"the deadline after {exc.done} of {exc.total} vertices "

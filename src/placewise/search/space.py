@@ -211,8 +211,8 @@ class SearchSpace:
     intersected with every device's supported ones. ``explore``: device -> the subset of
     ``dtypes`` to cost on it (precision screening of large graphs, see ``screen_dtypes``);
     a vertex left with no candidate by screening gets the unscreened ones back. ``stop``:
-    checked every 256 vertices; when it returns true, costing is abandoned with
-    ``SearchStopped`` (the time limit's deadline, see ``Budget.stop_at``).
+    called every 256 vertices with the number of cost-model queries made so far; when it
+    returns true, costing is abandoned with ``SearchStopped`` (the time limit's deadline).
 
     Raises ``MemoryInfeasible`` when a vertex fits on no device (naming the tier and the
     bytes) and ``Infeasible`` when it can run nowhere for another reason.
@@ -228,7 +228,7 @@ class SearchSpace:
 
     def __init__(self, problem: Problem, dtypes: Sequence[DType] | None = None, *,
                  explore: Mapping[str, Sequence[DType]] | None = None,
-                 stop: Callable[[], bool] | None = None) -> None:
+                 stop: Callable[[int], bool] | None = None) -> None:
         self.problem = problem
         self.dtypes: tuple[DType, ...] = tuple(dict.fromkeys(dtypes or DEFAULT_DTYPES))
         if not self.dtypes:
@@ -250,7 +250,7 @@ class SearchSpace:
         self.best_k: list[int] = []
         kind_ok: list[dict[OpKind, bool]] = [{} for _ in m.devices]
         for v in problem.vertices:
-            if stop is not None and not v.index % 256 and stop():
+            if stop is not None and not v.index % 256 and stop(self.queries):
                 raise SearchStopped(f"costing stopped after {v.index} of {self.n} vertices "
                                     f"({self.queries} cost-model queries)", done=v.index,
                                     total=self.n)
