@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -275,6 +276,32 @@ def test_random_dags_never_overlap_on_shared_cores(data: st.DataObject) -> None:
     assert throughput(s).period_s <= s.makespan_s + slack
     again = schedule(prob, pl, contention=contention, lanes=lanes)
     assert again.tasks == s.tasks and again.makespan_s == s.makespan_s
+
+
+def test_bound_of_an_uncontended_schedule_leaves_out_shared_bandwidth() -> None:
+    """Found by the test above: two tiny ops on a two-lane d0 (core 0) drawing on a slow
+    controller ``mc``. Without contention they overlap at full speed (2 ns), so the
+    controller's 3.3 ns is no bound of that schedule; with contention it is the makespan."""
+    f = FP32
+    ts = [Tensor("t0", (1, 1), f, role=Role.INPUT), Tensor("t1", (1, 1), f, role=Role.OUTPUT),
+          Tensor("p2", (1,), f, role=Role.PARAM), Tensor("t3", (1, 1), f, role=Role.OUTPUT)]
+    g = Graph.build("random", ts, [Op("relu_0", OpKind.RELU, ("t0",), ("t1",)),
+                                   Op("add_1", OpKind.ADD, ("t0", "p2"), ("t3",))])
+    m = machine([_dev("d0", [0], dtypes={"fp32": 1e9}, lanes=2, resources=["mc"], launch=0.0),
+                 _dev("d1", None, dtypes={"fp32": 1e9}, launch=0.0)],
+                [link("l1", "d0", "d1", bw=1e8)],
+                [{"name": "mc", "bandwidth_bytes_per_s": 5e8, "source": "test"}], name="cores")
+    prob = Problem(g, None, m, ToyCostModel(m), outputs_to_host=False)
+    pl = Placement.uniform(["relu_0", "add_1"], "d0", f)
+    off = schedule(prob, pl, contention=False)
+    assert not off.exact and off.makespan_s == 2e-9
+    b = schedule_lower_bound(off)
+    assert b.value_s == 2e-9 and "mc" not in dict(b.per_resource_s)
+    on = schedule(prob, pl)
+    assert on.exact and on.makespan_s > off.makespan_s
+    b = schedule_lower_bound(on)
+    assert b.binding == "mc" and b.value_s == pytest.approx(on.makespan_s, rel=1e-9)
+    assert b.value_s <= on.makespan_s * (1 + 1e-9)
 
 
 def test_cpsat_does_not_overlap_devices_that_share_cores() -> None:

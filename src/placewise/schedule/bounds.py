@@ -16,10 +16,13 @@ shorter (tests check it on random DAGs and machines).
   ``max(bandwidth, largest task demand)`` (``ResourceUse.busy_s``: the active tasks never
   share more than ``max(bandwidth, largest active demand)``, see
   ``placewise.schedule.simulate``; so no task counts for longer than it runs, even one
-  whose demand exceeds the bandwidth); each CPU core that tasks of several devices ran on, the sum of
-  those devices' work over their lanes (a core is held by one device at a time, so work on
-  ``cpu01`` counts against both ``core:0`` and ``core:1``, together with that of ``cpu0``
-  and ``cpu1``). The gap to the makespan is what resource conflicts and contention cost.
+  whose demand exceeds the bandwidth; only when contention was modelled: a schedule made
+  with ``contention=False``, ``exact=False``, lets its tasks draw any bandwidth at once, so
+  that term would bound the contended model, not that schedule); each CPU core that tasks
+  of several devices ran on, the sum of those devices' work over their lanes (a core is
+  held by one device at a time, so work on ``cpu01`` counts against both ``core:0`` and
+  ``core:1``, together with that of ``cpu0`` and ``cpu1``). The gap to the makespan is
+  what resource conflicts and contention cost.
 
 >>> from placewise.graph.ir import Graph, Op, OpKind, Role, Tensor
 >>> from placewise.schedule.placement import Placement, Problem
@@ -143,6 +146,9 @@ def schedule_lower_bound(schedule: Schedule) -> LowerBound:
     cp_s, path = _longest_path(len(tl.name), tl.dur, tl.preds)
     per: dict[str, float] = {}
     for r in schedule.resources:
-        per[r.name] = r.work_s / r.lanes if r.exclusive else r.busy_s
+        if r.exclusive:
+            per[r.name] = r.work_s / r.lanes
+        elif schedule.exact:  # contention switched off: sharing costs that schedule nothing
+            per[r.name] = r.busy_s
     per.update(schedule.core_occupancy_s())
     return _finish(cp_s, [tl.name[i] for i in path], per)
