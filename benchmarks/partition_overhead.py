@@ -61,7 +61,7 @@ def _measure(model: str, batch: int, device: str, rounds: int, requests: int,
     ex_rounds: list[float] = []
     ort_rounds: list[float] = []
     with tempfile.TemporaryDirectory(prefix="placewise-bench-") as tmp:
-        files = write_partitions(src, prog.partitions, tmp)
+        files = write_partitions(src, prog.partitions, g, tmp)
         (part,) = prog.partitions
         old = os.sched_getaffinity(0)
         with Executor(prog, src, reference_inputs=reqs[0], partition_files=files,
@@ -107,7 +107,7 @@ def _measure(model: str, batch: int, device: str, rounds: int, requests: int,
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="mlp,cnn,bert,gpt,inception")
+    ap.add_argument("--models", default="mlp,resnet,bert,gpt,inception")
     ap.add_argument("--batches", default="1,4")
     ap.add_argument("--device", default="cpu01")
     ap.add_argument("--rounds", type=int, default=5)

@@ -377,7 +377,9 @@ def export_plan(plan: Any, out_dir: str | os.PathLike[str], *, machine: Any = No
     report("checking the plan against its machine and model", 0.0)
     machine = _plan_machine(plan, machine, file)
     src = _plan_source(plan, source, file)
-    parts = _plan_partitions(plan, src.graph, machine)
+    graph = src.graph
+    assert graph is not None  # _plan_source checked it against the plan's fingerprint
+    parts = _plan_partitions(plan, graph, machine)
     devices = {d.name: d for d in machine.devices}
     providers = {p.name: _provider(devices[p.device], p) for p in parts}
     fps = ManifestFingerprints(plan=plan_fingerprint(plan), graph=plan.fingerprints.graph,
@@ -387,7 +389,7 @@ def export_plan(plan: Any, out_dir: str | os.PathLike[str], *, machine: Any = No
 
     with _staging(target, force=force) as tmp:
         try:
-            paths = write_partitions(src, parts, str(tmp),
+            paths = write_partitions(src, parts, graph, str(tmp),
                                      external_data_bytes=EXTERNAL_DATA_BYTES)
         except OSError as exc:
             raise InputError(f"cannot write the partitions: {exc.strerror or exc}",

@@ -494,7 +494,7 @@ def _compile_and_profile(runs: Sequence[_Run], source: ModelSource, graph: Graph
             continue
         if progress is not None:
             progress(0, 1, f"compiling the partitions of {run.label}")
-        models = compile_partitions(source, run.program.partitions)
+        models = compile_partitions(source, run.program.partitions, graph)
         folder = os.path.join(tmp, f"run{k}")
         os.makedirs(folder)
         files[run.label] = {}

@@ -31,6 +31,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from placewise.errors import UnsupportedError
+from placewise.graph.ir import Graph
 from placewise.runtime.program import Partition
 from placewise.units import DType
 
@@ -58,30 +59,32 @@ def _quiet() -> Iterator[None]:
             lg.setLevel(lv)
 
 
-def compile_partitions(source: Any, partitions: Sequence[Partition]) -> dict[str, Any]:
+def compile_partitions(source: Any, partitions: Sequence[Partition], graph: Graph
+                       ) -> dict[str, Any]:
     """ONNX ``ModelProto`` of every partition (by partition name) of ``source`` (a
-    ``runtime.opexec.ModelSource``). int8 partitions come quantized."""
+    ``runtime.opexec.ModelSource``) whose graph (concrete shapes) is ``graph``. int8
+    partitions come quantized."""
     from placewise.runtime.opexec import SourceFormat
 
     out: dict[str, Any] = {}
     if source.format is SourceFormat.ONNX:
         for p in partitions:
-            out[p.name] = compile_partition(source, p)
+            out[p.name] = compile_partition(source, p, graph)
         return out
     gm = _unlifted(source.exported_program)
     assign = _fx_assignment(gm, partitions)
     for p in partitions:
-        out[p.name] = _finish(_torch_partition(source, gm, assign, p), p)
+        out[p.name] = _finish(_torch_partition(graph, gm, assign, p), p)
     return out
 
 
-def compile_partition(source: Any, p: Partition) -> Any:
+def compile_partition(source: Any, p: Partition, graph: Graph) -> Any:
     """The ONNX model of one partition of ``source``."""
     from placewise.runtime.opexec import SourceFormat
 
     if source.format is SourceFormat.ONNX:
         return _finish(_onnx_partition(source.onnx_model, p), p)
-    return compile_partitions(source, [p])[p.name]
+    return compile_partitions(source, [p], graph)[p.name]
 
 
 def _finish(model: Any, p: Partition) -> Any:
@@ -189,7 +192,7 @@ def _fx_assignment(gm: Any, partitions: Sequence[Partition]) -> dict[str, int]:
     return assign
 
 
-def _torch_partition(source: Any, gm: Any, assign: dict[str, int], p: Partition) -> Any:
+def _torch_partition(g: Graph, gm: Any, assign: dict[str, int], p: Partition) -> Any:
     import torch
     from torch import fx
 
@@ -200,7 +203,7 @@ def _torch_partition(source: Any, gm: Any, assign: dict[str, int], p: Partition)
     # the unlifted module names its placeholders after the forward's arguments: the
     # graph's inputs are the program's user inputs in the same order
     user = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    g_inputs = list(source.graph.inputs) if source.graph is not None else []
+    g_inputs = list(g.inputs)
     alias = {n.name: g_inputs[i] for i, n in enumerate(user) if i < len(g_inputs)}
 
     def value(n: Any) -> Any:
@@ -248,7 +251,7 @@ def _torch_partition(source: Any, gm: Any, assign: dict[str, int], p: Partition)
     graph.output(outs[0] if len(outs) == 1 else tuple(outs))
     graph.eliminate_dead_code()
     sub = fx.GraphModule(root, graph, class_name=p.name.replace(".", "_"))
-    args = _example_args(source, p)
+    args = _example_args(g, p)
     try:
         with torch.no_grad(), _quiet():
             prog = torch.onnx.export(sub, args, dynamo=True, opset_version=ONNX_OPSET,
@@ -285,16 +288,13 @@ def _copy_attr(src: Any, dst: Any, target: str) -> None:
         setattr(d, last, val)
 
 
-def _example_args(source: Any, p: Partition) -> tuple[Any, ...]:
+def _example_args(g: Graph, p: Partition) -> tuple[Any, ...]:
     """Example inputs of the partition's boundary, at their real shapes and dtypes (values
     do not matter to the exporter: the shapes are static)."""
     import torch
 
     from placewise.runtime.opexec import torch_dtype
 
-    g = source.graph
-    if g is None:
-        raise UnsupportedError("compiling partitions needs the source's graph")
     args = []
     for name in p.inputs:
         t = g.tensor(name)
@@ -303,14 +303,14 @@ def _example_args(source: Any, p: Partition) -> tuple[Any, ...]:
     return tuple(args)
 
 
-def write_partitions(source: Any, partitions: Sequence[Partition], folder: str,
+def write_partitions(source: Any, partitions: Sequence[Partition], graph: Graph, folder: str,
                      *, external_data_bytes: int = 64 * 2**20) -> dict[str, str]:
     """Compile every partition and write it as ``{folder}/{name}.onnx`` (weights of a
     partition larger than ``external_data_bytes`` go beside it as ``{name}.onnx.data``).
     Returns partition name -> file path."""
     import onnx
 
-    models = compile_partitions(source, partitions)
+    models = compile_partitions(source, partitions, graph)
     paths: dict[str, str] = {}
     for name, model in models.items():
         path = os.path.join(folder, f"{name}.onnx")

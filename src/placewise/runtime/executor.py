@@ -569,7 +569,7 @@ class Executor:
 
             self._partition_files = (dict(self.partition_files) if self.partition_files
                                      else write_partitions(self.source, prog.partitions,
-                                                           self._tmp))
+                                                           prog.graph, self._tmp))
             reload: dict[str, Any] = {}
         else:
             reload = source_reload_args(self.source, self._tmp)
