@@ -31,6 +31,11 @@ def test_a_fixed_batch_onnx_file_validates(xdg: Path, tmp_path: Path) -> None:  
     model = tmp_path / "mlp2.onnx"
     zoo.export_onnx("mlp", {**SMALL, "batch": 2}, model, dynamic_batch=False)
     rep = _plan_and_validate(xdg, model, tmp_path)
+    # a single-device plan is also compared with a plain session on exactly its cores
+    same = [b for b in rep["baseline"]  # type: ignore[attr-defined]
+            if b["name"] == "onnxruntime on the plan's cores"]
+    assert len(same) == 1 and same[0]["available"] and len(same[0]["cores"]) == 1
+    assert same[0]["plan_latency_speedup"] > 0
     assert rep["quality"] and all(q["rel_l2_max"] <= 1e-5 for q in rep["quality"])  # type: ignore[index, union-attr]
 
 

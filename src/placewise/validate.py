@@ -686,8 +686,17 @@ def _export_baseline(source: ModelSource, tmp: str) -> str:
 def _run_baselines(source: ModelSource, graph: Graph,
                    requests: list[list[np.ndarray[Any, Any]]],
                    reference: list[list[np.ndarray[Any, Any]]], int8: bool,
-                   min_time_s: float, timeout_s: float) -> list[BaselineReport]:
-    cores = sorted(os.sched_getaffinity(0))
+                   min_time_s: float, timeout_s: float,
+                   plan_cores: Sequence[int] = ()) -> list[BaselineReport]:
+    """Whole-model sessions on all usable cores (fp32, and int8 when the plan uses int8);
+    and, when the plan runs on one device whose cores are fewer, fp32 on exactly those cores
+    with as many threads: the plan against it is the executor's own overhead."""
+    all_cores = sorted(os.sched_getaffinity(0))
+    runs: list[tuple[list[int], bool, str]] = [(all_cores, False, "onnxruntime")]
+    if int8:
+        runs.append((all_cores, True, "onnxruntime"))
+    if plan_cores and sorted(plan_cores) != all_cores:
+        runs.append((sorted(plan_cores), False, "onnxruntime on the plan's cores"))
     out: list[BaselineReport] = []
     logits = [_looks_like_logits(graph, o) for o in graph.outputs]
     with tempfile.TemporaryDirectory(prefix="placewise-baseline-") as tmp:
@@ -696,7 +705,7 @@ def _run_baselines(source: ModelSource, graph: Graph,
         except Exception as exc:  # an exporter failure leaves the report without a baseline
             reason = f"could not export the model to ONNX: {type(exc).__name__}: {exc}"
             return [BaselineReport("onnxruntime", "fp32", False, reason[:500])]
-        for quant in ([False, True] if int8 else [False]):
+        for cores, quant, label in runs:
             precision = "int8 (dynamic quantization)" if quant else "fp32"
             ctx = mp.get_context("spawn")
             parent, child = ctx.Pipe(duplex=False)
@@ -719,7 +728,7 @@ def _run_baselines(source: ModelSource, graph: Graph,
                     proc.kill()
                     proc.join()
             if msg[0] != "ok":
-                out.append(BaselineReport("onnxruntime", precision, False, str(msg[1])[:500],
+                out.append(BaselineReport(label, precision, False, str(msg[1])[:500],
                                           tuple(cores)))
                 continue
             _, lat, rate, results = msg
@@ -729,7 +738,7 @@ def _run_baselines(source: ModelSource, graph: Graph,
                     quality.append(output_quality(name, [r[j] for r in results],
                                                   [r[j] for r in reference],
                                                   logits=logits[j]))
-            out.append(BaselineReport("onnxruntime", precision, True, "", tuple(cores),
+            out.append(BaselineReport(label, precision, True, "", tuple(cores),
                                       latency_stats(lat), float(rate), tuple(quality)))
     return out
 
@@ -1248,13 +1257,15 @@ def render_validation(report: ValidationReport) -> str:
                          f"{q.rel_l2_max:.2e})  max abs {q.max_abs:.2e}  cosine >= "
                          f"{q.cosine_min:.6f}{top1}")
     if r.baselines:
-        lines += ["", "baseline (whole-model onnxruntime, all cores):"]
+        lines += ["", "baseline (whole-model onnxruntime sessions, same requests):"]
         for b in r.baselines:
+            where = "all cores" if b.name == "onnxruntime" else "the plan's cores"
+            cores = ",".join(str(c) for c in b.cores)
             if not b.available:
-                lines.append(f"  {b.precision}: unavailable ({b.reason})")
+                lines.append(f"  {b.precision} on {where}: unavailable ({b.reason})")
                 continue
             assert b.latency is not None and b.throughput_rps is not None
-            lines.append(f"  {b.precision}: p50 {_fmt_s(b.latency.p50_s)}, "
+            lines.append(f"  {b.precision} on {where} ({cores}): p50 {_fmt_s(b.latency.p50_s)}, "
                          f"{b.throughput_rps:.1f}/s; the plan is "
                          f"{_ratio(b.plan_latency_speedup)} on latency and "
                          f"{_ratio(b.plan_throughput_ratio)} on throughput")
@@ -1462,8 +1473,12 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
     if baseline:
         report("running the onnxruntime baseline", 0.85)
         int8 = any(v.dtype is DType.INT8 for v in program.vertices.values())
+        compute_devs = {t.device for t in program.tasks if t.kind is TaskKind.COMPUTE}
+        plan_cores = tuple(program.device(next(iter(compute_devs))).cores or ()) \
+            if len(compute_devs) == 1 else ()
         for b in _run_baselines(src, graph, inputs, reference, int8,
-                                min_time_s=max(0.3, stream_s / 2), timeout_s=600.0):
+                                min_time_s=max(0.3, stream_s / 2), timeout_s=600.0,
+                                plan_cores=plan_cores):
             if b.available and b.latency is not None and b.throughput_rps:
                 b = BaselineReport(b.name, b.precision, True, b.reason, b.cores, b.latency,
                                    b.throughput_rps * batch, b.quality,
