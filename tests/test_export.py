@@ -43,6 +43,7 @@ from placewise.runtime.opexec import ModelSource, load_source
 from placewise.schedule import Assignment, Placement, Problem, evaluate
 from placewise.units import DType
 from tests.runtime.helpers import local_machine, tiny_plan, tiny_source
+from tests.test_cli import assert_bad_input
 
 ROOT = Path(__file__).parents[1]
 SCHEMA_FILE = ROOT / "src" / "placewise" / "schemas" / "manifest.schema.json"
@@ -57,13 +58,6 @@ def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]
                           text=True, cwd=cwd, env=env, timeout=600)
 
 
-def assert_bad_input(proc: subprocess.CompletedProcess[str], *needles: str) -> None:
-    assert proc.returncode == 2, (proc.returncode, proc.stderr)
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert "Traceback" not in proc.stderr
-    for n in needles:
-        assert n in lines[0], (n, lines[0])
 
 
 def listing(folder: Path) -> list[str]:

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import secrets
 import shutil
@@ -42,7 +41,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from placewise import __version__
 from placewise.errors import InputError, PlacewiseError, SpecError, UnsupportedError
@@ -52,6 +51,7 @@ from placewise.io import (
     check_output_path,
     parse_json,
     read_file_bytes,
+    validate_record,
 )
 from placewise.units import DType
 
@@ -214,16 +214,6 @@ def manifest_json_schema() -> dict[str, Any]:
             "$id": f"urn:placewise:schema:manifest:{FORMAT_VERSION}", **schema}
 
 
-def _place(loc: Sequence[int | str]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out or "top level"
-
-
 def manifest_from_json(data: Mapping[str, Any] | str | bytes, *,
                        file: str | None = None) -> Manifest:
     """Validate a manifest from its JSON object or text; ``SpecError`` naming the place of
@@ -242,14 +232,7 @@ def manifest_from_json(data: Mapping[str, Any] | str | bytes, *,
         raise SpecError(f"manifest format version {version!r} is not supported (this "
                         f"placewise reads version {FORMAT_VERSION})", file=file,
                         place="format_version")
-    try:
-        manifest = Manifest.model_validate_json(json.dumps(obj, allow_nan=False), strict=True)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        more = exc.error_count() - 1
-        problem = first["msg"] + (f" (and {more} more problem{'s' if more > 1 else ''})"
-                                  if more > 0 else "")
-        raise SpecError(problem, file=file, place=_place(first["loc"])) from None
+    manifest = validate_record(Manifest, obj, file=file, error=SpecError)
     _check_references(manifest, file)
     return manifest
 

@@ -41,9 +41,9 @@ import re
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from placewise.errors import InputError
 
@@ -66,6 +66,7 @@ __all__ = [
     "read_file_bytes",
     "read_file_range",
     "read_text",
+    "validate_record",
 ]
 
 #: deepest nesting of arrays/objects any placewise file may have (plans have 8)
@@ -571,3 +572,35 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
 def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
     """Deterministic JSON: sorted keys, two-space indent, trailing newline."""
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+_R = TypeVar("_R")
+
+
+def place_of(loc: Sequence[int | str]) -> str:
+    """A pydantic error location as a place: ``devices[0].memory`` (``(top level)``)."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part == "[key]":
+            out += " (key)"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def validate_record(cls: Any, obj: Any, *, file: str | None,
+                    error: type[InputError] = InputError) -> Any:
+    """``cls.model_validate_json`` (a pydantic model, strict) of the parsed object ``obj``;
+    the first problem as ``error`` naming ``file`` and its place (with how many more)."""
+    from pydantic import ValidationError
+
+    try:
+        return cls.model_validate_json(json.dumps(obj, allow_nan=False), strict=True)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        more = exc.error_count() - 1
+        problem = first["msg"] + (f" (and {more} more problem{'s' if more > 1 else ''})"
+                                  if more > 0 else "")
+        raise error(problem, file=file, place=place_of(first["loc"])) from None

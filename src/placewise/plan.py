@@ -69,7 +69,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from placewise import __version__
 from placewise.cost.model import Bottleneck, Cost, Representation, Source, Term
@@ -81,6 +81,7 @@ from placewise.io import (
     check_numbers,
     parse_json,
     read_file_bytes,
+    validate_record,
 )
 from placewise.schedule.bounds import LowerBound, problem_lower_bound
 from placewise.schedule.evaluate import Evaluation, Objective
@@ -1137,18 +1138,6 @@ def save_plan(plan: Plan, path: str | os.PathLike[str]) -> None:
     atomic_write_json(os.fspath(path), plan_to_json(plan))
 
 
-def _place(loc: Sequence[int | str]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part == "[key]":
-            out += " (key)"
-        else:
-            out += ("." if out else "") + str(part)
-    return out or "(top level)"
-
-
 def plan_from_json(data: Mapping[str, Any] | str | bytes, *, file: str | None = None) -> Plan:
     """Validate a plan from its JSON object or text; ``SpecError`` on any problem."""
     file = file or "<plan>"
@@ -1167,13 +1156,7 @@ def plan_from_json(data: Mapping[str, Any] | str | bytes, *, file: str | None = 
         raise SpecError(f"plan schema version {version!r} is not supported (this placewise "
                         f"reads version {SCHEMA_VERSION})", file=file, place="schema_version")
     try:
-        plan = Plan.model_validate_json(json.dumps(obj, allow_nan=False), strict=True)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        more = exc.error_count() - 1
-        problem = first["msg"] + (f" (and {more} more problem{'s' if more > 1 else ''})"
-                                  if more > 0 else "")
-        raise SpecError(problem, file=file, place=_place(first["loc"])) from None
+        plan = validate_record(Plan, obj, file=file, error=SpecError)
     except ValueError as exc:
         raise SpecError(f"not valid JSON: {exc}", file=file) from None
     _check_references(plan, file)
