@@ -489,12 +489,13 @@ def _compile_and_profile(runs: Sequence[_Run], source: ModelSource, graph: Graph
 
     files: dict[str, dict[str, str]] = {}
     profiles: dict[str, dict[str, Any]] = {}
+    cache: dict[tuple[Any, ...], Any] = {}  # the alternating runs share most partitions
     for k, run in enumerate(runs):
         if not run.program.partitions:
             continue
         if progress is not None:
             progress(0, 1, f"compiling the partitions of {run.label}")
-        models = compile_partitions(source, run.program.partitions, graph)
+        models = compile_partitions(source, run.program.partitions, graph, cache=cache)
         folder = os.path.join(tmp, f"run{k}")
         os.makedirs(folder)
         files[run.label] = {}

@@ -59,31 +59,39 @@ def _quiet() -> Iterator[None]:
             lg.setLevel(lv)
 
 
-def compile_partitions(source: Any, partitions: Sequence[Partition], graph: Graph
-                       ) -> dict[str, Any]:
+def compile_partitions(source: Any, partitions: Sequence[Partition], graph: Graph, *,
+                       cache: dict[tuple[Any, ...], Any] | None = None) -> dict[str, Any]:
     """ONNX ``ModelProto`` of every partition (by partition name) of ``source`` (a
     ``runtime.opexec.ModelSource``) whose graph (concrete shapes) is ``graph``. int8
-    partitions come quantized."""
+    partitions come quantized. ``cache`` (kept by the caller across calls on the same
+    source) reuses the model of a partition with the same ops, precision and boundary."""
     from placewise.runtime.opexec import SourceFormat
 
     out: dict[str, Any] = {}
+    memo = cache if cache is not None else {}
+    todo = []
+    for p in partitions:
+        key = (tuple(o.name for o in p.ops), p.dtype, p.inputs, p.outputs)
+        if key in memo:
+            out[p.name] = memo[key]
+        else:
+            todo.append((key, p))
+    if not todo:
+        return out
     if source.format is SourceFormat.ONNX:
-        for p in partitions:
-            out[p.name] = compile_partition(source, p, graph)
+        for key, p in todo:
+            out[p.name] = memo[key] = _finish(_onnx_partition(source.onnx_model, p), p)
         return out
     gm = _unlifted(source.exported_program)
-    assign = _fx_assignment(gm, partitions)
-    for p in partitions:
-        out[p.name] = _finish(_torch_partition(graph, gm, assign, p), p)
+    assign = _fx_assignment(gm, [p for _, p in todo])
+    for key, p in todo:
+        out[p.name] = memo[key] = _finish(_torch_partition(graph, gm, assign, p), p)
     return out
 
 
 def compile_partition(source: Any, p: Partition, graph: Graph) -> Any:
     """The ONNX model of one partition of ``source``."""
-    from placewise.runtime.opexec import SourceFormat
 
-    if source.format is SourceFormat.ONNX:
-        return _finish(_onnx_partition(source.onnx_model, p), p)
     return compile_partitions(source, [p], graph)[p.name]
 
 
