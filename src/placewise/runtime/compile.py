@@ -262,10 +262,12 @@ def _torch_partition(g: Graph, gm: Any, assign: dict[str, int], p: Partition) ->
     args = _example_args(g, p)
     try:
         with torch.no_grad(), _quiet():
+            # no output_names: the exporter's renaming can give a boundary name to a
+            # second value (a decomposition's own node of that name); _name_outputs does
+            # it on the SSA graph instead
             prog = torch.onnx.export(sub, args, dynamo=True, opset_version=ONNX_OPSET,
                                      external_data=False, verbose=False, optimize=True,
-                                     input_names=list(p.inputs),
-                                     output_names=list(p.outputs))
+                                     input_names=list(p.inputs))
     except Exception as exc:
         raise UnsupportedError(f"partition {p.name!r} could not be exported to ONNX: "
                                f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
@@ -274,7 +276,49 @@ def _torch_partition(g: Graph, gm: Any, assign: dict[str, int], p: Partition) ->
         raise UnsupportedError("torch.onnx.export returned no program")
     model = prog.model_proto
     model.graph.name = p.name
+    _name_outputs(model, list(p.outputs))
     return model
+
+
+def _name_outputs(model: Any, want: Sequence[str]) -> None:
+    """Give the graph's outputs the names ``want`` (in order), renaming any other value that
+    already has one of those names first, so the graph stays in SSA form."""
+    g = model.graph
+    if len(g.output) != len(want):
+        return  # _check_boundary reports it
+    taken = {o for n in g.node for o in n.output} | {i.name for i in g.input} | \
+        {i.name for i in g.initializer}
+
+    def rename(old: str, new: str) -> None:
+        for n in g.node:
+            for k, x in enumerate(n.input):
+                if x == old:
+                    n.input[k] = new
+            for k, x in enumerate(n.output):
+                if x == old:
+                    n.output[k] = new
+        for vi in (*g.output, *g.value_info):
+            if vi.name == old:
+                vi.name = new
+        taken.discard(old)
+        taken.add(new)
+
+    for i, w in enumerate(want):
+        have = g.output[i].name
+        if have == w:
+            continue
+        if w in taken:  # another value holds the name: move it aside
+            k = 0
+            while f"{w}__{k}" in taken:
+                k += 1
+            rename(w, f"{w}__{k}")
+            have = g.output[i].name
+        if any(i2.name == have for i2 in g.input):  # an input passed straight through
+            g.node.add(op_type="Identity", input=[have], output=[w], name=f"pass_{w}")
+            g.output[i].name = w
+            taken.add(w)
+        else:
+            rename(have, w)
 
 
 def _copy_attr(src: Any, dst: Any, target: str) -> None:
