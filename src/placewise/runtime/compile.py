@@ -83,7 +83,7 @@ def compile_partitions(source: Any, partitions: Sequence[Partition], graph: Grap
             out[p.name] = memo[key] = _finish(_onnx_partition(source.onnx_model, p), p)
         return out
     gm = _unlifted(source.exported_program)
-    assign = _fx_assignment(gm, [p for _, p in todo])
+    assign = _fx_assignment(gm, partitions)  # over all: helper nodes follow their ops
     for key, p in todo:
         out[p.name] = memo[key] = _finish(_torch_partition(graph, gm, assign, p), p)
     return out
