@@ -39,3 +39,36 @@ def test_an_input_passed_through_gets_an_identity() -> None:
     x = np.array([-1.0, 2.0], dtype=np.float32)
     r, same = sess.run(["relu", "x_out"], {"x": x})
     assert np.allclose(r, [0.0, 2.0]) and np.allclose(same, x)
+
+
+def test_partitions_from_the_cache_still_chain_to_the_whole_model() -> None:
+    """Two programs that share partitions, compiled with one cache: each chains to the
+    whole model's outputs (helper fx nodes follow their ops over all partitions)."""
+    import torch
+
+    from placewise.runtime.compile import compile_partitions
+    from placewise.runtime.opexec import request_inputs
+    from placewise.runtime.profiler import chain
+    from placewise.runtime.program import program_from_schedule
+    from placewise.schedule import Assignment, Placement, evaluate
+    from placewise.units import DType
+    from tests.runtime.helpers import problem_of, tiny_source
+
+    src = tiny_source()
+    g = src.graph
+    assert g is not None
+    prob = problem_of(src)
+    names = prob.vertex_names
+    cache: dict[tuple[object, ...], object] = {}
+    req = request_inputs(src, g, 1, 3)[0]
+    with torch.no_grad():
+        ref = src.exported_program.module()(*[torch.from_numpy(x) for x in req]).numpy()
+    for cut in (2, 3):
+        where = {v: Assignment("cpu0" if i < cut else "cpu1", DType.FP32)
+                 for i, v in enumerate(names)}
+        prog = program_from_schedule(prob, evaluate(prob, Placement.of(where)).schedule)
+        models = compile_partitions(src, prog.partitions, g, cache=cache)
+        vals = chain(models, prog.partitions, dict(zip(g.inputs, req, strict=True)))
+        out = vals[g.outputs[0]]
+        assert np.linalg.norm(out - ref) <= 1e-5 * np.linalg.norm(ref)
+    assert len(cache) >= 3
