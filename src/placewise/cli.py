@@ -405,7 +405,7 @@ def plan(
     shape: Annotated[list[str] | None, typer.Option("--shape", help="Bind an input: NAME=DIMS")] = None,
     objective: Annotated[str, typer.Option(help="latency or throughput")] = "latency",
     strategy: Annotated[str, typer.Option(help="single:DEVICE, greedy, heft, dp, cpsat, local, auto")] = "auto",
-    time_limit: Annotated[float, typer.Option("--time-limit", help="Search budget (s)")] = 10.0,
+    time_limit: Annotated[float, typer.Option("--time-limit", help="Wall-clock limit of the search (s); results are reproducible while the work budget (half of it) ends the search")] = 10.0,
     calibration: Annotated[Path | None, typer.Option(help="Calibration JSON from `profile`")] = None,
     seed: Annotated[int, typer.Option(help="Seed of randomized searches")] = 0,
     no_fuse: Annotated[bool, typer.Option("--no-fuse", help="One vertex per op")] = False,
