@@ -276,13 +276,7 @@ def _plan_seed() -> dict[str, Any]:
 
 
 def _cal_machine_dict() -> dict[str, Any]:
-    def dev(name: str, cores: list[int], dtypes: list[str], backend: str) -> dict[str, Any]:
-        return {"name": name, "kind": "cpu", "model": f"Test CPU, {name}",
-                "peak_flops_per_s": {d: 5e10 for d in dtypes}, "peak_source": "test",
-                "memory": [{"name": "dram", "capacity_bytes": 2**33,
-                            "bandwidth_bytes_per_s": 1e10, "source": "test"}],
-                "launch_overhead_s": 3e-6, "launch_source": "test",
-                "compute_units": len(cores), "cores": cores, "backend": backend}
+    from tests.cost.test_calibrated import _dev as dev  # the calibration tests' devices
 
     return {"name": "local", "tags": {"cpu_model": "Test CPU"},
             "devices": [dev("cpu0", [0], ["fp32"], "torch"),

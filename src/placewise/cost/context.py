@@ -484,7 +484,7 @@ def _compile_and_profile(runs: Sequence[_Run], source: ModelSource, graph: Graph
     """Each run's partitions compiled once (files under ``tmp``); the single-device runs'
     partitions profiled node by node (onnxruntime's profiler, on the request's real
     boundary values, pinned to the device's cores): run label -> partition -> profile."""
-    from placewise.runtime.compile import compile_partitions
+    from placewise.runtime.compile import compile_partitions, save_partitions
     from placewise.runtime.profiler import chain, profile_partition
 
     files: dict[str, dict[str, str]] = {}
@@ -498,12 +498,7 @@ def _compile_and_profile(runs: Sequence[_Run], source: ModelSource, graph: Graph
         models = compile_partitions(source, run.program.partitions, graph, cache=cache)
         folder = os.path.join(tmp, f"run{k}")
         os.makedirs(folder)
-        files[run.label] = {}
-        for name, m in models.items():
-            path = os.path.join(folder, f"{name}.onnx")
-            with open(path, "wb") as f:
-                f.write(m.SerializeToString())
-            files[run.label][name] = path
+        files[run.label] = save_partitions(models, folder)
         if run.device is None:
             continue
         vals = chain(models, run.program.partitions,

@@ -27,7 +27,7 @@ import logging
 import os
 import tempfile
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from placewise.errors import UnsupportedError
@@ -36,7 +36,7 @@ from placewise.runtime.program import Partition
 from placewise.units import DType
 
 __all__ = ["ONNX_OPSET", "compile_partition", "compile_partitions", "quantize_dynamic_model",
-           "write_partitions"]
+           "save_partitions", "write_partitions"]
 
 #: the opset torch sources are exported at (ONNX sources keep their own)
 ONNX_OPSET = 18
@@ -360,9 +360,16 @@ def write_partitions(source: Any, partitions: Sequence[Partition], graph: Graph,
     """Compile every partition and write it as ``{folder}/{name}.onnx`` (weights of a
     partition larger than ``external_data_bytes`` go beside it as ``{name}.onnx.data``).
     Returns partition name -> file path."""
+    return save_partitions(compile_partitions(source, partitions, graph), folder,
+                           external_data_bytes=external_data_bytes)
+
+
+def save_partitions(models: Mapping[str, Any], folder: str, *,
+                    external_data_bytes: int = 64 * 2**20) -> dict[str, str]:
+    """Write compiled partitions (name -> ModelProto) as ``{folder}/{name}.onnx`` (weights
+    beyond ``external_data_bytes`` beside it as ``{name}.onnx.data``); name -> path."""
     import onnx
 
-    models = compile_partitions(source, partitions, graph)
     paths: dict[str, str] = {}
     for name, model in models.items():
         path = os.path.join(folder, f"{name}.onnx")

@@ -1301,10 +1301,9 @@ class _Worker:
     def _session_run(self, sess: Any, v: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
         feeds_of = [i.name for i in sess.get_inputs()]
         outs = list(v["outputs"])
-        run_opts = None
 
         def run(vals: dict[str, Any]) -> None:
-            res = sess.run(outs, {n: vals[n] for n in feeds_of}, run_opts)
+            res = sess.run(outs, {n: vals[n] for n in feeds_of})
             for n, r in zip(outs, res, strict=True):
                 vals[n] = r
 
