@@ -305,7 +305,7 @@ def test_a_cuda_device_runs_fx_ops_on_the_gpu() -> None:  # pragma: no cover - n
 
 
 def test_an_fx_package_rebuilds_the_program(tmp_path: Any) -> None:
-    from placewise.runtime.executor import pack_fx, unpack_fx
+    from placewise.runtime.backends.torch import pack_fx, unpack_fx
 
     src = tiny_source()
     pack_fx(src.exported_program, str(tmp_path))

@@ -29,7 +29,7 @@ How one measurement is made:
   neither fitted nor used (the op gets its fitted time, and says so).
 
 - Each device's worker also measures the executor's per-step overhead
-  (``runtime.executor.measure_step_overhead``: the real ``_Worker._step`` of a no-op compute
+  (``runtime.worker.measure_step_overhead``: the real ``_Worker._step`` of a no-op compute
   step, wall minus kernel time, in rounds; ``DISPATCH_METHOD``) and the calibration keeps it
   in ``DeviceRecord.dispatch`` (median of the quietest round, p10..p90): the calibrated
   model adds it once per executed step.
@@ -349,7 +349,7 @@ DISPATCH_METHOD = ("executor _Worker._step of a no-op compute step, wall minus k
 
 def _dispatch_summary() -> dict[str, Any]:
     """The executor's per-step overhead on this (pinned) process: ``summarize_rounds``."""
-    from placewise.runtime.executor import measure_step_overhead
+    from placewise.runtime.worker import measure_step_overhead
 
     gc_was = gc.isenabled()
     gc.disable()
