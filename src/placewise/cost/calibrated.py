@@ -49,6 +49,15 @@ else: kernels as compute/memory, the executor's time as ``Term.LAUNCH``, convers
 inside an int8 kernel's step as ``Term.CONVERSION``. The same run measures the request
 hand-off on the host (``request_cost``; the plan adds it to the latency).
 
+**Co-run and wake-up** (``placewise.calibrate.corun``): ``Calibration.corun`` holds, per
+(device, busy device, region key or op class), how many times longer a region takes while
+the other device computes the same model's work on its own cores (``CorunMeasurement``);
+``corun_slowdown`` answers from the region's own ratio, else its class's, else 1.0, and the
+scheduler stretches the overlapping part of a task by it. ``DeviceRecord.wake_sleep`` /
+``wake_poll`` time a pipe notification to a sleeping and to a polling worker on the
+device's cores; ``wake_s`` is the difference, which the scheduler adds to a hand-off whose
+receiver sleeps. Files without them load and plan as before (1.0, 0.0).
+
 >>> cal = Calibration.empty("local")
 >>> Calibration.from_json(cal.to_json(), file="<mem>").version
 1
@@ -91,6 +100,7 @@ __all__ = [
     "CalibratedModel",
     "Calibration",
     "ContextMeasurement",
+    "CorunMeasurement",
     "DeviceRecord",
     "Failure",
     "Fit",
@@ -110,6 +120,7 @@ __all__ = [
     "op_key",
     "op_series",
     "predict",
+    "region_class",
     "region_key",
 ]
 
@@ -288,6 +299,12 @@ class DeviceRecord(_Strict):
     # once per partition: plans charge it to the transfer that starts a partition and, on
     # the host, to the request (absent: not measured)
     run_call: StepOverhead = Field(default_factory=StepOverhead)
+    # a pipe notification -> the worker process on this device resuming, when it blocks on
+    # its pipes (``wake_sleep``: what a worker on cores another device shares does) and
+    # when it polls them (``wake_poll``), measured by ``placewise.calibrate.corun``; the
+    # difference is ``CalibratedModel.wake_s`` (absent: not measured)
+    wake_sleep: StepOverhead = Field(default_factory=StepOverhead)
+    wake_poll: StepOverhead = Field(default_factory=StepOverhead)
 
 
 class ContextMeasurement(_Strict):
@@ -354,6 +371,9 @@ class LinkMeasurement(_Strict):
     min_bytes: int = Field(default=0, ge=0)
     max_bytes: int = Field(default=0, ge=0)
     method: str = Field(default="", max_length=2_000)
+    # whether the receiving worker slept (blocked on its pipes) in the runs that measured
+    # the link, so its samples include a wake-up (``None``: not recorded, older files)
+    receiver_sleeps: bool | None = None
 
     @field_validator("latency_s", "seconds_per_byte")
     @classmethod
@@ -369,6 +389,49 @@ class LinkMeasurement(_Strict):
             raise ValueError("need resid_q10 <= 0 <= resid_q90")
         if self.latency_s <= 0 and self.seconds_per_byte <= 0:
             raise ValueError("latency_s and seconds_per_byte are both zero")
+        return self
+
+
+class CorunMeasurement(_Strict):
+    """How many times longer a region takes on ``device`` while device ``busy`` computes
+    (``placewise.calibrate.corun``): ratios of its time with ``busy`` running the same
+    model's work continuously on its own cores to its time alone, median and p10..p90 over
+    ``n`` samples. ``level``: ``"region"`` (``key`` is a ``region_key``) or ``"class"``
+    (``key`` is a ``region_class``, the region samples of that class pooled: what a region
+    that was not measured gets)."""
+
+    device: str
+    busy: str
+    level: str = "region"
+    key: str = Field(min_length=1, max_length=200)
+    dtype: str
+    label: str = Field(default="", max_length=1_000)
+    slowdown_median: float
+    slowdown_p10: float
+    slowdown_p90: float
+    n: int = Field(ge=1)
+    method: str = Field(default="", max_length=2_000)
+
+    @field_validator("slowdown_median", "slowdown_p10", "slowdown_p90")
+    @classmethod
+    def _ratio(cls, v: float) -> float:
+        if not math.isfinite(v) or not 0 < v <= 1000:
+            raise ValueError(f"a slowdown must be a finite ratio in (0, 1000], got {v!r}")
+        return v
+
+    @field_validator("level")
+    @classmethod
+    def _level(cls, v: str) -> str:
+        if v not in ("region", "class"):
+            raise ValueError(f"level must be 'region' or 'class', got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> CorunMeasurement:
+        if not self.slowdown_p10 <= self.slowdown_median <= self.slowdown_p90:
+            raise ValueError("need slowdown_p10 <= slowdown_median <= slowdown_p90")
+        if self.busy == self.device:
+            raise ValueError(f"device {self.device!r} cannot be busy beside itself")
         return self
 
 
@@ -404,6 +467,8 @@ class Calibration(_Strict):
     links: list[LinkMeasurement] = Field(default_factory=list)
     # the client process's CPU time per pipelined request (``placewise.cost.context``)
     client: StepOverhead = Field(default_factory=StepOverhead)
+    # co-run slowdowns (``placewise.calibrate.corun``; absent in older files: none known)
+    corun: list[CorunMeasurement] = Field(default_factory=list)
 
     @field_validator("format")
     @classmethod
@@ -443,6 +508,11 @@ class Calibration(_Strict):
             if c.device not in names:
                 raise ValueError(f"context[{i}] names device {c.device!r}, which is not "
                                  f"among devices {sorted(names)}")
+        for i, cr in enumerate(self.corun):
+            for d in (cr.device, cr.busy):
+                if d not in names:
+                    raise ValueError(f"corun[{i}] names device {d!r}, which is not among "
+                                     f"devices {sorted(names)}")
         return self
 
     @classmethod
@@ -538,6 +608,26 @@ def region_key(graph: Graph, ops: Sequence[Op], dtype: DType) -> str:
     keys = "\n".join(op_key(graph, op, dtype)[0] for op in ops)
     digest = hashlib.sha256(keys.encode()).hexdigest()[:20]
     return f"region:{dtype.value}:{len(ops)}:{digest}"
+
+
+def region_class(ops: Sequence[Op]) -> str:
+    """The op class of a region for co-run slowdowns (``CorunMeasurement`` of level
+    ``"class"``): ``contraction`` when one of its ops is a contraction (matmul, conv, ...),
+    else the category of its first op that is not a view, else ``view``.
+
+    >>> region_class([Op("r", OpKind.RELU, ("x",), ("y",)),
+    ...               Op("m", OpKind.MATMUL, ("y", "w"), ("z",))])
+    'contraction'
+    >>> region_class([Op("r", OpKind.RESHAPE, ("x",), ("y",)), Op("s", OpKind.SOFTMAX, ("y",), ("z",))])
+    'normalization'
+    """
+    cats = [op.kind.category for op in ops]
+    if OpCategory.CONTRACTION in cats:
+        return OpCategory.CONTRACTION.value
+    for c in cats:
+        if c is not OpCategory.VIEW:
+            return c.value
+    return OpCategory.VIEW.value
 
 
 def op_series(graph: Graph, op: Op, dtype: DType) -> str:
@@ -921,7 +1011,53 @@ class CalibratedModel:
             (c.device, c.key): c for c in calibration.context}
         self._links: dict[tuple[str, str], LinkMeasurement] = {
             (lk.src, lk.dst): lk for lk in calibration.links}
+        self._corun_region: dict[tuple[str, str, str], CorunMeasurement] = {}
+        self._corun_class: dict[tuple[str, str, str, str], CorunMeasurement] = {}
+        for cr in calibration.corun:
+            if cr.level == "region":
+                self._corun_region[(cr.device, cr.busy, cr.key)] = cr
+            else:
+                self._corun_class[(cr.device, cr.busy, cr.key, cr.dtype)] = cr
+        self._corun_pairs = {(cr.device, cr.busy) for cr in calibration.corun}
         self._fp = calibration.fingerprint()
+
+    def corun_measurement(self, graph: Graph, ops: Sequence[Op], device: str, dtype: DType,
+                          busy: str) -> CorunMeasurement | None:
+        """The co-run measurement that answers for region ``ops`` on ``device`` in
+        ``dtype`` while ``busy`` computes: the region's own (same ``region_key``), else its
+        class's (``region_class``) in ``dtype``, else its class's in fp32; None when none
+        was measured."""
+        if (device, busy) not in self._corun_pairs:
+            return None
+        m = self._corun_region.get((device, busy, region_key(graph, ops, dtype)))
+        if m is not None:
+            return m
+        cls = region_class(ops)
+        return self._corun_class.get((device, busy, cls, dtype.value)) or \
+            self._corun_class.get((device, busy, cls, DType.FP32.value))
+
+    def corun_slowdown(self, graph: Graph, ops: Sequence[Op], device: str, dtype: DType,
+                       busy: frozenset[str]) -> float:
+        """The measured median slowdown of region ``ops`` on ``device`` with one of the
+        devices ``busy`` computing (``corun_measurement``); with several busy, the largest
+        (each was measured with one other device busy); never below 1 (a co-running
+        device does not speed a region up: a ratio under 1 is measurement noise); 1.0
+        when none of them was measured."""
+        worst = 1.0
+        for b in sorted(busy):
+            m = self.corun_measurement(graph, ops, device, dtype, b)
+            if m is not None and m.slowdown_median > worst:
+                worst = m.slowdown_median
+        return worst
+
+    def wake_s(self, device: str) -> float:
+        """How much longer a hand-off to a sleeping worker on ``device`` takes than to a
+        polling one: median wake-up of the sleeping worker less the polling one's, never
+        below 0; 0.0 when not measured."""
+        rec = self._records.get(device)
+        if rec is None or not rec.wake_sleep.n or not rec.wake_poll.n:
+            return 0.0
+        return max(rec.wake_sleep.median_s - rec.wake_poll.median_s, 0.0)
 
     def request_busy_s(self, device: str) -> float | None:
         """The worker's own time per pipelined request on ``device`` beyond its steps
@@ -1229,7 +1365,10 @@ class CalibratedModel:
     def transfer_cost(self, tensor: Tensor, rep: Representation, src: str, dst: str) -> Cost:
         """Transfers use the machine's links (measured by the probe for local machines),
         plus the executor's send step on ``src`` and receive step on ``dst`` (calibrated
-        devices). The hand-off of a request to the first worker is not modelled."""
+        devices). The hand-off of a request to the first worker is not modelled. The
+        answer is for a polling receiver: a link measured with a sleeping one
+        (``LinkMeasurement.receiver_sleeps``) has ``wake_s(dst)`` taken off its latency
+        (the scheduler adds it back where the receiver sleeps)."""
         cost = self.roofline.transfer_cost(tensor, rep, src, dst)
         if src == dst:
             return cost
@@ -1244,16 +1383,23 @@ class CalibratedModel:
                 bw = min(link.bandwidth_bytes_per_s for link in self.machine.route(src, dst))
                 wire = max(wire, nbytes / bw)
                 how = "link bandwidth (not resolved by the measured sizes)"
-            total = lk.latency_s + wire
+            latency = lk.latency_s
+            wake = self.wake_s(dst) if lk.receiver_sleeps else 0.0
+            if wake > 0:  # measured with a sleeping receiver: the polling one's latency
+                latency = max(latency - wake, 0.0)
+            total = latency + wire
             a: dict[str, float | str] = {
                 "model": "profiled in model order (executor)", "bytes": float(nbytes),
-                "representation": str(rep), "latency_s": lk.latency_s,
+                "representation": str(rep), "latency_s": latency,
                 "seconds_per_byte": lk.seconds_per_byte, "samples": float(lk.n),
                 "measured_bytes": f"{lk.min_bytes}..{lk.max_bytes}", "method": lk.method,
                 "bandwidth": how,
                 "calibration": self._fp, "interval": "fit residual p10..p90"}
+            if wake > 0:
+                a["receiver"] = (f"measured sleeping: its wake-up ({wake:.3g} s) left out, "
+                                 f"the scheduler adds it where the receiver sleeps")
             return self._with_run_call(Cost(
-                tuple((k, v) for k, v in ((Term.TRANSFER, wire), (Term.SYNC, lk.latency_s))
+                tuple((k, v) for k, v in ((Term.TRANSFER, wire), (Term.SYNC, latency))
                       if v),
                 total * math.exp(lk.resid_q10), total * math.exp(lk.resid_q90),
                 Bottleneck.LINK, Source.CALIBRATED, tuple(sorted(a.items())),

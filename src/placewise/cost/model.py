@@ -13,6 +13,7 @@ consume this contract and nothing else.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Protocol
@@ -149,6 +150,22 @@ class CostModel(Protocol):
                         device: str) -> Cost:
         """Converting ``tensor`` between representations on ``device`` (zero if equal):
         a kernel with its own cost and a temporary output buffer."""
+        ...
+
+    def corun_slowdown(self, graph: Graph, ops: Sequence[Op], device: str, dtype: DType,
+                       busy: frozenset[str]) -> float:
+        """How many times longer the region ``ops`` takes on ``device`` (in ``dtype``) while
+        the devices ``busy`` compute at the same time (their own work, on other cores):
+        ``>= 1``, ``1.0`` when nothing is known, never smaller for a larger ``busy``. The
+        scheduler stretches the overlapping part of a compute task by it
+        (``placewise.schedule.simulate``)."""
+        ...
+
+    def wake_s(self, device: str) -> float:
+        """Seconds a hand-off to ``device`` takes longer when its worker sleeps (blocks on
+        its pipes) than when it polls: ``0.0`` when nothing is known. The scheduler adds it
+        to a transfer whose receiver sleeps (``placewise.schedule.simulate``); a
+        ``transfer_cost`` answers for a polling receiver."""
         ...
 
     def fingerprint(self) -> str:

@@ -49,7 +49,7 @@ names its interval in ``assumptions``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -583,6 +583,18 @@ class RooflineModel:
                                     "interval": f"assumed [{lo}x, {hi}x] of the estimate",
                                     "interval_rel_low": lo, "interval_rel_high": hi},
                        memory_bytes=nbytes, buffer_bytes=write_b)
+
+    def corun_slowdown(self, graph: Graph, ops: Sequence[Op], device: str, dtype: DType,
+                       busy: frozenset[str]) -> float:
+        """1.0: a datasheet gives no co-run slowdown; what devices sharing a memory
+        controller cost each other is the scheduler's shared-bandwidth model
+        (``Cost.memory_bytes`` on ``Machine.shared_resources``), not a factor here."""
+        return 1.0
+
+    def wake_s(self, device: str) -> float:
+        """0.0: wake-up latency is a property of the runtime that runs a plan, measured by
+        calibration (``placewise.calibrate.corun``), not of the hardware spec."""
+        return 0.0
 
     def fingerprint(self) -> str:
         return "roofline/v1"

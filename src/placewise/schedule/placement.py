@@ -36,6 +36,7 @@ Conventions fixed here and used by the scheduler and the memory model:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -220,8 +221,8 @@ class Problem:
     The inputs are never modified; the object only grows its memo tables (not thread-safe).
     """
 
-    __slots__ = ("_conv", "_costs", "_feasible", "_io", "_pruned", "_rep_index", "_route",
-                 "_xfer", "batch", "cost_model", "device_index", "devices", "edges", "graph",
+    __slots__ = ("_conv", "_corun", "_costs", "_feasible", "_io", "_pruned", "_rep_index",
+                 "_route", "_wake", "_xfer", "batch", "cost_model", "device_index", "devices", "edges", "graph",
                  "host", "in_edges", "machine", "natural_rid", "numel", "out_edges",
                  "outputs_to_host", "partition", "preds", "rep_bits", "reps", "succs",
                  "tensor_consumers", "tensor_producer", "vertex_index", "vertex_of_op",
@@ -279,6 +280,8 @@ class Problem:
         self._route: dict[tuple[str, str], tuple[Any, ...]] = {}
         self._feasible: dict[int, tuple[Assignment, ...]] = {}
         self._pruned: dict[int, tuple[Pruned, ...]] = {}
+        self._corun: dict[tuple[int, str, DType, frozenset[str]], float] = {}
+        self._wake: dict[str, float] = {}
 
     # ---- construction ----------------------------------------------------------------
     def _build(self, partition: PartitionLike | None) -> None:
@@ -498,6 +501,37 @@ class Problem:
                                                 self.reps[b], device)
             self._conv[key] = c
         return c
+
+    def corun(self, vertex: int | str, device: str, dtype: DType, busy: frozenset[str]
+              ) -> float:
+        """How many times longer the vertex takes on (device, dtype) while the devices
+        ``busy`` compute (``CostModel.corun_slowdown``, memoized): at least 1; 1.0 for an
+        empty ``busy`` and for cost models without the question."""
+        if not busy:
+            return 1.0
+        vi = self.vertex_index[vertex] if isinstance(vertex, str) else vertex
+        key = (vi, device, dtype, busy)
+        f = self._corun.get(key)
+        if f is None:
+            fn = getattr(self.cost_model, "corun_slowdown", None)
+            f = 1.0 if fn is None else float(fn(self.graph, self.vertices[vi].ops, device,
+                                                dtype, busy))
+            if not f >= 1.0 or not math.isfinite(f):  # NaN, inf, a speed-up: none
+                f = 1.0
+            self._corun[key] = f
+        return f
+
+    def wake(self, device: str) -> float:
+        """Seconds a hand-off to a sleeping worker on ``device`` adds
+        (``CostModel.wake_s``, memoized): 0.0 for cost models without the question."""
+        w = self._wake.get(device)
+        if w is None:
+            fn = getattr(self.cost_model, "wake_s", None)
+            w = 0.0 if fn is None else float(fn(device))
+            if not w > 0.0 or not math.isfinite(w):
+                w = 0.0
+            self._wake[device] = w
+        return w
 
     def min_cost_s(self, vertex: int | str) -> float:
         """The cheapest feasible cost of a vertex (raises ``Infeasible`` if none)."""

@@ -56,6 +56,31 @@ is the task's ``Term.CONTENTION``. Two memory-bound tasks demanding ``b <= C`` e
 controller of bandwidth ``C < 2b`` thus each slow down by ``2b / C``; two tasks demanding
 ``2C`` each share ``C_eff = 2C`` and each slow down by 2; a lone task never slows down.
 
+**Co-run slowdown.** A compute task on device ``D`` may run slower while another device of
+the plan computes on other cores (calibrated: ``CostModel.corun_slowdown``, e.g. the
+measured ratios of ``placewise.calibrate.corun``; 1.0 from the roofline model). The
+devices that can co-run with ``D`` are the plan's other devices whose cores are disjoint
+from ``D``'s (devices sharing a core never compute at once, see **Cores**). Whenever the
+set ``B`` of those devices with a compute or conversion task running changes, a running
+compute task of ``D`` progresses at ``1 / s`` of its full speed, ``s =
+corun_slowdown(its region, D, its dtype, B) >= 1`` (``s = 1`` for an empty ``B``). So
+only the part of a task that overlaps compute elsewhere is stretched: a task of duration
+``T`` that another device keeps busy throughout takes ``s T``; one overlapped for its first
+``u`` seconds (``u < s T``) takes ``T + u (1 - 1 / s)``. With shared-bandwidth contention
+too, a task runs at the *slower* of the two speeds, never their product (a measured co-run
+slowdown already includes the memory traffic of the two). The added time is the task's
+``Term.CONTENTION``. Conversions and transfers are not slowed (they keep devices busy).
+Without any slowdown above 1 the schedule is exactly the one without this rule.
+
+**Wake-ups.** A device's worker whose cores another device of the plan shares may not
+spin (``runtime.executor``): it sleeps while it has nothing to run, and a hand-off to it
+costs a wake-up (``CostModel.wake_s``: measured, 0.0 from the roofline model;
+``transfer_cost`` answers for a polling receiver). A transfer to such a device whose data
+arrives while the device has no compute or conversion task running holds its link lane
+``wake_s`` longer, added to its cost as ``Term.SYNC`` (so ``sum(terms) == end_s -
+start_s`` still holds); one that arrives while the device computes finds its worker awake
+and pays nothing. Devices without shared cores (every preset) never sleep here.
+
 **Policy.** Dynamic list scheduling: when a lane frees or a task becomes ready, the ready
 task with the highest upward rank (its duration plus the longest chain of durations after
 it, transfers included) starts on the lowest free lane; ties go to the task created first.
@@ -108,6 +133,7 @@ from enum import Enum
 from placewise.cost.model import Cost, Representation, Term
 from placewise.errors import InputError
 from placewise.schedule.placement import Assignment, Placement, Problem
+from placewise.units import DType
 
 __all__ = [
     "ResourceKind",
@@ -920,6 +946,111 @@ def _waterfill(capacity: float, demands: dict[int, float]) -> dict[int, float]:
     return out
 
 
+class _CoRun:
+    """What co-run slowdowns and wake-ups need during one simulation (see the module
+    docstring), by task id: ``busy_dev``, the plan device (index into ``names``) a compute
+    or conversion task keeps busy (-1: a transfer); ``sens``, whether a co-run can slow a
+    compute task, ``cand`` / ``cand_order`` the devices that can (other plan devices on
+    disjoint cores); ``wake`` / ``dst``, a transfer's wake-up and receiving device when
+    the receiver's worker sleeps (0.0: it polls). ``woken`` is filled by the simulation."""
+
+    __slots__ = ("any_wake", "busy_dev", "cand", "cand_order", "dst", "dtypes", "memo",
+                 "names", "problem", "sens", "vertex", "wake", "woken")
+
+    def __init__(self, problem: Problem, names: list[str], n: int) -> None:
+        self.problem = problem
+        self.names = names
+        self.busy_dev = [-1] * n
+        self.sens = [False] * n
+        self.cand: list[frozenset[int]] = [frozenset()] * n
+        self.cand_order: list[tuple[int, ...]] = [()] * n
+        self.wake = [0.0] * n
+        self.dst = [-1] * n
+        self.any_wake = False
+        self.vertex: list[int] = [-1] * n
+        self.dtypes: list[DType | None] = [None] * n
+        self.memo: dict[tuple[int, tuple[int, ...]], float] = {}
+        self.woken: list[bool] = [False] * n
+
+    def factor(self, i: int, busy: tuple[int, ...]) -> float:
+        """Task ``i``'s slowdown while the plan devices ``busy`` compute."""
+        if not busy:
+            return 1.0
+        key = (i, busy)
+        f = self.memo.get(key)
+        if f is None:
+            dt = self.dtypes[i]
+            assert dt is not None
+            f = self.problem.corun(self.vertex[i], self.names[self.busy_dev[i]], dt,
+                                   frozenset(self.names[x] for x in busy))
+            self.memo[key] = f
+        return f
+
+    def settle(self, tl: Timeline) -> None:
+        """A transfer whose receiver was woken: its cost gains the wake-up as
+        ``Term.SYNC`` (so the task's terms still sum to its duration)."""
+        for i, w in enumerate(self.woken):
+            if w:
+                c = tl.cost[i]
+                d = self.names[self.dst[i]]
+                a = dict(c.assumptions)
+                a["wake_s"] = self.wake[i]
+                a["wake"] = (f"the receiver's worker on {d} sleeps (its cores are shared with "
+                             f"another device of the plan) and was idle when the data came")
+                tl.cost[i] = Cost((*c.terms, (Term.SYNC, self.wake[i])),
+                                  c.low_s + self.wake[i], c.high_s + self.wake[i],
+                                  c.bottleneck, c.source, tuple(sorted(a.items())),
+                                  c.memory_bytes, c.buffer_bytes)
+                tl.dur[i] = tl.cost[i].total_s
+
+
+def _corun_of(problem: Problem, placement: Placement, tl: Timeline) -> _CoRun | None:
+    """The co-run and wake-up tables of a built timeline; None when neither applies (one
+    plan device, or the cost model knows no slowdown and no wake-up for this plan)."""
+    n = len(tl.name)
+    used = dict.fromkeys([problem.host, *tl.device,
+                          *(d for d in tl.dst_device if d is not None)])
+    if len(used) < 2:
+        return None
+    names = list(used)
+    idx = {d: k for k, d in enumerate(names)}
+    m = problem.machine
+    cores = {d: frozenset(m.device(d).cores or ()) for d in names}
+    # a worker on cores another device of the plan shares may not spin: it sleeps
+    sleeps = {d for d in names if cores[d] and any(cores[d] & cores[e] for e in names
+                                                   if e != d)}
+    cand_of = {d: frozenset(idx[e] for e in names if e != d and not cores[d] & cores[e])
+               for d in names}
+    cand_names = {d: frozenset(names[x] for x in cand_of[d]) for d in names}
+    co = _CoRun(problem, names, n)
+    found = False
+    kinds, devs, vtx = tl.kind, tl.device, tl.vertex
+    for i in range(n):
+        k = kinds[i]
+        if k is TaskKind.TRANSFER:
+            dst = tl.dst_device[i]
+            if dst is not None and dst in sleeps:
+                w = problem.wake(dst)
+                if w > 0.0:
+                    co.wake[i] = w
+                    co.dst[i] = idx[dst]
+                    co.any_wake = found = True
+            continue
+        dev = devs[i]
+        co.busy_dev[i] = idx[dev]
+        v = vtx[i]
+        if k is TaskKind.COMPUTE and v is not None and cand_of[dev]:
+            dt = placement[v].dtype
+            vi = problem.vertex_index[v]
+            if problem.corun(vi, dev, dt, cand_names[dev]) > 1.0:
+                co.sens[i] = found = True
+                co.cand[i] = cand_of[dev]
+                co.cand_order[i] = tuple(sorted(cand_of[dev]))
+                co.vertex[i] = vi
+                co.dtypes[i] = dt
+    return co if found else None
+
+
 def schedule(problem: Problem, placement: Placement, *, lanes: Mapping[str, int] | None = None,
              contention: bool = True) -> Schedule:
     """Schedule one run of ``problem.graph`` under ``placement`` (see the module docstring).
@@ -936,16 +1067,24 @@ def schedule(problem: Problem, placement: Placement, *, lanes: Mapping[str, int]
     b.build()
     tl = b.tl
     gate = b.res_gate + [()] * (len(tl.res_name) - len(b.res_gate))
-    _simulate(tl, contention, gate if any(gate) else None)
-    return _assemble(problem, placement, tl, contention)
+    co = _corun_of(problem, placement, tl)
+    _simulate(tl, contention, gate if any(gate) else None,
+              co if co is not None and (contention or co.any_wake) else None)
+    if co is not None:
+        co.settle(tl)
+    return _assemble(problem, placement, tl, contention,
+                     corun_off=co is not None and not contention and any(co.sens))
 
 
 def _simulate(tl: Timeline, contention: bool,
-              gate: Sequence[tuple[int, ...]] | None = None) -> None:
+              gate: Sequence[tuple[int, ...]] | None = None,
+              co: _CoRun | None = None) -> None:
     """Run the event-driven list scheduler; fills ``tl.start``, ``tl.end``, ``tl.lane``.
 
     ``gate``: per resource, the shared cores its tasks must hold (``None``: no core is
-    shared, every resource is scheduled on its own lanes).
+    shared, every resource is scheduled on its own lanes). ``co``: co-run slowdowns and
+    wake-ups (``None``: neither applies; see the module docstring); co-run slowdowns only
+    with ``contention``.
     """
     n = len(tl.name)
     nres = len(tl.res_name)
@@ -1002,6 +1141,25 @@ def _simulate(tl: Timeline, contention: bool,
                 holders[c] = {}
     exp_end = [0.0] * n  # expected end of a running task (its pending completion event)
     gate_due = False
+    # co-run slowdowns and wake-ups: per plan device, its running compute and conversion
+    # tasks; the running tasks a co-run slows; tasks whose co-run factor needs a new look
+    sens: list[bool] | None = None
+    busy_dev: list[int] | None = None
+    cand: list[frozenset[int]] = []
+    wake: list[float] | None = None
+    cnt: list[int] = []
+    running_sens: dict[int, None] = {}
+    cdirty: dict[int, None] = {}
+    woken = [False] * n
+    if co is not None:
+        busy_dev = co.busy_dev
+        cnt = [0] * len(co.names)
+        if contention and any(co.sens):
+            sens = co.sens
+            cand = co.cand
+        if co.any_wake:
+            wake = co.wake
+        co.woken = woken
 
     def advance(c: int, t: float) -> None:
         for j in active[c]:
@@ -1010,22 +1168,45 @@ def _simulate(tl: Timeline, contention: bool,
                 rem[j] -= (t - lj) * fac[j] / dur[j]
                 last[j] = t
 
+    def busy_changed(x: int, t: float) -> None:
+        """Device ``x`` started or stopped computing: the co-run factor of every running
+        task it may slow needs a new look (its progress brought up to ``t`` first)."""
+        for j in running_sens:
+            if x in cand[j]:
+                lj = last[j]
+                if lj != t:
+                    rem[j] -= (t - lj) * fac[j] / dur[j]
+                    last[j] = t
+                cdirty[j] = None
+
     def begin(i: int, t: float) -> None:
         nonlocal seq
         start[i] = t
         d = dur[i]
-        if contention and part[i] and d > 0.0:
+        shared_part = contention and part[i]
+        slowed = sens is not None and sens[i]
+        if (shared_part or slowed) and d > 0.0:
             fluid[i] = True
             rem[i] = 1.0
             last[i] = t
             cfac[i] = {}
-            for c, by in part[i]:
-                advance(c, t)
-                active[c][i] = by / d
-                dirty[c] = None
+            if shared_part:
+                for c, by in part[i]:
+                    advance(c, t)
+                    active[c][i] = by / d
+                    dirty[c] = None
+            if slowed:
+                running_sens[i] = None
+                cdirty[i] = None
         seq += 1
         exp_end[i] = t + d
         push(events, (t + d, seq, i, 0))  # superseded (version) if the task slows down
+        if busy_dev is not None:
+            x = busy_dev[i]
+            if x >= 0:
+                cnt[x] += 1
+                if cnt[x] == 1 and running_sens:
+                    busy_changed(x, t)
 
     def dispatch_gated(t: float) -> None:
         """Start ready tasks of devices that share cores, highest rank first, with
@@ -1103,6 +1284,16 @@ def _simulate(tl: Timeline, contention: bool,
             gate_due = False
             dispatch_gated(t)
 
+    def unfluid(i: int, t: float) -> None:
+        """Task ``i`` stops drawing on its shared resources at ``t``."""
+        if contention:
+            for c, _ in part[i]:
+                advance(c, t)
+                del active[c][i]
+                dirty[c] = None
+        del cfac[i]
+        fluid[i] = False
+
     def finish(i: int, t: float) -> None:
         end[i] = t
         done[i] = True
@@ -1117,11 +1308,16 @@ def _simulate(tl: Timeline, contention: bool,
                 if not hc:
                     del owner[c]
         if fluid[i]:
-            for c, _ in part[i]:
-                advance(c, t)
-                del active[c][i]
-                dirty[c] = None
-            del cfac[i]
+            unfluid(i, t)
+        if running_sens and i in running_sens:
+            del running_sens[i]
+            cdirty.pop(i, None)
+        if busy_dev is not None:
+            x = busy_dev[i]
+            if x >= 0:
+                cnt[x] -= 1
+                if cnt[x] == 0 and running_sens:
+                    busy_changed(x, t)
         for s in succs[i]:
             indeg[s] -= 1
             if indeg[s] == 0:
@@ -1142,6 +1338,13 @@ def _simulate(tl: Timeline, contention: bool,
                 cfac[j][c] = f if f < 1.0 else 1.0
                 affected[j] = None
         dirty.clear()
+        if cdirty:
+            assert co is not None
+            for j in cdirty:
+                busy = tuple(x for x in co.cand_order[j] if cnt[x] > 0)
+                cfac[j][-1] = 1.0 / co.factor(j, busy)
+                affected[j] = None
+            cdirty.clear()
         for j in affected:
             f = min(cfac[j].values())
             if f != fac[j]:
@@ -1158,7 +1361,7 @@ def _simulate(tl: Timeline, contention: bool,
             push(ready[res[i]], (-rank[i], i))
             touched[res[i]] = None
     dispatch(0.0)
-    if dirty:
+    if dirty or cdirty:
         rebalance(0.0)
     while events:
         t, _, i, vv = pop(events)
@@ -1170,9 +1373,21 @@ def _simulate(tl: Timeline, contention: bool,
             if vj == ver[j] and not done[j]:
                 batch.append(j)
         for j in batch:
+            if wake is not None and wake[j] > 0.0 and not woken[j]:
+                assert co is not None
+                if cnt[co.dst[j]] == 0:
+                    # the data is there; the receiver sleeps: it resumes ``wake[j]`` later
+                    woken[j] = True
+                    if fluid[j]:
+                        unfluid(j, t)
+                    ver[j] += 1
+                    seq += 1
+                    exp_end[j] = t + wake[j]
+                    push(events, (exp_end[j], seq, j, ver[j]))
+                    continue
             finish(j, t)
         dispatch(t)
-        if dirty:
+        if dirty or cdirty:
             rebalance(t)
     if not all(done):  # pragma: no cover - a bug, not an input problem
         stuck = next(tl.name[i] for i in range(n) if not done[i])
@@ -1183,7 +1398,7 @@ def _simulate(tl: Timeline, contention: bool,
 
 
 def _assemble(problem: Problem, placement: Placement, tl: Timeline,
-              contention: bool) -> Schedule:
+              contention: bool, *, corun_off: bool = False) -> Schedule:
     n = len(tl.name)
     start, end, dur = tl.start, tl.end, tl.dur
     nres = len(tl.res_name)
@@ -1251,5 +1466,9 @@ def _assemble(problem: Problem, placement: Placement, tl: Timeline,
         exact = False
         notes.append("contention on shared resources was not modelled: the makespan is a "
                      "lower bound of the model's")
+    if corun_off:
+        exact = False
+        notes.append("co-run slowdowns were not modelled: the makespan is a lower bound of "
+                     "the model's")
     return Schedule(placement, makespan, exact, tuple(resources), problem.host, tl,
                     tuple(notes))

@@ -14,7 +14,11 @@ real cost models are tuned. Not for predictions.
 - a region sums its ops' costs and pays one launch;
 - a transfer takes ``bytes / bandwidth + latency`` summed over the route's links;
 - a conversion reads the source and writes the target at the device's main bandwidth,
-  plus one launch; its ``buffer_bytes`` is the target copy.
+  plus one launch; its ``buffer_bytes`` is the target copy;
+- co-run: a vertex whose first op is ``op`` takes ``corun[(op, device, busy_device)]``
+  times longer while ``busy_device`` computes (the largest over the busy devices; 1.0 if
+  not given); a hand-off to a sleeping worker on ``device`` takes ``wake[device]``
+  seconds more (0.0 if not given).
 
 >>> m = toy_machine()
 >>> [d.name for d in m.devices], [link.name for link in m.links]
@@ -23,7 +27,7 @@ real cost models are tuned. Not for predictions.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from placewise.cost.model import Bottleneck, Cost, Representation, Source, Term
 from placewise.errors import UnsupportedError
@@ -76,10 +80,23 @@ class ToyCostModel:
 
     def __init__(self, machine: Machine,
                  times: Mapping[tuple[str, str], float] | None = None,
-                 memory: Mapping[tuple[str, str], int] | None = None) -> None:
+                 memory: Mapping[tuple[str, str], int] | None = None, *,
+                 corun: Mapping[tuple[str, str, str], float] | None = None,
+                 wake: Mapping[str, float] | None = None) -> None:
         self.machine = machine
         self.times = dict(times or {})
         self.memory = dict(memory or {})
+        self.corun = dict(corun or {})
+        self.wake = dict(wake or {})
+
+    def corun_slowdown(self, graph: Graph, ops: Sequence[Op], device: str, dtype: DType,
+                       busy: frozenset[str]) -> float:
+        if not ops:
+            return 1.0
+        return max([1.0, *(self.corun.get((ops[0].name, device, b), 1.0) for b in busy)])
+
+    def wake_s(self, device: str) -> float:
+        return self.wake.get(device, 0.0)
 
     def _check(self, op: Op, device: str, dtype: DType) -> None:
         try:
