@@ -2,7 +2,8 @@
 
 ``validate_plan(plan)`` loads the plan's model source, checks that the plan was made for this
 graph and for this machine's local devices (``--hw local``), and runs it with the executor
-(``placewise.runtime.executor``):
+(``placewise.runtime.executor``) through the measurement campaign calibration runs too
+(``placewise.runtime.campaign``: warm-up, then phases 1-3):
 
 1. **isolated requests**: ``requests`` requests one at a time (after a short warm-up), each
    on its own seeded inputs: end-to-end latency as the client sees it (inputs written to
@@ -10,8 +11,8 @@ graph and for this machine's local devices (``--hw local``), and runs it with th
 2. **a pipelined stream**: requests kept in flight (``in_flight``, default
    ``max(8, 2 x devices + 2)``, so that the client's own scheduling delays do not starve
    the workers; workers sleep rather than poll when idle in this phase) for at least
-   ``stream_s`` seconds: sustained throughput (requests/s = batch x runs/s, as the plan
-   counts it), measured over completions after the pipeline has filled;
+   ``stream_s`` seconds: sustained throughput (requests/s = batch / the campaign's stream
+   period, ``campaign.stream_period``: completions after the pipeline has filled);
 3. **solo replay**: each device alone replays one request's steps (medians): the
    uncontended cost of exactly what the executor runs;
 4. **memory**: live tensor bytes per device (weights + activations + received copies,
@@ -80,6 +81,15 @@ from placewise.cost.model import Term
 from placewise.errors import InputError, PlacewiseError, UnsupportedError
 from placewise.graph.ir import Graph, OpKind
 from placewise.hardware.spec import Machine
+from placewise.runtime.campaign import (
+    CAPTURE,
+    ISOLATED,
+    STREAM,
+    WARMUP,
+    CampaignSettings,
+    default_in_flight,
+    run_campaign,
+)
 from placewise.runtime.executor import Executor
 from placewise.runtime.program import ExecProgram, StepKind, program_from_plan
 from placewise.runtime.telemetry import SoloRecord, TaskRecord, Telemetry
@@ -1382,47 +1392,27 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
     inputs = request_inputs(src, graph, requests, seed)
     report("computing the fp32 reference outputs", 0.05)
     reference = _reference_outputs(src, graph, inputs)
-    n_dev = len(program.devices)
-    k = max(1, in_flight if in_flight is not None else max(8, 2 * n_dev + 2))
+    k = max(1, in_flight if in_flight is not None else
+            default_in_flight(len(program.devices)))
+    settings = CampaignSettings(warmup=warmup, in_flight=k, stream_s=max(stream_s, 0.0),
+                                solo_repeats=solo_repeats)
     notes: list[str] = []
     timeout = max(timeout_s, 100.0 * float(plan.makespan_s))
-    with Executor(program, src, reference_inputs=inputs[0], slots=max(k, 1),
+    fraction = {WARMUP: 0.3, ISOLATED: 0.35, STREAM: 0.55, CAPTURE: 0.7}
+    with Executor(program, src, reference_inputs=inputs[0], slots=k,
                   timeout_s=timeout) as ex:
         ex.start(lambda m: report(m, 0.1))
-        report(f"warming up ({warmup} requests)", 0.3)
-        if warmup > 0:
-            ex.run([inputs[i % len(inputs)] for i in range(warmup)], phase="warmup")
-        report(f"running {requests} isolated requests", 0.35)
-        outputs = ex.run(inputs, phase="isolated")
-        iso = ex.telemetry().requests_of("isolated")
-        p50_guess = statistics.median(r.latency_ns for r in iso) / 1e9
-        # pipelining can at best overlap the devices: about stream_s seconds of requests
-        speedup = min(k, n_dev + 1)
-        n_stream = int(min(5000, max(requests, 2 * k,
-                                     stream_s / max(p50_guess, 1e-6) * speedup)))
-        report(f"running a stream of {n_stream} requests, {k} in flight", 0.55)
-        # queued work keeps the workers busy: polling would only take the cores the
-        # client needs to keep the pipeline fed
-        ex.set_spin(0.0, 0.0)
-        ex.run([inputs[i % len(inputs)] for i in range(n_stream)], phase="stream",
-               in_flight=k)
-        report("replaying each device alone", 0.7)
-        ex.run([inputs[0]], phase="capture", capture=True)
-        solo = ex.solo(solo_repeats) if solo_repeats > 0 else []
-        peaks = ex.peak_live_bytes("isolated")
-        tel = ex.telemetry()
+        got = run_campaign(ex, inputs, settings,
+                           progress=lambda phase, m: report(m, fraction[phase]))
+        peaks = ex.peak_live_bytes(ISOLATED)
+    outputs, tel, solo = got.outputs, got.telemetry, list(got.solo)
+    assert got.stream is not None
     # -- measured --
-    iso = tel.requests_of("isolated")
+    iso = tel.requests_of(ISOLATED)
     lat = latency_stats([r.latency_ns / 1e9 for r in iso])
-    stream = sorted(tel.requests_of("stream"), key=lambda r: r.outputs_ns)
-    fill = min(len(stream) - 2, max(k, len(stream) // 10))
-    fill = max(fill, 0)
-    t_a, t_b = stream[fill].outputs_ns, stream[-1].outputs_ns
-    runs = len(stream) - 1 - fill
-    runs_per_s = runs / ((t_b - t_a) / 1e9) if t_b > t_a and runs > 0 else \
-        len(stream) / max(1e-9, (stream[-1].outputs_ns - stream[0].submit_ns) / 1e9)
     batch = max(1, int(plan.batch))
-    rps = runs_per_s * batch
+    period = got.stream.period_s
+    rps = batch / period if period else 0.0
     # -- memory --
     mem: list[MemoryComparison] = []
     for d in program.devices:
@@ -1456,7 +1446,7 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
     steps = _steps_of_request(program, tel.tasks_of(med_req.request))
     shares, terms, head, tail = _critical_path(program, plan, steps, solo_idx,
                                                med_req.submit_ns, med_req.outputs_ns)
-    tasks = _task_shares(program, plan, tel, "isolated", solo_idx)
+    tasks = _task_shares(program, plan, tel, ISOLATED, solo_idx)
     kinds, edges = _rank_labels(shares)
     delta = med_req.latency_ns / 1e9 - plan.predicted_latency_s
     off_cpu = sum(s.off_cpu_s for s in shares)
@@ -1467,7 +1457,7 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
     attribution = Attribution(med_req.request, med_req.latency_ns / 1e9, plan.predicted_latency_s,
                               terms, tuple(shares), tuple(tasks), tuple(kinds), tuple(edges),
                               head, tail, explanation, off_cpu)
-    tp_attr = _throughput_attribution(program, plan, tel, "stream", solo_idx, rps)
+    tp_attr = _throughput_attribution(program, plan, tel, STREAM, solo_idx, rps)
     # -- baseline --
     baselines: list[BaselineReport] = []
     if baseline:
@@ -1487,7 +1477,7 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
             baselines.append(b)
     tags = dict(tel.tags)
     tags["requests"] = str(requests)
-    tags["stream_requests"] = str(len(stream))
+    tags["stream_requests"] = str(got.stream.requests)
     tags["calibration"] = plan.fingerprints.calibration
     if load_note := _load_note(tags):
         notes.append(load_note)
@@ -1496,7 +1486,7 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
         plan.model, plan.strategy, plan.objective.value, int(plan.batch),
         tuple(d.name for d in program.devices), plan.predicted_latency_s,
         plan.throughput_rps, plan.throughput.bottleneck_resource, lat, lat_on_cpu, rps,
-        len(stream), k,
+        got.stream.requests, got.in_flight,
         tuple(mem), attribution, tp_attr, tuple(quality), tuple(baselines), tuple(solo), tags,
         tuple(notes), tel if keep_telemetry else None)
 

@@ -16,9 +16,10 @@ the executor itself (``placewise.runtime.executor``), once per local device and 
   kernels for it (int8: regions of linear/matmul/gemm/conv only), fp32 otherwise;
   devices that cannot run every region are skipped, and the result says so;
 - the executor starts one worker for it (and the host's, which holds the graph's inputs
-  and outputs), runs ``warmup`` requests (a fresh executor's first requests are slow:
-  measured here, mlp 445, 160, 135 ... ~110 us by the 15th; inception 1.7, 1.3 ms, then
-  1.2 ms), then ``requests`` isolated requests, each on its own seeded inputs;
+  and outputs) and runs the measurement campaign (``placewise.runtime.campaign``, the
+  recipe validation runs too): ``warmup`` requests (a fresh executor's first requests are
+  slow: measured here, mlp 445, 160, 135 ... ~110 us by the 15th; inception 1.7, 1.3 ms,
+  then 1.2 ms), then ``requests`` isolated requests, each on its own seeded inputs;
 - from the telemetry, every compute and conversion step of every request gives one
   sample: its duration plus the gap since the previous step of its worker in the same
   request (the loop between steps), less any time the worker spent waiting for a message
@@ -31,9 +32,10 @@ the executor itself (``placewise.runtime.executor``), once per local device and 
   (what the calibrated model adds to regions that were *not* measured in model order);
 - on the host, every request gives a hand-off sample: (inputs written -> input step ends)
   + (last step before the output step ends -> outputs ready) (``DeviceRecord.request``);
-- with ``stream`` (the default), each single-device run then keeps ``_IN_FLIGHT``
-  requests in flight, as validation's pipelined stream does (workers sleep when idle):
-  the stream's period per request less the device's own step times is the device's
+- with ``stream`` (the default), each single-device run then runs the campaign's
+  pipelined stream (``campaign.default_in_flight`` requests in flight, ``3 x
+  max(requests, in flight)`` requests; workers sleep when idle): the stream's period per
+  request (``campaign.stream_period``) less the device's own step times is the device's
   per-request work when requests queue (messages, io steps, wake-ups:
   ``DeviceRecord.request_busy``), and the client process's CPU time per request is
   ``Calibration.client``; plans add both to the pipelined occupancy.
@@ -94,8 +96,6 @@ __all__ = [
     "fit_link",
     "profile_in_context",
     "samples_from_telemetry",
-    "stream_period",
-    "tel_requests",
     "transfer_samples",
 ]
 
@@ -107,14 +107,12 @@ CONTEXT_METHOD = ("in model order: the executor's step time of each region less 
 TRANSFER_METHOD = ("in model order: send step start -> receive step end of transfers whose "
                    "receiver was waiting, in runs alternating the regions between two devices; "
                    "fit latency + bytes x seconds_per_byte")
-STREAM_METHOD = ("in model order, pipelined: the stream's period per request less the "
-                 "device's own step times (its per-request work when requests queue: "
-                 "messages, io, wake-ups), one sample per single-device run")
+STREAM_METHOD = ("in model order, pipelined: the stream's period per request "
+                 "(runtime.campaign.stream_period) less the device's own step times (its "
+                 "per-request work when requests queue: messages, io, wake-ups), one sample "
+                 "per single-device run")
 CLIENT_METHOD = ("in model order, pipelined: the client process's CPU time per request "
                  "(inputs written, messages, outputs read)")
-#: requests in flight in the pipelined part of a model-order run (as validation keeps for
-#: up to three devices)
-_IN_FLIGHT = 8
 RUN_CALL_METHOD = ("in model order, partitioned: a partition step's time less the sum of its "
                    "nodes' kernel times from onnxruntime's profiler (a separate, untimed run "
                    "on the same values and cores)")
@@ -291,26 +289,6 @@ def samples_from_telemetry(tel: Telemetry, phase: str, host: str
             last = max(before) if before else io_in.end_ns
             handoff.append(((io_in.end_ns - req.submit_ns) + (req.outputs_ns - last)) / 1e9)
     return steps, handoff
-
-
-def tel_requests(tel: Telemetry, phase: str) -> list[Any]:
-    """The request records of ``phase``, by completion time."""
-    return sorted(tel.requests_of(phase), key=lambda r: r.outputs_ns)
-
-
-def stream_period(reqs: Sequence[Any], fill: int = _IN_FLIGHT) -> float | None:
-    """Seconds per request of a pipelined stream (completions sorted by time): the time
-    between completions after the first ``fill`` (the pipeline filling), None when too few.
-
-    >>> from placewise.runtime.telemetry import RequestRecord
-    >>> rs = [RequestRecord(i, "s", 0, 100 + 10 * i, 0) for i in range(10)]
-    >>> stream_period(rs, fill=2) * 1e9
-    10.0
-    """
-    if len(reqs) < fill + 2:
-        return None
-    t = [r.outputs_ns for r in reqs]
-    return (t[-1] - t[fill]) / (len(t) - 1 - fill) / 1e9
 
 
 def transfer_samples(tel: Telemetry, phase: str
@@ -516,6 +494,12 @@ def _profile_rounds(graph: Graph, source: ModelSource, machine: Machine,
                     files: dict[str, dict[str, str]], profiles: dict[str, dict[str, Any]], *,
                     requests: int, rounds: int, warmup: int, stream: bool,
                     timeout_s: float, progress: Progress | None) -> Calibration:
+    from placewise.runtime.campaign import (
+        ISOLATED,
+        CampaignSettings,
+        default_in_flight,
+        run_campaign,
+    )
     from placewise.runtime.executor import Executor
     from placewise.schedule.simulate import TaskKind
 
@@ -528,28 +512,26 @@ def _profile_rounds(graph: Graph, source: ModelSource, machine: Machine,
             if progress is not None:
                 progress(done, total, f"running the model on {run.label} in model order")
             done += 1
-            with Executor(run.program, source, reference_inputs=inputs[0], slots=_IN_FLIGHT,
+            k = default_in_flight(len(run.program.devices))
+            # the pipelined stream of single-device runs (alternating runs measure
+            # transfers only)
+            recipe = CampaignSettings(warmup=warmup, in_flight=k,
+                                      stream=run.device is not None and stream,
+                                      stream_requests=max(3 * requests, 3 * k))
+            with Executor(run.program, source, reference_inputs=inputs[0], slots=k,
                           timeout_s=timeout_s,
                           partition_files=files.get(run.label)) as ex:
                 ex.start()
-                if warmup:
-                    ex.run(inputs[:warmup], phase="warmup")
-                ex.run(inputs[warmup:], phase="context")
-                period = client = None
-                if run.device is not None and stream:
-                    # a pipelined stream, as validation runs it: workers sleep when idle
-                    ex.set_spin(0.0, 0.0)
-                    n_s = max(3 * requests, 3 * _IN_FLIGHT)
-                    ex.run([inputs[warmup + i % requests] for i in range(n_s)],
-                           phase="stream", in_flight=_IN_FLIGHT)
-                    client = ex.last_run_cpu_s / n_s
-                    period = stream_period(tel_requests(ex.telemetry(), "stream"))
-                tel = ex.telemetry()
-            lat = [r.latency_ns / 1e9 for r in tel.requests_of("context")]
-            steps, handoff = samples_from_telemetry(tel, "context", problem.host)
+                got = run_campaign(ex, inputs[warmup:], recipe,
+                                   warmup_inputs=inputs[:warmup])
+            tel = got.telemetry
+            period = got.stream.period_s if got.stream is not None else None
+            client = got.stream.client_cpu_s if got.stream is not None else None
+            lat = [r.latency_ns / 1e9 for r in tel.requests_of(ISOLATED)]
+            steps, handoff = samples_from_telemetry(tel, ISOLATED, problem.host)
             raw.setdefault(run.label, []).append(_Round(
                 statistics.median(lat) if lat else 0.0, steps, handoff, period, client,
-                transfer_samples(tel, "context")))
+                transfer_samples(tel, ISOLATED)))
     if progress is not None:
         progress(total, total, "model-order measurements done")
     # this machine's speed drifts by tens of percent over seconds (other tenants): of each
