@@ -1,7 +1,7 @@
 """Cost-model accuracy on this machine: held-out op times against their predictions.
 
 For every zoo model at several batch sizes (and as a torch.export program and/or an ONNX
-file), profile every distinct op on the local devices (``placewise.cost.profile``), then:
+file), profile every distinct op on the local devices (``placewise.calibrate.profile``), then:
 
 - **leave one batch size out** (the primary scheme): fit on the measurements of the other
   batch sizes, predict the op keys of the held-out batch that the fit never saw (keys shared
@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from placewise.calibrate.profile import flag_contention, profile_models
 from placewise.cost.calibrated import (
     CalibratedModel,
     Calibration,
@@ -48,7 +49,6 @@ from placewise.cost.calibrated import (
     op_key,
 )
 from placewise.cost.model import Representation
-from placewise.cost.profile import flag_contention, profile_models
 from placewise.cost.roofline import RooflineModel
 from placewise.graph import zoo
 from placewise.graph.ir import OpKind, Tensor

@@ -1,7 +1,7 @@
 """Plans run for real on this machine: how well did the prediction hold, term by term?
 
 For every zoo model at three batch sizes: profile the model's ops on the local devices
-(``placewise.cost.profile``, one calibration per batch size, cached under ``--cache``,
+(``placewise.calibrate.profile``, one calibration per batch size, cached under ``--cache``,
 default ``~/.cache/placewise/bench-calibrations``),
 plan it on ``local`` with the calibrated model (fused regions, objective latency) with
 three strategies:
@@ -45,8 +45,8 @@ def _now() -> str:
 
 def _calibrations(name: str, batches: list[int], machine: Any, cache: Path,
                   max_time_s: float, log: Any, context: bool = True) -> dict[int, Any]:
+    from placewise.calibrate.profile import profile_models
     from placewise.cost.calibrated import Calibration, load_calibration
-    from placewise.cost.profile import profile_models
     from placewise.runtime.opexec import load_source
 
     out: dict[int, Calibration] = {}
@@ -69,7 +69,7 @@ def _calibrations(name: str, batches: list[int], machine: Any, cache: Path,
             out[b] = cal
     if not context:
         return out
-    from placewise.cost.context import profile_in_context
+    from placewise.calibrate.context import profile_in_context
 
     for b in batches:
         path = cache / f"ctx-{name}-b{b}-{machine.fingerprint()[7:19]}.json"

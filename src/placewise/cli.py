@@ -313,8 +313,8 @@ def profile(
 ) -> None:
     """Measure every distinct op of MODEL at its real shape on this machine's devices, then
     (by default) every region as the executor runs the whole model on each device."""
-    from placewise.cost.context import profile_in_context
-    from placewise.cost.profile import profile_model
+    from placewise.calibrate.context import profile_in_context
+    from placewise.calibrate.profile import profile_model
     from placewise.runtime.opexec import load_source
 
     if hw != "local":
@@ -595,9 +595,9 @@ def demo(
     preset and on this machine, explain, validate, and predicted vs measured."""
     import tempfile
 
-    from placewise.cost.context import profile_in_context
+    from placewise.calibrate.context import profile_in_context
+    from placewise.calibrate.profile import profile_model
     from placewise.cost.load import load_cost_model
-    from placewise.cost.profile import profile_model
     from placewise.explain import explain as explain_plan
     from placewise.explain import render_explain
     from placewise.graph.fuse import fuse

@@ -1,6 +1,6 @@
 """Profile a model *in model order*: the executor runs it, and every step is timed as it ran.
 
-Op-by-op profiling (``placewise.cost.profile``) times each op back to back on the same
+Op-by-op profiling (``placewise.calibrate.profile``) times each op back to back on the same
 inputs, which stay hot in cache, and without the executor around it. A real pass is
 different: an op's inputs come from the previous op through DRAM, and the executor spends
 time of its own on every step (bookkeeping, per-op dispatch inside a region, the worker's
@@ -69,6 +69,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from placewise.calibrate.profile import summarize_samples
 from placewise.cost.calibrated import (
     CalibratedModel,
     Calibration,
@@ -78,7 +79,6 @@ from placewise.cost.calibrated import (
     conversion_key,
     region_key,
 )
-from placewise.cost.profile import summarize_samples
 from placewise.errors import InputError, UnsupportedError
 from placewise.hardware.spec import Device, Machine
 from placewise.units import DType
@@ -402,7 +402,7 @@ def profile_in_context(graph: Graph, source: ModelSource, machine: Machine,
     this machine: the op-by-op one of ``profile_model``); ``graph`` must be ``source``'s
     graph with concrete shapes. Raises ``InputError`` for bad settings or a machine
     without local devices, ``ExecutionError`` when a run fails."""
-    from placewise.cost.profile import local_devices
+    from placewise.calibrate.profile import local_devices
     from placewise.graph.fuse import fuse
     from placewise.runtime.opexec import request_inputs
     from placewise.runtime.program import program_from_schedule

@@ -10,9 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from placewise.cost.calibrated import CalibratedModel, load_calibration, op_key
-from placewise.cost.model import Representation, Source
-from placewise.cost.profile import (
+from placewise.calibrate.profile import (
     _INT8_KINDS_VALUES,
     local_devices,
     measure,
@@ -22,6 +20,8 @@ from placewise.cost.profile import (
     summarize_rounds,
     summarize_samples,
 )
+from placewise.cost.calibrated import CalibratedModel, load_calibration, op_key
+from placewise.cost.model import Representation, Source
 from placewise.errors import InputError, PlacewiseError, UnsupportedError
 from placewise.graph.ir import OpKind
 from placewise.hardware.spec import Machine
@@ -250,8 +250,8 @@ def test_task_graphs_have_no_executable_source(tmp_path: Path) -> None:
 
 
 def test_a_multicore_time_far_above_its_cores_alone_is_flagged_contention() -> None:
+    from placewise.calibrate.profile import flag_contention
     from placewise.cost.calibrated import Measurement
-    from placewise.cost.profile import flag_contention
 
     m = Machine.model_validate({
         "name": "local",

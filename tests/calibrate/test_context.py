@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from placewise.calibrate.context import (
+    PARTITION_METHOD,
+    profile_in_context,
+    samples_from_telemetry,
+)
 from placewise.cost.calibrated import (
     CalibratedModel,
     Calibration,
@@ -11,11 +16,6 @@ from placewise.cost.calibrated import (
     device_record,
     load_calibration,
     region_key,
-)
-from placewise.cost.context import (
-    PARTITION_METHOD,
-    profile_in_context,
-    samples_from_telemetry,
 )
 from placewise.cost.model import Source, Term
 from placewise.graph.fuse import fuse
@@ -178,7 +178,7 @@ def test_transfers_use_the_measured_link(calibrated: Calibration) -> None:
 
 
 def test_fit_link_recovers_latency_and_bandwidth() -> None:
-    from placewise.cost.context import fit_link
+    from placewise.calibrate.context import fit_link
 
     samples = [(b, 2e-5 + b / 4e9) for b in (1_000, 10_000, 100_000, 1_000_000)]
     f = fit_link("a", "b", samples)
