@@ -34,12 +34,12 @@ Measured times are what the op costs when run alone by the local backend (op by 
 dispatch each), so a fused region costs the sum of its ops here: local backends do not fuse.
 
 The executor adds its own cost per executed step (task): profiling measures it per device
-(``DeviceRecord.dispatch``, see ``placewise.cost.profile``) and the model adds it as
+(``DeviceRecord.dispatch``, see ``placewise.calibrate.profile``) and the model adds it as
 ``Term.LAUNCH`` once per op or region (a task), once per conversion and once on each side
 of a transfer (send and receive steps), the interval widened by its p10..p90. A calibration
 without it adds nothing and says "dispatch not measured".
 
-**In model order** (``placewise.cost.context``, the default of ``placewise profile``): the
+**In model order** (``placewise.calibrate.context``, the default of ``placewise profile``): the
 executor itself runs the whole model on each local device (and precision) for a few
 requests, and every region and conversion is timed as it ran there: inputs as the
 previous step left them (from DRAM, not hot in cache), the executor's step and loop time
@@ -287,15 +287,15 @@ class DeviceRecord(_Strict):
     dispatch: StepOverhead = Field(default_factory=StepOverhead)
     # this device as the host: a request's hand-off from the client to the workers and
     # back (inputs written -> graph starts, graph ends -> outputs ready), measured in model
-    # order by ``placewise.cost.context`` (absent: not measured)
+    # order by ``placewise.calibrate.context`` (absent: not measured)
     request: StepOverhead = Field(default_factory=StepOverhead)
     # the same when a device of the plan shares this host's cores (its worker sleeps)
     request_shared: StepOverhead = Field(default_factory=StepOverhead)
     # the worker's own time per request when requests are pipelined (messages, io steps,
-    # wake-ups), beyond its steps (``placewise.cost.context``)
+    # wake-ups), beyond its steps (``placewise.calibrate.context``)
     request_busy: StepOverhead = Field(default_factory=StepOverhead)
     # the fixed cost of one partition's ``session.run`` on this device as the executor runs
-    # it (the step's time less its nodes' kernel times, ``placewise.cost.context``); paid
+    # it (the step's time less its nodes' kernel times, ``placewise.calibrate.context``); paid
     # once per partition: plans charge it to the transfer that starts a partition and, on
     # the host, to the request (absent: not measured)
     run_call: StepOverhead = Field(default_factory=StepOverhead)
@@ -309,7 +309,7 @@ class DeviceRecord(_Strict):
 
 class ContextMeasurement(_Strict):
     """A region (or conversion) as the executor ran it *in model order*
-    (``placewise.cost.context``): its step time plus the worker's loop time before it, with
+    (``placewise.calibrate.context``): its step time plus the worker's loop time before it, with
     inputs as the previous steps left them (not hot in cache). ``kernel_s``: the ops' own
     time; ``hidden_s``: conversions inside the step that the plan does not name (int8
     kernels take fp32 activations); ``overhead_s``: the executor's time around them (step
@@ -357,7 +357,7 @@ class ContextMeasurement(_Strict):
 
 class LinkMeasurement(_Strict):
     """A transfer between two devices as the executor does it, measured in model order
-    (``placewise.cost.context.fit_link``): time = ``latency_s`` + bytes x
+    (``placewise.calibrate.context.fit_link``): time = ``latency_s`` + bytes x
     ``seconds_per_byte``, with the quantiles of log(measured / fitted) over ``n`` samples
     of ``min_bytes``..``max_bytes``."""
 
@@ -465,7 +465,7 @@ class Calibration(_Strict):
     failures: list[Failure] = Field(default_factory=list)
     context: list[ContextMeasurement] = Field(default_factory=list)
     links: list[LinkMeasurement] = Field(default_factory=list)
-    # the client process's CPU time per pipelined request (``placewise.cost.context``)
+    # the client process's CPU time per pipelined request (``placewise.calibrate.context``)
     client: StepOverhead = Field(default_factory=StepOverhead)
     # co-run slowdowns (``placewise.calibrate.corun``; absent in older files: none known)
     corun: list[CorunMeasurement] = Field(default_factory=list)
