@@ -23,7 +23,9 @@ shared cores has no gates.
 
 ``Executor(program, source)`` runs it:
 
-- **workers**: one process per device (``spawn``), pinned to the device's cores with
+- **workers**: one process per device (``spawn``) — except, for partitioned programs, the
+  host and the CPU devices sharing its cores, which run on the client's own thread
+  (``inline_host``, see ``Executor``) — pinned to the device's cores with
   ``os.sched_setaffinity`` and ``len(cores)`` torch / onnxruntime threads, that loads the
   model itself (an ONNX file; a ``torch.export`` program from an *fx package*: the graph as
   JSON and the weights as ``.npy``, see ``pack_fx``) and keeps the weights of the ops it
@@ -77,6 +79,8 @@ import signal
 import tempfile
 import threading
 import time
+import traceback
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -88,7 +92,7 @@ import numpy as np
 from placewise.errors import ExecutionError, InputError, PlacewiseError, UnsupportedError
 from placewise.graph.ir import Graph
 from placewise.hardware.spec import Device
-from placewise.runtime.backends.onnxruntime import provider_for
+from placewise.runtime.backends.onnxruntime import CPU, provider_for
 from placewise.runtime.backends.torch import Unpackable, pack_fx
 from placewise.runtime.program import (
     ExecProgram,
@@ -105,11 +109,14 @@ from placewise.runtime.telemetry import (
 )
 from placewise.runtime.worker import (
     _STATUS_WORDS,
+    Inbox,
     _get,
     _put,
     _put_hot,
     _rep_json,
+    _Worker,
     _worker_entry,
+    wait_group,
 )
 from placewise.schedule.simulate import TaskKind
 from placewise.units import DType
@@ -246,6 +253,36 @@ class _Proc:
     alive: bool = True
 
 
+class _RunState:
+    """One ``run``'s requests: when each was submitted, had its outputs, was done."""
+
+    def __init__(self, n: int, base: int, n_workers: int) -> None:
+        self.base = base
+        self.n_workers = n_workers
+        self.results: list[list[np.ndarray[Any, Any]] | None] = [None] * n
+        self.submit_ns = [0] * n
+        self.out_ns = [0] * n
+        self.ready_ns = [0] * n
+        self.done_count = [0] * n
+        self.done_ns = [0] * n
+        self.outstanding = 0
+        self.finished = 0
+
+    def out(self, request: int, ready_ns: int, outputs: list[np.ndarray[Any, Any]]) -> None:
+        r = request - self.base
+        self.ready_ns[r] = ready_ns
+        self.results[r] = outputs
+        self.out_ns[r] = time.monotonic_ns()
+
+    def done(self, request: int, t_ns: int) -> None:
+        r = request - self.base
+        self.done_count[r] += 1
+        self.done_ns[r] = max(self.done_ns[r], t_ns)
+        if self.done_count[r] == self.n_workers:
+            self.outstanding -= 1
+            self.finished += 1
+
+
 class Executor:
     """Worker processes running an ``ExecProgram`` (see the module docstring).
 
@@ -269,6 +306,21 @@ class Executor:
     busy host); ``PASSIVE`` makes them sleep instead. With several requests in flight the
     client handles completions every ``refill_s`` while at least half the window is still
     queued, instead of waking for every message.
+
+    ``inline_host`` runs the host device's worker in this process, on the calling thread,
+    as a deployed application runs its own partitions: a request's inputs go straight to
+    the host's first partition and its outputs straight back, with no process hand-off
+    and no copy through shared memory (a worker process cost 50-180 us per request here;
+    BENCHMARKS.md). CPU devices that share a core with the host join it on the same
+    thread (the plan never has them compute while the host does): their transfers and
+    gate tokens with the host go through in-process inboxes (``worker.Inbox``), not pipes.
+    The thread is pinned to the cores those devices share (each session's threads keep
+    their device's cores), and its pinning is put back on ``close``. ``None`` (the
+    default): in-process for partitioned programs, unless a fault is injected on one of
+    those devices (a crash or a hang injected into the client's own process would take the
+    client with it); the op-level interpreter always runs in worker processes. An
+    in-process device that hangs inside a partition cannot be timed out (as in any
+    application calling onnxruntime itself).
     """
 
     def __init__(self, program: ExecProgram, source: ModelSource, *,
@@ -277,7 +329,8 @@ class Executor:
                  warm_calls: int = 2, spin_s: float = 1e-3,
                  idle_spin_s: float = 2e-4, omp_wait_policy: str | None = "PASSIVE",
                  refill_s: float = 5e-4,
-                 partition_files: Mapping[str, str] | None = None) -> None:
+                 partition_files: Mapping[str, str] | None = None,
+                 inline_host: bool | None = None) -> None:
         if slots < 1:
             raise InputError(f"slots must be >= 1, got {slots}", place="slots")
         self.program = program
@@ -294,6 +347,11 @@ class Executor:
         #: compiled partitions to run (name -> .onnx file, as ``export`` writes them);
         #: compiled at start-up when not given
         self.partition_files = dict(partition_files or {})
+        self.inline_host = inline_host
+        #: the workers run in this process (the host's first), each with its pipes from
+        #: other workers, and every pipe end they hold
+        self._inline: list[tuple[_Worker, list[Connection]]] = []
+        self._inline_ends: list[Connection] = []
         self._partition_files: dict[str, str] = {}
         self._reference = [np.ascontiguousarray(np.asarray(x)) for x in reference_inputs]
         self._procs: list[_Proc] = []
@@ -386,13 +444,8 @@ class Executor:
                        {(prog.tasks[gt.before].device, prog.tasks[gt.after].device)
                         for gt in prog.gates})
         readers: dict[str, list[tuple[str, Connection]]] = {d.name: [] for d in devices}
-        writers: dict[str, dict[str, Connection]] = {d.name: {} for d in devices}
+        writers: dict[str, dict[str, Any]] = {d.name: {} for d in devices}
         ends: list[Connection] = []
-        for a, b in pairs:
-            r, w = ctx.Pipe(duplex=False)
-            readers[b].append((a, r))
-            writers[a][b] = w
-            ends += [r, w]
         fmt = self.source.format.value
         fault = None
         if self.fault is not None:
@@ -403,7 +456,25 @@ class Executor:
                                  place="fault") from None
             fault = {"kind": self.fault.kind, "device": self.fault.device, "task": ft,
                      "request": self.fault.request}
-        report(f"starting {n} worker processes")
+        inline = set(self._inline_devices()) if (
+            bool(prog.partitions) if self.inline_host is None else self.inline_host) else set()
+        if fault is not None and fault["device"] in inline:
+            if self.inline_host:
+                raise InputError(f"a fault on device {fault['device']!r} needs "
+                                 f"inline_host=False (its worker runs in this process)",
+                                 place="fault")
+            inline = set()
+        # one pipe per ordered device pair, one inbox where both run on this thread
+        boxes: dict[str, deque[bytes]] = {d: deque() for d in inline}
+        for a, b in pairs:
+            if a in inline and b in inline:
+                writers[a][b] = Inbox(boxes[b])
+                continue
+            r, w = ctx.Pipe(duplex=False)
+            readers[b].append((a, r))
+            writers[a][b] = w
+            ends += [r, w]
+        report(f"starting {n - len(inline)} worker processes")
         # libgomp reads OMP_WAIT_POLICY once, when torch loads it: the spawned interpreter
         # must find it in its environment (the caller's own OpenMP is already set up)
         old_policy = os.environ.get("OMP_WAIT_POLICY")
@@ -411,7 +482,16 @@ class Executor:
             os.environ["OMP_WAIT_POLICY"] = self.omp_wait_policy
         try:
             for i, d in enumerate(devices):
-                payload = self._payload(d, i, reload, fmt, ins, outs, xfers, fault)
+                payload = self._payload(d, i, reload, fmt, ins, outs, xfers, fault,
+                                        inline if d.name in inline else set())
+                if d.name in inline:
+                    iw = _Worker(payload, None, readers[d.name], writers[d.name], shm=self._shm,
+                                 inbox=boxes[d.name])
+                    conns = [c for _, c in readers[d.name]]
+                    self._inline.append((iw, conns))
+                    self._inline_ends += [*conns, *(c for c in writers[d.name].values()
+                                                    if isinstance(c, Connection))]
+                    continue
                 parent, child = ctx.Pipe(duplex=True)
                 proc = ctx.Process(target=_worker_entry,
                                    args=(payload, child, readers[d.name], writers[d.name]),
@@ -426,8 +506,30 @@ class Executor:
                 else:
                     os.environ["OMP_WAIT_POLICY"] = old_policy
             for c in ends:  # the workers hold their own ends now
-                c.close()
+                if not any(c is h for h in self._inline_ends):
+                    c.close()
         pending = {p.device for p in self._procs}
+        self._inline.sort(key=lambda x: x[0].device != prog.host)  # the host first
+        for iw, _ in self._inline:  # set up while the worker processes start theirs
+            report(f"setting up {iw.device} in this process")
+            try:  # each pins the thread to its cores: its session's threads inherit them
+                self._ready_info[iw.device] = iw.setup()
+            except PlacewiseError:
+                raise
+            except Exception as exc:
+                self._raise_host_error(exc, iw, during=True)
+            report(f"{iw.device} ready")
+        if len(self._inline) > 1:
+            # the thread runs one device's step at a time: pinned to the cores they all
+            # share, it never moves (a move between cores costs 13 us here, and its
+            # cache); where they share none, each device re-pins it before its steps
+            common = set.intersection(*(set(iw.p["cores"]) for iw, _ in self._inline))
+            if common:
+                os.sched_setaffinity(0, common)
+            else:
+                pin: list[Any] = [None]
+                for iw, _ in self._inline:
+                    iw.pin_state = pin
         deadline = time.monotonic() + self.setup_timeout_s
         while pending:
             for msg, p in self._receive(deadline, "start-up"):
@@ -441,14 +543,19 @@ class Executor:
         self._tags["slots"] = str(self.slots)
         self._tags["shared_memory_bytes"] = str(size)
         self._tags["isa"] = str(self._ready_info[devices[0].name].get("isa", ""))
+        self._tags["in_process"] = ",".join(w.device for w, _ in self._inline)
 
-    def _shares_cores(self, d: Device) -> bool:
+    def _shares_cores(self, d: Device, together: set[str] | frozenset[str] = frozenset()
+                      ) -> bool:
+        """Whether another device of the program, run by another thread, uses one of
+        ``d``'s cores (devices in ``together`` run on ``d``'s own thread)."""
         mine = set(d.cores or ())
-        return any(mine & set(o.cores or ()) for o in self.program.devices if o.name != d.name)
+        return any(mine & set(o.cores or ()) for o in self.program.devices
+                   if o.name != d.name and o.name not in together)
 
     def _payload(self, d: Device, i: int, reload: dict[str, Any], fmt: str,
                  ins: dict[str, _Buf], outs: dict[str, _Buf], xfers: dict[int, _Buf],
-                 fault: dict[str, Any] | None) -> dict[str, Any]:
+                 fault: dict[str, Any] | None, together: set[str]) -> dict[str, Any]:
         prog = self.program
         steps = prog.steps[d.name]
         used_tasks = {s.task for s in steps if s.task >= 0}
@@ -489,10 +596,10 @@ class Executor:
             "reference_inputs": self._reference, "fault": fault,
             "warm_calls": self.warm_calls,
             "n_workers": len(prog.devices),
-            "spin_s": self.spin_s if not self._shares_cores(d) else 0.0,
-            "idle_spin_s": self.idle_spin_s if not self._shares_cores(d) else 0.0,
+            "spin_s": self.spin_s if not self._shares_cores(d, together) else 0.0,
+            "idle_spin_s": self.idle_spin_s if not self._shares_cores(d, together) else 0.0,
             "fx_map": self._fx_map,
-            "shared_cores": self._shares_cores(d),
+            "shared_cores": self._shares_cores(d, together),
             "granularity": "partition" if prog.partitions else "op",
             "provider": list(provider_for(d).as_ort()),
             "partitions": {name: path for name, path in self._partition_files.items()
@@ -500,14 +607,22 @@ class Executor:
         }
 
     # -- messages --
+    def _wait_objects(self) -> list[Any]:
+        live = [p for p in self._procs if p.alive]
+        return [p.conn for p in live] + [p.proc.sentinel for p in live]
+
     def _receive(self, deadline: float, what: str) -> list[tuple[tuple[Any, ...], _Proc]]:
         """Messages from workers (blocking until at least one or a fault)."""
-        live = [p for p in self._procs if p.alive]
-        objs: list[Any] = [p.conn for p in live] + [p.proc.sentinel for p in live]
         timeout = max(0.0, deadline - time.monotonic())
-        ready = mp_wait(objs, timeout)
+        ready = mp_wait(self._wait_objects(), timeout)
         if not ready:
             self._raise_hang(what, timeout)
+        return self._messages(ready, what)
+
+    def _messages(self, ready: Sequence[Any], what: str
+                  ) -> list[tuple[tuple[Any, ...], _Proc]]:
+        """The messages of the ready pipes; a worker's error or death raises."""
+        live = [p for p in self._procs if p.alive]
         out: list[tuple[tuple[Any, ...], _Proc]] = []
         died: list[_Proc] = []
         for obj in ready:
@@ -539,14 +654,41 @@ class Executor:
         row = self._status[p.index]
         return int(row[0]), int(row[1]), int(row[2]), int(row[3]), int(row[4])
 
-    def _raise_worker_error(self, p: _Proc, msg: tuple[Any, ...]) -> None:
+    def _raise_worker_error(self, p: _Proc | str, msg: tuple[Any, ...]) -> None:
         _, task, request, op_index, text, tb = msg
+        device = p if isinstance(p, str) else p.device
         where = self.program.where(int(task), int(op_index))
         rq = f" of request {request}" if int(request) >= 0 else " during start-up"
-        self._notes.append(f"{p.device}: {tb[-2000:]}")
-        raise ExecutionError(f"the worker of device {p.device!r} failed in {where}{rq}: "
-                             f"{text}", device=p.device, task=self._task_name(task),
+        self._notes.append(f"{device}: {tb[-2000:]}")
+        raise ExecutionError(f"the worker of device {device!r} failed in {where}{rq}: "
+                             f"{text}", device=device, task=self._task_name(task),
                              op=self._op_name(task, op_index), request=int(request))
+
+    def _inline_devices(self) -> list[str]:
+        """The devices whose workers run in this process: the host, and the CPU devices
+        that share a core with it (the plan never has them compute at the same time as
+        the host, so one thread runs them all, re-pinned to each one's cores)."""
+        prog = self.program
+        host = prog.device(prog.host)
+        mine = set(host.cores or ())
+        out = [host.name]
+        for d in prog.devices:
+            if d.name != host.name and mine & set(d.cores or ()) and \
+                    provider_for(d).name == CPU and (d.backend or "torch") != "cuda":
+                out.append(d.name)
+        return out
+
+    def _raise_host_error(self, exc: BaseException, w: _Worker, *,
+                          during: bool = False) -> None:
+        """An in-process worker's step raised: a dead peer first (its pipe broke), else
+        that worker's own error, named as a worker process's would be."""
+        for p in self._procs:
+            if p.alive and not p.proc.is_alive():
+                self._raise_died(p, "a request")
+        task, request, op = (-2, -1, -1) if during else (w.cur_task, w.cur_request, w.cur_op)
+        self._raise_worker_error(w.device, (
+            "error", task, request, op, f"{type(exc).__name__}: {exc}",
+            traceback.format_exc()[-4000:]))
 
     def _raise_died(self, p: _Proc, what: str) -> None:
         p.proc.join(timeout=1.0)
@@ -641,65 +783,87 @@ class Executor:
                     raise InputError(f"input {name!r} of request {i} has shape "
                                      f"{list(np.shape(arr))}, the plan's graph has "
                                      f"{list(want)}", place="inputs")
-        results: list[list[np.ndarray[Any, Any]] | None] = [None] * n
-        submit_ns = [0] * n
-        out_ns = [0] * n
-        ready_ns = [0] * n
-        done_count = [0] * n
-        done_ns = [0] * n
-        base = self._next_request
+        group = self._inline
+        st = _RunState(n, self._next_request,
+                       sum(1 for p in self._procs if p.alive) + len(group))
+        base = st.base
         self._next_request += n
         nxt = 0
-        outstanding = 0
-        finished = 0
-        n_workers = sum(1 for p in self._procs if p.alive)
+        host = group[0][0] if group else None
         client_cpu0 = time.process_time()
+        for w, _ in group:
+            w.on_output, w.on_done = st.out, st.done
+
+        def handle(ready: Sequence[Any]) -> None:
+            for msg, _p in self._messages(ready, f"{phase} requests"):
+                if msg[0] == "out":  # the host's worker process wrote the outputs
+                    slot = int(msg[1]) % self.slots
+                    st.out(int(msg[1]), int(msg[2]),
+                           [np.array(self._views_out[o][slot], copy=True) for o in g.outputs])
+                elif msg[0] == "done":
+                    st.done(int(msg[1]), int(msg[2]))
+
         try:
-            while finished < n:
-                while nxt < n and outstanding < k:
-                    slot = (base + nxt) % self.slots
+            while st.finished < n:
+                while nxt < n and st.outstanding < k:
+                    r = base + nxt
                     arrays = inputs[nxt]
-                    submit_ns[nxt] = time.monotonic_ns()
-                    for name, arr in zip(g.inputs, arrays, strict=True):
-                        np.copyto(self._views_in[name][slot], np.asarray(arr),
-                                  casting="unsafe")
-                    self._send_all("go", base + nxt, int(bool(capture)))
+                    st.submit_ns[nxt] = time.monotonic_ns()
+                    if host is not None:
+                        host.inline_inputs[r] = arrays
+                        for w, _ in group:
+                            w.begin(r, bool(capture))
+                    else:
+                        slot = r % self.slots
+                        for name, arr in zip(g.inputs, arrays, strict=True):
+                            np.copyto(self._views_in[name][slot], np.asarray(arr),
+                                      casting="unsafe")
+                    self._send_all("go", r, int(bool(capture)))
                     nxt += 1
-                    outstanding += 1
-                if k > 1 and outstanding * 2 >= k and self.refill_s > 0:
+                    st.outstanding += 1
+                if group:
+                    w = group[0][0]
+                    try:
+                        if any((w := g[0]).advance(g[1]) for g in group):
+                            continue
+                        got = wait_group(group, self.timeout_s, self._wait_objects(), handle)
+                    except (PlacewiseError, KeyboardInterrupt):
+                        raise
+                    except Exception as exc:
+                        self._raise_host_error(exc, w)
+                    if got is None:
+                        self._raise_hang(f"{phase} requests", self.timeout_s)
+                    continue
+                if k > 1 and st.outstanding * 2 >= k and self.refill_s > 0:
                     # enough queued: let completions pile up and handle them together,
                     # rather than waking (and taking a core from a worker) for each one
                     time.sleep(self.refill_s)
-                deadline = time.monotonic() + self.timeout_s
-                for msg, _p in self._receive(deadline, f"{phase} requests"):
-                    tag = msg[0]
-                    if tag == "out":
-                        r = int(msg[1]) - base
-                        slot = int(msg[1]) % self.slots
-                        ready_ns[r] = int(msg[2])
-                        results[r] = [np.array(self._views_out[o][slot], copy=True)
-                                      for o in g.outputs]
-                        out_ns[r] = time.monotonic_ns()
-                    elif tag == "done":
-                        r = int(msg[1]) - base
-                        done_count[r] += 1
-                        done_ns[r] = max(done_ns[r], int(msg[2]))
-                        if done_count[r] == n_workers:
-                            outstanding -= 1
-                            finished += 1
+                timeout = self.timeout_s
+                ready = mp_wait(self._wait_objects(), timeout)
+                if not ready:
+                    self._raise_hang(f"{phase} requests", timeout)
+                handle(ready)
         except BaseException:
             self.close()
             raise
+        finally:
+            for w, _ in group:
+                w.on_output = w.on_done = None
         for r in range(n):
-            self._requests.append(RequestRecord(base + r, phase, submit_ns[r], ready_ns[r],
-                                                max(done_ns[r], out_ns[r]), out_ns[r]))
-        # the client's own CPU time for these requests (telemetry collection excluded)
+            self._requests.append(RequestRecord(base + r, phase, st.submit_ns[r],
+                                                st.ready_ns[r],
+                                                max(st.done_ns[r], st.out_ns[r]),
+                                                st.out_ns[r]))
+        # the client's own CPU time for these requests (telemetry collection excluded;
+        # an inline host's steps included: the client runs them)
         self.last_run_cpu_s = time.process_time() - client_cpu0
         self._flush(phase)
-        return [x if x is not None else [] for x in results]
+        return [x if x is not None else [] for x in st.results]
 
     def _flush(self, phase: str) -> None:
         """Collect the workers' records since the last flush."""
+        for w, _ in self._inline:
+            self._absorb(w.device, w.telemetry_data(), phase)
         self._send_all("flush")
         pending = {p.device for p in self._procs if p.alive}
         deadline = time.monotonic() + self.timeout_s
@@ -768,6 +932,8 @@ class Executor:
         a request's wake-ups but takes CPU time the client may need between requests."""
         if not self._started or self._closed:
             raise PlacewiseError("the executor is not running (call start())")
+        for w, _ in self._inline:
+            w.set_spin(max(0.0, float(spin_s)), max(0.0, float(idle_spin_s)))
         for p in self._procs:
             if p.alive:
                 _put(p.conn, "spin", max(0.0, float(spin_s)), max(0.0, float(idle_spin_s)))
@@ -780,17 +946,25 @@ class Executor:
         prog = self.program
         out: list[SoloRecord] = []
         try:
-            for p in self._procs:
-                _put(p.conn, "solo", int(repeats))
-                deadline = time.monotonic() + self.timeout_s + 5.0 * repeats
-                got = None
-                while got is None:
-                    for msg, q in self._receive(deadline, f"solo replay on {p.device}"):
-                        if msg[0] == "solo" and q is p:
-                            got = msg[1]
+            for d in prog.devices:
+                p = next((q for q in self._procs if q.device == d.name), None)
+                mine = next((w for w, _ in self._inline if w.device == d.name), None)
+                if mine is not None:
+                    got: list[Any] | None = mine._solo(int(repeats))
+                elif p is None:
+                    continue
+                else:
+                    _put(p.conn, "solo", int(repeats))
+                    deadline = time.monotonic() + self.timeout_s + 5.0 * repeats
+                    got = None
+                    while got is None:
+                        for msg, q in self._receive(deadline, f"solo replay on {p.device}"):
+                            if msg[0] == "solo" and q is p:
+                                got = msg[1]
+                assert got is not None
                 # a transfer's halves: the write on the sender, the read on the receiver
                 for ti, _kind, total, kernel, hidden in got:
-                    out.append(SoloRecord(prog.tasks[ti].name, p.device, total, kernel, hidden,
+                    out.append(SoloRecord(prog.tasks[ti].name, d.name, total, kernel, hidden,
                                           int(repeats)))
         except BaseException:
             self.close()
@@ -801,14 +975,16 @@ class Executor:
     def telemetry(self) -> Telemetry:
         """Everything measured so far."""
         devices = []
-        for p in self._procs:
-            info = self._ready_info.get(p.device, {})
-            d = self.program.device(p.device)
+        pids = {p.device: int(p.proc.pid or 0) for p in self._procs}
+        for d in self.program.devices:
+            if d.name not in pids and d.name not in self._ready_info:
+                continue
+            info = self._ready_info.get(d.name, {})
             devices.append(DeviceRecord(
-                p.device, int(p.proc.pid or 0), tuple(d.cores or ()),
+                d.name, pids.get(d.name, int(info.get("pid", 0))), tuple(d.cores or ()),
                 int(info.get("threads", 0)), str(d.backend), int(info.get("weights_bytes", 0)),
-                int(self._peak_live.get(p.device, 0)), int(info.get("rss_start", 0)),
-                int(info.get("rss_ready", 0)), int(self._rss_peak.get(p.device, 0))))
+                int(self._peak_live.get(d.name, 0)), int(info.get("rss_start", 0)),
+                int(info.get("rss_ready", 0)), int(self._rss_peak.get(d.name, 0))))
         return Telemetry(dict(self._tags), tuple(devices), tuple(self._requests),
                          tuple(sorted(self._tasks, key=lambda t: (t.request, t.start_ns))),
                          tuple(self._ops), tuple(self._waits), tuple(self._solo),
@@ -858,6 +1034,14 @@ class Executor:
                 with contextlib.suppress(Exception):
                     p.conn.close()
         finally:
+            for w, _ in reversed(self._inline):  # the host's saved pinning is put back last
+                with contextlib.suppress(Exception):
+                    w.release()
+            self._inline = []
+            for c in self._inline_ends:
+                with contextlib.suppress(Exception):
+                    c.close()
+            self._inline_ends = []
             self._views_in = {}
             self._views_out = {}
             self._status = None

@@ -202,7 +202,8 @@ class RequestRecord:
 
 @dataclass(frozen=True, slots=True)
 class DeviceRecord:
-    """A device's worker process: identity, pinning and memory.
+    """A device's worker (a process, or the client's own for in-process devices): identity,
+    pinning and memory.
 
     ``weights_bytes``: weights the worker holds for the ops it runs (int8 weights inside
     onnxruntime sessions counted as one byte per element plus fp32 biases);

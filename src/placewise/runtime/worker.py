@@ -24,7 +24,8 @@ import statistics
 import struct
 import time
 import traceback
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as mp_wait
 from typing import Any
@@ -84,7 +85,7 @@ def _worker_entry(payload: dict[str, Any], parent: Connection,
     w: _Worker | None = None
     try:
         w = _Worker(payload, parent, readers, writers)
-        w.setup()
+        _put(parent, "ready", w.setup())
         w.loop()
     except BaseException as exc:  # report, then leave without running atexit handlers
         code = 1
@@ -173,10 +174,27 @@ def _compile_arg(v: Any) -> tuple[bool, Any]:
 class _Worker:
     """One device's worker: setup (pin, load, build kernels) and the step loop."""
 
-    def __init__(self, payload: dict[str, Any], parent: Connection,
-                 readers: list[tuple[str, Connection]], writers: dict[str, Connection]) -> None:
+    def __init__(self, payload: dict[str, Any], parent: Connection | None,
+                 readers: list[tuple[str, Connection]], writers: dict[str, Any], *,
+                 shm: Any = None, inbox: deque[bytes] | None = None) -> None:
+        """``parent`` is the pipe to the parent process; ``None`` for the host's worker run
+        inline by the client (``shm``: the client's own shared-memory block), which then
+        hands requests over with ``begin`` and takes results through ``on_output`` and
+        ``on_done``. ``inbox``: where workers on the same thread (``Inbox`` writers) leave
+        this worker's transfer notes and gate tokens, instead of a pipe."""
+        self.inbox: deque[bytes] = inbox if inbox is not None else deque()
         self.p = payload
         self.parent = parent
+        self.inline = parent is None
+        self._shm_given = shm
+        #: inline only: request -> its input arrays (graph-input order)
+        self.inline_inputs: dict[int, Sequence[Any]] = {}
+        self.on_output: Callable[[int, int, list[Any]], None] | None = None
+        self.on_done: Callable[[int, int], None] | None = None
+        self._saved_pin: tuple[set[int], int] | None = None
+        #: inline devices of different cores on one thread share a one-element list: the
+        #: worker the thread is pinned for (each re-pins before its steps)
+        self.pin_state: list[Any] | None = None
         self.readers = [c for _, c in readers]
         self.writers = writers
         self.device = payload["device"]
@@ -186,7 +204,8 @@ class _Worker:
         self.rss_start = _rss()
 
     # ---- setup ----
-    def setup(self) -> None:
+    def setup(self) -> dict[str, Any]:
+        """Pin, load, build and warm; returns what the parent records of this worker."""
         from multiprocessing import shared_memory
 
         import torch
@@ -196,6 +215,8 @@ class _Worker:
         p = self.p
         self.torch = torch
         self.opexec = opexec
+        if self.inline:  # the client's own thread: put its pinning back on close
+            self._saved_pin = (os.sched_getaffinity(0), torch.get_num_threads())
         self.threads = opexec.pin_process(p["cores"])
         torch.set_grad_enabled(False)
         self.cuda = p["backend"] == "cuda"
@@ -205,7 +226,8 @@ class _Worker:
         self.dev = torch.device("cuda") if self.cuda else torch.device("cpu")
         self.partitioned = p.get("granularity") == "partition"
         self.fx = p["format"] == "torch_export" and not self.partitioned
-        self.shm = shared_memory.SharedMemory(name=p["shm"])
+        self.shm = (self._shm_given if self._shm_given is not None
+                    else shared_memory.SharedMemory(name=p["shm"]))
         buf = self.shm.buf
         n = int(p["n_workers"])
         self.status = np.ndarray((n, _STATUS_WORDS), dtype=np.int64, buffer=buf, offset=0)[
@@ -248,10 +270,28 @@ class _Worker:
         self.spin_ns = int(float(p.get("spin_s", 0.0)) * 1e9)
         self.idle_spin_ns = int(float(p.get("idle_spin_s", 0.0)) * 1e9)
         self._warm()
-        _put(self.parent, "ready", {
-            "threads": self.threads, "weights_bytes": self.weight_total,
-            "rss_start": self.rss_start, "rss_ready": _rss(), "pid": os.getpid(),
-            "isa": str(torch.backends.cpu.get_cpu_capability())})
+        self._init_loop()
+        return {"threads": self.threads, "weights_bytes": self.weight_total,
+                "rss_start": self.rss_start, "rss_ready": _rss(), "pid": os.getpid(),
+                "isa": str(torch.backends.cpu.get_cpu_capability()),
+                "inline": self.inline}
+
+    def release(self) -> None:
+        """Inline only: drop the sessions and the views on the client's shared memory, and
+        give the client's thread its pinning back."""
+        for name in ("sessions", "op_lists", "in_views", "out_views", "x_views"):
+            if hasattr(self, name):
+                setattr(self, name, {})
+        self.status = np.zeros(_STATUS_WORDS, dtype=np.int64)
+        if hasattr(self, "env"):
+            self.env.clear()
+        self.inline_inputs = {}
+        if self._saved_pin is not None:
+            cores, threads = self._saved_pin
+            self._saved_pin = None
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(0, cores)
+            self.torch.set_num_threads(threads)
 
     def _setup_partitions(self) -> None:
         """One onnxruntime session per partition this device runs (no model source)."""
@@ -557,10 +597,12 @@ class _Worker:
     # ---- accounting ----
     def _storage(self, data: Any) -> tuple[int, int]:
         if isinstance(data, np.ndarray):
+            # keyed by the owning array object (alive while a step holds it): reading the
+            # buffer's address (``__array_interface__``) costs 3 us per call here
             base = data
             while isinstance(base.base, np.ndarray):
                 base = base.base
-            return int(base.__array_interface__["data"][0]), int(base.nbytes)
+            return id(base), int(base.nbytes)
         s = data.untyped_storage()
         return int(s.data_ptr()), int(s.nbytes())
 
@@ -611,83 +653,73 @@ class _Worker:
         with torch.inference_mode():
             self._loop()
 
-    def _loop(self) -> None:
-        active: list[int] = []
-        cursor: dict[int, int] = {}
-        capture: dict[int, bool] = {}
-        env: dict[int, dict[str, tuple[Any, Any, int]]] = {}
+    def _init_loop(self) -> None:
+        #: requests in flight here, oldest first; per request its next step, capture flag
+        #: and tensors
+        self.active: list[int] = []
+        self.cursor: dict[int, int] = {}
+        self.capture: dict[int, bool] = {}
+        self.env: dict[int, dict[str, tuple[Any, Any, int]]] = {}
         self.arrived: dict[tuple[int, int], tuple[float, int]] = {}
         self.tokens: dict[tuple[int, int], int] = {}  # (earlier task, request) -> ns
         self.n_msgs = 0  # notes and tokens received so far
-        steps = self.steps
-        nsteps = len(steps)
+        self.gated = any(st["gin"] for st in self.steps)
+
+    def _loop(self) -> None:
+        assert self.parent is not None
         conns = [self.parent, *self.readers]
-        status = self.status
-        gated = any(st["gin"] for st in steps)
+        group = [(self, conns)]
         while True:
-            ran = False
-            for r in active:
-                c = cursor[r]
-                st = steps[c]
-                if st["kind"] == "recv" and (st["task"], r) not in self.arrived:
-                    self._drain(conns, 0.0, active, cursor, capture, env)
-                    if (st["task"], r) not in self.arrived:
-                        continue
-                elif gated and st["gin"]:  # core gates: wait like for a transfer
-                    if self._closed_gate(st, r) >= 0:
-                        self._drain(conns, 0.0, active, cursor, capture, env)
-                        if self._closed_gate(st, r) >= 0:
-                            continue
-                    for b in st["gin"]:
-                        del self.tokens[(b, r)]
-                self._step(st, r, env[r], capture[r])
-                cursor[r] = c + 1
-                if c + 1 == nsteps:
-                    active.remove(r)
-                    del cursor[r], env[r], capture[r]
-                    _put_hot(self.parent, b"D", r, time.monotonic_ns())
-                ran = True
-                break  # older requests first, every time
-            if ran:
+            if self.advance(conns):
                 continue
-            # nothing runnable: block until a message arrives
-            t0 = time.monotonic_ns()
-            waiting_for = -1
-            gate = 0
-            if active:
-                r0 = active[0]
-                st0 = steps[cursor[r0]]
-                waiting_for = st0["task"]
-                if gated and st0["gin"]:
-                    b = self._closed_gate(st0, r0)
-                    if b >= 0:  # waiting for that task's end on another device
-                        waiting_for, gate = b, 1
-                status[0] = 2
-                status[1] = waiting_for
-                status[2] = r0
-            if (self.spin_ns if active else self.idle_spin_ns) > 0:
-                # the device's cores are its own: poll a while before sleeping, which
-                # saves the wake-up latency of a blocked process (for a transfer, or for
-                # the next request)
-                limit = t0 + (self.spin_ns if active else self.idle_spin_ns)
-                n_msgs = self.n_msgs
-                n_active = len(active)
-                while time.monotonic_ns() < limit and self.n_msgs == n_msgs \
-                        and len(active) == n_active:
-                    if not self._drain(conns, 0.0, active, cursor, capture, env):
-                        return
-                if self.n_msgs == n_msgs and len(active) == n_active and \
-                        not self._drain(conns, None, active, cursor, capture, env):
-                    return
-            elif not self._drain(conns, None, active, cursor, capture, env):
+            if wait_group(group, None) is False:
                 return
-            if active:
-                if gate:
-                    self.rec_waits.append((active[0], waiting_for, t0, time.monotonic_ns(),
-                                           1))
-                else:
-                    self.rec_waits.append((active[0], waiting_for, t0, time.monotonic_ns()))
-            status[0] = 0
+
+    def begin(self, r: int, capture: bool) -> None:
+        """Take request ``r`` into the pipeline (the parent's *go*)."""
+        self.active.append(r)
+        self.cursor[r] = 0
+        self.capture[r] = capture
+        self.env[r] = {}
+
+    def _done(self, r: int) -> None:
+        t = time.monotonic_ns()
+        if self.on_done is not None:
+            self.on_done(r, t)
+        else:
+            assert self.parent is not None
+            _put_hot(self.parent, b"D", r, t)
+
+    def advance(self, conns: list[Connection]) -> bool:
+        """Run one ready step (older requests first, every time); False when none is."""
+        steps = self.steps
+        gated = self.gated
+        for r in self.active:
+            c = self.cursor[r]
+            st = steps[c]
+            if st["kind"] == "recv" and (st["task"], r) not in self.arrived:
+                self._drain(conns, 0.0)
+                if (st["task"], r) not in self.arrived:
+                    continue
+            elif gated and st["gin"]:  # core gates: wait like for a transfer
+                if self._closed_gate(st, r) >= 0:
+                    self._drain(conns, 0.0)
+                    if self._closed_gate(st, r) >= 0:
+                        continue
+                for b in st["gin"]:
+                    del self.tokens[(b, r)]
+            pin = self.pin_state
+            if pin is not None and pin[0] is not self:  # inline devices on other cores
+                os.sched_setaffinity(0, self.p["cores"])
+                pin[0] = self
+            self._step(st, r, self.env[r], self.capture[r])
+            self.cursor[r] = c + 1
+            if c + 1 == len(steps):
+                self.active.remove(r)
+                del self.cursor[r], self.env[r], self.capture[r]
+                self._done(r)
+            return True
+        return False
 
     def _closed_gate(self, st: dict[str, Any], r: int) -> int:
         """The first task whose gate token step ``st`` of request ``r`` still lacks; -1
@@ -698,14 +730,41 @@ class _Worker:
                 return int(b)
         return -1
 
-    def _drain(self, conns: list[Connection], timeout: float | None, active: list[int],
-               cursor: dict[int, int], capture: dict[int, bool],
-               env: dict[int, dict[str, tuple[Any, Any, int]]]) -> bool:
+    def _drain(self, conns: list[Connection], timeout: float | None) -> bool:
         """Read every pending message (blocking for one if ``timeout`` is None); False
         when the worker must stop."""
-        ready = mp_wait(conns, timeout)
+        if self.inbox:
+            self._take_inbox()
+            if timeout == 0.0:
+                return True
+        if not conns and timeout == 0.0:
+            return True  # polling a pipe costs 6 us here: none to poll
+        return self._take(mp_wait(conns, timeout), conns)
+
+    def _note(self, data: bytes) -> None:
+        self.n_msgs += 1
+        if len(data) == _GATE.size:
+            _tag, ti, r = _GATE.unpack(data)
+            self.tokens[(ti, r)] = time.monotonic_ns()
+        else:
+            ti, r, scale = _NOTE.unpack(data)
+            self.arrived[(ti, r)] = (scale, time.monotonic_ns())
+
+    def _take_inbox(self) -> bool:
+        """Read the notes and tokens workers on this thread left; whether there were any."""
+        box = self.inbox
+        if not box:
+            return False
+        while box:
+            self._note(box.popleft())
+        return True
+
+    def _take(self, ready: Sequence[Any], conns: list[Connection]) -> bool:
+        """Read the messages of this worker's ready pipes (``conns``: all of them, less a
+        peer's that broke); False when the worker must stop."""
+        par = self.parent
         for c in ready:
-            if c is self.parent:
+            if par is not None and c is par:
                 while True:
                     try:
                         if not c.poll():
@@ -715,45 +774,68 @@ class _Worker:
                         return False  # the parent is gone
                     tag = msg[0]
                     if tag == "go":
-                        r = int(msg[1])
-                        active.append(r)
-                        cursor[r] = 0
-                        capture[r] = bool(msg[2])
-                        env[r] = {}
+                        self.begin(int(msg[1]), bool(msg[2]))
                     elif tag == "flush":
-                        self._send_telemetry()
+                        _put(c, "telemetry", self.telemetry_data())
                     elif tag == "solo":
-                        _put(self.parent, "solo", self._solo(int(msg[1])))
+                        _put(c, "solo", self._solo(int(msg[1])))
                     elif tag == "spin":
-                        own = not self.p.get("shared_cores", False)
-                        self.spin_ns = int(float(msg[1]) * 1e9) if own else 0
-                        self.idle_spin_ns = int(float(msg[2]) * 1e9) if own else 0
+                        self.set_spin(float(msg[1]), float(msg[2]))
                     elif tag == "stop":
                         return False
             else:
                 assert isinstance(c, Connection)
                 try:
                     while c.poll():
-                        data = c.recv_bytes()
-                        self.n_msgs += 1
-                        if len(data) == _GATE.size:
-                            _tag, ti, r = _GATE.unpack(data)
-                            self.tokens[(ti, r)] = time.monotonic_ns()
-                            continue
-                        ti, r, scale = _NOTE.unpack(data)
-                        self.arrived[(ti, r)] = (scale, time.monotonic_ns())
+                        self._note(c.recv_bytes())
                 except (EOFError, OSError):
                     # a peer died: the parent sees it and stops the run
                     self.readers = [x for x in self.readers if x is not c]
-                    conns[:] = [self.parent, *self.readers]
+                    conns[:] = [x for x in conns if x is not c]
         return True
 
-    def _send_telemetry(self) -> None:
+    def _wait_mark(self, t0: int) -> tuple[int, int, int]:
+        """Nothing is runnable: what this worker waits for (a task, a gate's task, or -1:
+        the next request), also shown in its status block."""
+        waiting_for, gate = -1, 0
+        if self.active:
+            r0 = self.active[0]
+            st0 = self.steps[self.cursor[r0]]
+            waiting_for = st0["task"]
+            if self.gated and st0["gin"]:
+                b = self._closed_gate(st0, r0)
+                if b >= 0:  # waiting for that task's end on another device
+                    waiting_for, gate = b, 1
+            status = self.status
+            status[0] = 2
+            status[1] = waiting_for
+            status[2] = r0
+        return t0, waiting_for, gate
+
+    def _wait_end(self, mark: tuple[int, int, int]) -> None:
+        """The wait is over: recorded when a request is in flight here (a wait that ends
+        with a new request counts as waiting for it)."""
+        t0, waiting_for, gate = mark
+        if self.active:
+            if gate:
+                self.rec_waits.append((self.active[0], waiting_for, t0, time.monotonic_ns(),
+                                       1))
+            else:
+                self.rec_waits.append((self.active[0], waiting_for, t0, time.monotonic_ns()))
+        self.status[0] = 0
+
+    def set_spin(self, spin_s: float, idle_spin_s: float) -> None:
+        own = not self.p.get("shared_cores", False)
+        self.spin_ns = int(spin_s * 1e9) if own else 0
+        self.idle_spin_ns = int(idle_spin_s * 1e9) if own else 0
+
+    def telemetry_data(self) -> dict[str, Any]:
+        """The records since the last call (and they are cleared)."""
         data = {"tasks": self.rec_tasks, "ops": self.rec_ops, "waits": self.rec_waits,
                 "peak_live": self.peak_live, "rss_peak": _maxrss()}
-        _put(self.parent, "telemetry", data)
         self.rec_tasks, self.rec_ops, self.rec_waits = [], [], []
         self.peak_live = self.live_bytes
+        return data
 
     def _inject(self, task: int, r: int) -> None:
         f = self.fault
@@ -829,17 +911,32 @@ class _Worker:
             return
         elif kind == "io_in":
             k0 = now()
-            for name, key in zip(self.p["input_order"], st["writes"], strict=True):
-                data = self._read(self.in_views[name][slot])
-                env[key] = (data, None, self._hold(data))
+            if self.inline:  # the client's own arrays: nothing to copy
+                arrays = self.inline_inputs.pop(r)
+                for name, key, arr in zip(self.p["input_order"], st["writes"], arrays,
+                                          strict=True):
+                    data = np.ascontiguousarray(arr, dtype=self.in_views[name][slot].dtype)
+                    env[key] = (data, None, self._hold(data))
+            else:
+                for name, key in zip(self.p["input_order"], st["writes"], strict=True):
+                    data = self._read(self.in_views[name][slot])
+                    env[key] = (data, None, self._hold(data))
             kernel = now() - k0
         else:  # io_out
             k0 = now()
-            for name, key in zip(self.p["output_order"], st["reads"], strict=True):
-                self._write(self.out_views[name][slot], env[key][0])
+            if self.inline:
+                outs = [self._output(name, slot, env[key][0])
+                        for name, key in zip(self.p["output_order"], st["reads"], strict=True)]
+            else:
+                for name, key in zip(self.p["output_order"], st["reads"], strict=True):
+                    self._write(self.out_views[name][slot], env[key][0])
             t1 = now()  # the outputs are ready: the request's latency ends here
             kernel = t1 - k0
-            _put_hot(self.parent, b"O", r, t1)
+            if self.on_output is not None:
+                self.on_output(r, t1, outs)
+            else:
+                assert self.parent is not None
+                _put_hot(self.parent, b"O", r, t1)
             self._peak()
             self.rec_tasks.append((r, ti, kind, t0, t1, kernel, hidden, self.live_bytes,
                                    cpu() - c0))
@@ -878,6 +975,14 @@ class _Worker:
             v = env.pop(k, None)
             if v is not None:
                 self._release(v[2])
+
+    def _output(self, name: str, slot: int, data: Any) -> Any:
+        """An output handed to the inline client: a numpy array of the graph's dtype."""
+        want = self.out_views[name][slot]
+        if not isinstance(data, np.ndarray):
+            data = data.detach().cpu().numpy()
+        dtype = want.dtype if isinstance(want, np.ndarray) else data.dtype
+        return np.asarray(data, dtype=dtype)
 
     def _write(self, view: Any, data: Any) -> None:
         if isinstance(view, np.ndarray):
@@ -986,6 +1091,58 @@ class _Worker:
                         statistics.median(x[1] for x in s) / 1e9,
                         statistics.median(x[2] for x in s) / 1e9))
         return out
+
+
+class Inbox:
+    """The writing end, for a worker on the same thread, of another worker's ``inbox``:
+    a transfer note or a gate token is appended, not written to a pipe (whose poll alone
+    costs 6 us here)."""
+
+    __slots__ = ("box",)
+
+    def __init__(self, box: deque[bytes]) -> None:
+        self.box = box
+
+    def send_bytes(self, data: bytes) -> None:
+        self.box.append(bytes(data))
+
+
+def wait_group(group: Sequence[tuple[_Worker, list[Connection]]], timeout: float | None,
+               extra: Sequence[Any] = (),
+               on_extra: Callable[[list[Any]], None] | None = None) -> bool | None:
+    """Nothing is runnable on any worker of ``group`` (each with its pipes; one thread runs
+    them all): wait for a message and read it. Polls first for the longest spin time of
+    the group (a worker polls only where its device's cores are its own: that saves a
+    blocked thread's wake-up, for a transfer or for the next request). ``extra`` are more
+    objects to wait on (the inline host: the other workers' pipes), handed to
+    ``on_extra`` when ready. False when a worker must stop, None when ``timeout`` passed
+    without a message."""
+    if any([w._take_inbox() for w, _ in group]):
+        return True  # a worker of this thread left a message: no need to wait
+    t0 = time.monotonic_ns()
+    marks = [(w, w._wait_mark(t0)) for w, _ in group]
+    spin = max((w.spin_ns if w.active else w.idle_spin_ns) for w, _ in group)
+    objs: list[Any] = [c for _, cs in group for c in cs]
+    objs += extra
+    limit = t0 + spin
+    while True:
+        polling = spin > 0 and time.monotonic_ns() < limit
+        ready = mp_wait(objs, 0.0 if polling else timeout)
+        if ready or not polling:
+            break
+    got: bool | None = True if ready else None
+    if ready:
+        theirs = [x for x in ready if any(x is e for e in extra)]
+        if theirs:
+            assert on_extra is not None
+            on_extra(theirs)
+        for w, cs in group:
+            mine = [c for c in ready if any(c is x for x in cs)]
+            if mine and not w._take(mine, cs):
+                got = False
+    for w, mark in marks:
+        w._wait_end(mark)
+    return got
 
 
 def measure_step_overhead(steps: int = 200) -> list[float]:
