@@ -394,14 +394,16 @@ def profile_in_context(graph: Graph, source: ModelSource, machine: Machine,
                        calibration: Calibration, *, partition: Partition | None = None,
                        devices: Sequence[str] | None = None, requests: int = 8,
                        rounds: int = 5, warmup: int = 10, seed: int = 1,
-                       transfers: bool = True, stream: bool = True,
+                       transfers: bool = True, stream: bool = True, corun: bool = True,
                        timeout_s: float = 120.0,
                        progress: Progress | None = None) -> Calibration:
     """``calibration`` with the model-order measurements of ``graph`` added (see the
-    module docstring). ``calibration`` orders the single-device runs (any calibration of
-    this machine: the op-by-op one of ``profile_model``); ``graph`` must be ``source``'s
-    graph with concrete shapes. Raises ``InputError`` for bad settings or a machine
-    without local devices, ``ExecutionError`` when a run fails."""
+    module docstring), and with ``corun`` the co-run slowdowns and wake-ups
+    (``placewise.calibrate.corun.profile_corun``). ``calibration`` orders the
+    single-device runs (any calibration of this machine: the op-by-op one of
+    ``profile_model``); ``graph`` must be ``source``'s graph with concrete shapes.
+    Raises ``InputError`` for bad settings or a machine without local devices,
+    ``ExecutionError`` when a run fails."""
     from placewise.calibrate.profile import local_devices
     from placewise.graph.fuse import fuse
     from placewise.runtime.opexec import request_inputs
@@ -447,12 +449,18 @@ def profile_in_context(graph: Graph, source: ModelSource, machine: Machine,
     try:
         files, profiles = _compile_and_profile(runs, source, graph, inputs[warmup], machine,
                                                tmp, progress)
-        return _profile_rounds(graph, source, machine, calibration, problem, runs, skipped,
-                               inputs, files, profiles, requests=requests, rounds=rounds,
-                               warmup=warmup, stream=stream, timeout_s=timeout_s,
-                               progress=progress)
+        out = _profile_rounds(graph, source, machine, calibration, problem, runs, skipped,
+                              inputs, files, profiles, requests=requests, rounds=rounds,
+                              warmup=warmup, stream=stream, timeout_s=timeout_s,
+                              progress=progress)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    if not corun:
+        return out
+    from placewise.calibrate.corun import profile_corun
+
+    return profile_corun(graph, source, machine, out, partition=part, devices=devices,
+                         seed=seed, timeout_s=timeout_s, progress=progress)
 
 
 def _compile_and_profile(runs: Sequence[_Run], source: ModelSource, graph: Graph,
