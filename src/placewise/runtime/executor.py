@@ -80,7 +80,6 @@ import tempfile
 import threading
 import time
 import traceback
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -465,10 +464,10 @@ class Executor:
                                  place="fault")
             inline = set()
         # one pipe per ordered device pair, one inbox where both run on this thread
-        boxes: dict[str, deque[bytes]] = {d: deque() for d in inline}
+        boxes = {d: Inbox() for d in inline}
         for a, b in pairs:
             if a in inline and b in inline:
-                writers[a][b] = Inbox(boxes[b])
+                writers[a][b] = boxes[b]
                 continue
             r, w = ctx.Pipe(duplex=False)
             readers[b].append((a, r))
