@@ -14,6 +14,7 @@ from placewise.cost.calibrated import (
     CorunMeasurement,
     LinkMeasurement,
     StepOverhead,
+    device_record,
     load_calibration,
     region_class,
     region_key,
@@ -21,9 +22,15 @@ from placewise.cost.calibrated import (
 from placewise.cost.model import Representation, Term
 from placewise.cost.roofline import RooflineModel
 from placewise.errors import SpecError
+from placewise.hardware.spec import Machine
 from placewise.schedule import Assignment, Placement, Problem, schedule
 from placewise.units import DType
-from tests.cost.test_calibrated import linear_graph, local_machine, synthetic_calibration
+from tests.cost.test_calibrated import (
+    _dev,
+    linear_graph,
+    local_machine,
+    synthetic_calibration,
+)
 
 FP32 = DType.FP32
 
@@ -176,3 +183,35 @@ def test_a_schedule_with_a_calibrated_slowdown_shows_it_as_contention() -> None:
     # relu overlaps lin1 too, but neither it nor its class was measured: not slowed
     r = s.task("relu")
     assert r.start_s < b.end_s and r.term(Term.CONTENTION) == 0.0
+
+
+def test_a_link_measured_sleeping_is_predicted_as_measured_where_the_receiver_sleeps() -> None:
+    devs = [_dev("cpu0", [0], ["fp32"], "torch"), _dev("cpu1", [1], ["fp32"], "onnxruntime"),
+            _dev("cpu01", [0, 1], ["fp32"], "torch")]
+    m = Machine.model_validate({
+        "name": "local", "tags": {"cpu_model": "Test CPU"}, "devices": devs,
+        "links": [{"name": f"shm-{a}-{b}", "endpoints": [a, b], "bandwidth_bytes_per_s": 5e9,
+                   "latency_s": 1e-5, "source": "test"}
+                  for a, b in (("cpu0", "cpu1"), ("cpu0", "cpu01"), ("cpu1", "cpu01"))]})
+    g = linear_graph([64, 64])
+    recs = [device_record(d).model_copy(update=_wake(1.2e-4, 2e-5)) for d in m.devices]
+
+    def link(dst: str, sleeps: bool) -> LinkMeasurement:
+        return LinkMeasurement(src="cpu0", dst=dst, latency_s=1.5e-4, seconds_per_byte=0.0,
+                               n=20, receiver_sleeps=sleeps)
+
+    cal = Calibration(machine="local", tags={"cpu_model": "Test CPU"}, devices=recs,
+                      links=[link("cpu01", True), link("cpu1", False)])
+    prob = Problem(g, None, m, CalibratedModel(m, cal))
+    s = schedule(prob, Placement.of({"lin0": Assignment("cpu01", FP32),
+                                     "lin1": Assignment("cpu1", FP32),
+                                     "relu": Assignment("cpu0", FP32)}))
+    # cpu01's worker sleeps (it shares the host's core), as when the link was measured:
+    # the plan predicts the measured latency, one sync term
+    x = s.task("xfer:x0:cpu0->cpu01")
+    assert [k for k, _ in x.cost.terms].count(Term.SYNC) == 1
+    assert x.term(Term.SYNC) == pytest.approx(1.5e-4)
+    # cpu1 was measured polling; with cpu01 in the plan it sleeps: the wake-up on top
+    # (the transfer to cpu1 arrives while cpu1 is idle)
+    y = s.task("xfer:x1:cpu0->cpu1")
+    assert y.term(Term.SYNC) == pytest.approx(1.5e-4 + 1e-4)

@@ -997,7 +997,10 @@ class _CoRun:
                 a["wake_s"] = self.wake[i]
                 a["wake"] = (f"the receiver's worker on {d} sleeps (its cores are shared with "
                              f"another device of the plan) and was idle when the data came")
-                tl.cost[i] = Cost((*c.terms, (Term.SYNC, self.wake[i])),
+                terms: dict[Term, float] = {}
+                for k, v in (*c.terms, (Term.SYNC, self.wake[i])):
+                    terms[k] = terms.get(k, 0.0) + v
+                tl.cost[i] = Cost(tuple(terms.items()),
                                   c.low_s + self.wake[i], c.high_s + self.wake[i],
                                   c.bottleneck, c.source, tuple(sorted(a.items())),
                                   c.memory_bytes, c.buffer_bytes)
