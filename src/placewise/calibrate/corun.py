@@ -34,8 +34,10 @@ int8 where A runs it: regions of ``graph.ir.INT8_KINDS`` in int8, the rest fp32)
   time gives one sample of level ``class``, what regions of other models fall back to.
 
 **Wake-up latency** (``measure_wake``). A receiver process pinned to the device's cores
-waits on a pipe, either blocking in ``multiprocessing.connection.wait`` (as a worker that
-may not spin) or polling it with a zero timeout (as one that spins); the parent, pinned
+waits on a pipe, message by message alternately blocking in
+``multiprocessing.connection.wait`` (as a worker that may not spin) and polling it with a
+zero timeout (as one that spins); the receiver is a plain interpreter (stdlib only), so it
+starts in milliseconds; the parent, pinned
 to a core outside the device where there is one, pauses 0.5-2 ms (long enough for the
 receiver to be descheduled) and sends ``time.monotonic_ns()``; the receiver's sample is
 the time from that stamp to its resuming. Per device the median, p10, p90 and count of
