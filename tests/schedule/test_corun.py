@@ -135,12 +135,17 @@ def _xfer(s: Schedule) -> Task:
 
 
 def test_a_hand_off_to_a_sleeping_worker_pays_its_wake_up() -> None:
-    # cpu0 and cpu01 share core 0: cpu01's worker sleeps, the transfer to it wakes it
+    # cpu01 runs on the host's thread and shares core 1 with cpu1, whose worker process
+    # therefore sleeps; d keeps both cores first, so cpu1 is idle when h arrives
     w = 3e-4
-    prob, s = _pipe({"a": "cpu0", "b": "cpu01"}, wake={"cpu01": w, "cpu0": w})
-    _, plain = _pipe({"a": "cpu0", "b": "cpu01"}, wake={})
+    side = {"d": ("cpu01", 5.0)}
+    prob, s = _pipe({"a": "cpu0", "b": "cpu1"}, wake={"cpu1": w, "cpu0": w, "cpu01": w},
+                    side=side)
+    _, plain = _pipe({"a": "cpu0", "b": "cpu1"}, wake={}, side=side)
     xfer, base = _xfer(s), _xfer(plain)
+    assert s.task("a").start_s == 5.0
     assert xfer.term(Term.SYNC) == pytest.approx(base.term(Term.SYNC) + w)
+    assert [k for k, _ in xfer.cost.terms].count(Term.SYNC) == 1
     assert xfer.duration_s == pytest.approx(base.duration_s + w)
     assert dict(xfer.cost.assumptions)["wake_s"] == w
     assert s.makespan_s == pytest.approx(plain.makespan_s + w)
@@ -152,6 +157,14 @@ def test_a_polling_worker_pays_no_wake_up() -> None:
     _, s = _pipe({"a": "cpu0", "b": "cpu1"}, wake={"cpu1": 1e-3, "cpu0": 1e-3})
     _, plain = _pipe({"a": "cpu0", "b": "cpu1"}, wake={})
     _same(s, plain)
+
+
+def test_devices_on_the_host_thread_hand_over_without_a_wake_up() -> None:
+    # cpu01 shares core 0 with the host cpu0: both run on the client's thread
+    where = {"a": "cpu0", "b": "cpu01"}
+    _, s = _pipe(where, wake={"cpu01": 1e-3, "cpu0": 1e-3, "cpu1": 1e-3},
+                 side={"c": ("cpu1", 0.5)})
+    _same(s, _pipe(where, wake={}, side={"c": ("cpu1", 0.5)})[1])
 
 
 def test_a_worker_busy_computing_when_the_data_arrives_is_awake() -> None:
@@ -171,7 +184,9 @@ def test_a_worker_busy_computing_when_the_data_arrives_is_awake() -> None:
 
 
 def test_a_schedule_with_wake_ups_round_trips_through_its_records() -> None:
-    _, s = _pipe({"a": "cpu0", "b": "cpu01"}, wake={"cpu01": 3e-4})
+    _, s = _pipe({"a": "cpu0", "b": "cpu1"}, wake={"cpu1": 3e-4},
+                 side={"d": ("cpu01", 5.0)})
+    assert "wake_s" in dict(_xfer(s).cost.assumptions)
     back = Schedule.from_records(s.placement, s.tasks, s.copies, s.resources, s.host,
                                  makespan_s=s.makespan_s)
     assert [(t.name, t.terms) for t in back.tasks] == [(t.name, t.terms) for t in s.tasks]
@@ -229,19 +244,56 @@ def _random_problem_like(prob: Problem, factor: float) -> tuple[Problem, None]:
                                         for a, b in pairs}), None
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def _chains(data: st.DataObject, wake: float) -> tuple[Problem, Placement]:
+    """2-4 chains x_i -> a_i -> b_i -> y_i, each op on a random device."""
+    k = data.draw(st.integers(2, 4), label="chains")
+    tensors: list[Tensor] = []
+    ops: list[Op] = []
+    for i in range(k):
+        tensors += [Tensor(f"x{i}", (10,), FP32, role=Role.INPUT), Tensor(f"h{i}", (10,), FP32),
+                    Tensor(f"y{i}", (10,), FP32, role=Role.OUTPUT)]
+        ops += [Op(f"a{i}", OpKind.RELU, (f"x{i}",), (f"h{i}",)),
+                Op(f"b{i}", OpKind.RELU, (f"h{i}",), (f"y{i}",))]
+    g = Graph.build("chains", tensors, ops)
+    m = local_like()
+    times = {(o.name, d): data.draw(st.sampled_from([0.5, 1.0, 2.0]), label=o.name)
+             for o in ops for d in DEVICES}
+    prob = Problem(g, None, m, ToyCostModel(m, times, wake={d: wake for d in DEVICES}),
+                   host="cpu0", outputs_to_host=False)
+    pl = Placement.of({o.name: Assignment(data.draw(st.sampled_from(DEVICES),
+                                                     label=f"{o.name}@"), FP32) for o in ops})
+    return prob, pl
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data(), st.sampled_from([1e-3, 0.2]))
-def test_wake_ups_keep_schedules_valid_and_never_shorten_them(
-        data: st.DataObject, wake: float) -> None:
-    prob, pl = _random_problem(data, 1.3, wake, to_host=True)
+def test_wake_ups_follow_the_rule_and_keep_schedules_valid(data: st.DataObject,
+                                                           wake: float) -> None:
+    prob, pl = _chains(data, wake)
     s = schedule(prob, pl)
     check_schedule(prob, s)
     assert_cores_exclusive(prob.machine, s)
-    sleeps = "cpu01" in pl.devices_used()  # it shares a core with the host and cpu1
+    _same(s, schedule(prob, pl))  # deterministic
+    # on this machine only cpu1's worker ever sleeps: when cpu01 (on the host's thread)
+    # is in the plan; it pays a wake-up for data from another device that arrives while
+    # it computes nothing
+    sleeps = "cpu01" in pl.devices_used()
+    busy = [t for t in s.tasks if t.device == "cpu1" and t.kind is not TaskKind.TRANSFER]
+    tol = 1e-9
     for t in s.tasks:
-        w = dict(t.cost.assumptions).get("wake_s")
-        if w is not None:
-            assert t.kind is TaskKind.TRANSFER and w == wake and sleeps
+        if t.kind is not TaskKind.TRANSFER:
+            assert "wake_s" not in dict(t.cost.assumptions)
+            continue
+        woken = "wake_s" in dict(t.cost.assumptions)
+        if t.dst_device != "cpu1" or not sleeps:
+            assert not woken
+            continue
+        arrive = t.end_s - wake if woken else t.end_s
+        if any(abs(arrive - x) <= tol for b in busy for x in (b.start_s, b.end_s)):
+            continue  # a tie: which came first is the event order's
+        computing = any(b.start_s < arrive < b.end_s for b in busy)
+        assert woken is not computing
+        if woken:
             assert t.term(Term.SYNC) >= wake
-    # deterministic
-    _same(s, schedule(prob, pl))
+
+

@@ -45,8 +45,8 @@ both modes become ``DeviceRecord.wake_sleep`` and ``wake_poll``.
 
 Links measured by model-order calibration are flagged (``LinkMeasurement.receiver_sleeps``)
 with whether their receiver slept in those runs: the alternating run of a pair has the
-pair and the host (the machine's first CPU device) as its devices, and a worker sleeps
-when another of them shares one of its cores.
+pair and the host (the machine's first CPU device) as its devices, and the scheduler's
+rule says whose worker sleeps (``link_receiver_sleeps``).
 
 Nothing here runs inside a timed run of the executor; progress goes through
 ``progress(done, total, message)``; the library never prints.
@@ -212,9 +212,10 @@ def _overhead(xs: Sequence[float], method: str) -> StepOverhead:
 
 
 def link_receiver_sleeps(machine: Machine, src: str, dst: str, host: str) -> bool:
-    """Whether ``dst``'s worker sleeps in model-order calibration's run alternating
-    between ``src`` and ``dst`` (its devices: the two and ``host``): another of them shares
-    one of its cores.
+    """Whether ``dst``'s worker slept in model-order calibration's run alternating between
+    ``src`` and ``dst`` (its devices: the two and ``host``): the scheduler's rule
+    (``schedule.simulate.worker_threads`` / ``sleeping_threads``, as the executor runs
+    them): its thread sleeps and ``src`` runs on another thread.
 
     >>> from placewise.hardware.spec import Machine
     >>> def dev(n, c):
@@ -222,13 +223,19 @@ def link_receiver_sleeps(machine: Machine, src: str, dst: str, host: str) -> boo
     ...             "peak_source": "t", "launch_overhead_s": 0.0, "launch_source": "t",
     ...             "memory": [{"name": "m", "capacity_bytes": 1, "bandwidth_bytes_per_s": 1,
     ...                         "source": "t"}], "cores": c, "backend": "onnxruntime"}
-    >>> m = Machine.model_validate({"name": "l", "devices": [dev("cpu0", [0]),
-    ...     dev("cpu1", [1]), dev("cpu01", [0, 1])], "links": []})
-    >>> link_receiver_sleeps(m, "cpu0", "cpu1", "cpu0"), link_receiver_sleeps(m, "cpu1", "cpu01", "cpu0")
-    (False, True)
+    >>> names = {"cpu0": [0], "cpu1": [1], "cpu01": [0, 1]}
+    >>> m = Machine.model_validate({"name": "l", "devices": [dev(n, c) for n, c in names.items()],
+    ...     "links": [{"name": a + b, "endpoints": [a, b], "bandwidth_bytes_per_s": 1e9,
+    ...                "latency_s": 0.0, "source": "t"} for a, b in
+    ...               (("cpu0", "cpu1"), ("cpu0", "cpu01"), ("cpu1", "cpu01"))]})
+    >>> [link_receiver_sleeps(m, a, b, "cpu0") for a, b in
+    ...  (("cpu0", "cpu1"), ("cpu0", "cpu01"), ("cpu01", "cpu1"), ("cpu1", "cpu01"))]
+    [False, False, True, False]
     """
-    mine = set(machine.device(dst).cores or ())
-    return any(mine & set(machine.device(d).cores or ()) for d in {src, host} if d != dst)
+    from placewise.schedule.simulate import sleeping_threads, worker_threads
+
+    threads = worker_threads(machine, [src, dst], host)
+    return threads[dst] in sleeping_threads(machine, threads) and threads[src] != threads[dst]
 
 
 # ---- co-run ------------------------------------------------------------------------------------

@@ -72,14 +72,19 @@ slowdown already includes the memory traffic of the two). The added time is the 
 ``Term.CONTENTION``. Conversions and transfers are not slowed (they keep devices busy).
 Without any slowdown above 1 the schedule is exactly the one without this rule.
 
-**Wake-ups.** A device's worker whose cores another device of the plan shares may not
-spin (``runtime.executor``): it sleeps while it has nothing to run, and a hand-off to it
-costs a wake-up (``CostModel.wake_s``: measured, 0.0 from the roofline model;
-``transfer_cost`` answers for a polling receiver). A transfer to such a device whose data
-arrives while the device has no compute or conversion task running holds its link lane
-``wake_s`` longer, added to its cost as ``Term.SYNC`` (so ``sum(terms) == end_s -
-start_s`` still holds); one that arrives while the device computes finds its worker awake
-and pays nothing. Devices without shared cores (every preset) never sleep here.
+**Wake-ups.** The executor (``runtime.executor``) runs the host's worker, and those of
+the CPU devices sharing a core with the host, on the client's own thread, and every other
+device's worker in a process of its own (``worker_threads``). A worker may poll for
+messages only where no device of another thread uses one of its cores, and a thread polls
+when one of its workers may; otherwise it sleeps while it has nothing to run
+(``sleeping_threads``: on the probed ``local`` machine, ``cpu1``'s worker in a plan that
+also uses ``cpu01``). A hand-off to a sleeping thread from another thread costs a wake-up
+(``CostModel.wake_s`` of the receiving device: measured, 0.0 from the roofline model;
+``transfer_cost`` answers for a polling receiver). A transfer to it whose data arrives
+while none of the thread's devices has a compute or conversion task running holds its link
+lane ``wake_s`` longer, added to its cost's ``Term.SYNC`` (so ``sum(terms) == end_s -
+start_s`` still holds); one that arrives while the thread computes finds it awake and pays
+nothing. Devices without cores (every preset) never sleep here.
 
 **Policy.** Dynamic list scheduling: when a lane frees or a task becomes ready, the ready
 task with the highest upward rank (its duration plus the longest chain of durations after
@@ -126,12 +131,13 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
 from placewise.cost.model import Cost, Representation, Term
 from placewise.errors import InputError
+from placewise.hardware.spec import DeviceKind, Machine
 from placewise.schedule.placement import Assignment, Placement, Problem
 from placewise.units import DType
 
@@ -146,6 +152,8 @@ __all__ = [
     "core_name",
     "core_occupancy_s",
     "schedule",
+    "sleeping_threads",
+    "worker_threads",
 ]
 
 # relative tolerance under which a time difference is float noise, not contention
@@ -639,6 +647,40 @@ def core_occupancy_s(tl: Timeline) -> dict[str, float]:
     return {core_name(c): work[c] for c in sorted(work) if len(devs[c]) > 1}
 
 
+def worker_threads(machine: Machine, devices: Iterable[str], host: str) -> dict[str, str]:
+    """Device -> the thread its worker runs on when the executor runs a partitioned plan
+    of ``devices`` (``runtime.executor``): the host, and the CPU devices sharing a core
+    with it, on the client's own thread (named after the host); every other device on its
+    own (named after itself).
+
+    >>> from placewise.hardware.spec import load_machine
+    >>> worker_threads(load_machine("h100-sxm-server"), ["gpu0"], "cpu")
+    {'cpu': 'cpu', 'gpu0': 'gpu0'}
+    """
+    names = list(dict.fromkeys([host, *devices]))
+    home = set(machine.device(host).cores or ())
+    out: dict[str, str] = {}
+    for d in names:
+        dev = machine.device(d)
+        together = d == host or (
+            dev.kind is DeviceKind.CPU and (dev.backend or "").lower() != "cuda"
+            and bool(home & set(dev.cores or ())))
+        out[d] = host if together else d
+    return out
+
+
+def sleeping_threads(machine: Machine, threads: Mapping[str, str]) -> frozenset[str]:
+    """The threads of ``threads`` (device -> thread, ``worker_threads``) that sleep when
+    they have nothing to run: a worker may poll only where no device of another thread
+    uses one of its cores, and a thread polls when one of its workers may."""
+    cores = {d: set(machine.device(d).cores or ()) for d in threads}
+    by: dict[str, list[str]] = {}
+    for d, th in threads.items():
+        by.setdefault(th, []).append(d)
+    return frozenset(th for th, ds in by.items() if all(
+        any(cores[d] & cores[e] for e in threads if threads[e] != th) for d in ds))
+
+
 # ---- building the task graph ----------------------------------------------------------------
 class _Build:
     """Builds the task graph of one placement into a ``Timeline`` (tasks in creation order,
@@ -951,11 +993,12 @@ class _CoRun:
     docstring), by task id: ``busy_dev``, the plan device (index into ``names``) a compute
     or conversion task keeps busy (-1: a transfer); ``sens``, whether a co-run can slow a
     compute task, ``cand`` / ``cand_order`` the devices that can (other plan devices on
-    disjoint cores); ``wake`` / ``dst``, a transfer's wake-up and receiving device when
-    the receiver's worker sleeps (0.0: it polls). ``woken`` is filled by the simulation."""
+    disjoint cores); ``wake`` / ``dst`` / ``dst_thread``, a transfer's wake-up, receiving
+    device and the devices of the receiver's thread when that thread sleeps (0.0: it
+    polls, or the sender runs on it). ``woken`` is filled by the simulation."""
 
-    __slots__ = ("any_wake", "busy_dev", "cand", "cand_order", "dst", "dtypes", "memo",
-                 "names", "problem", "sens", "vertex", "wake", "woken")
+    __slots__ = ("any_wake", "busy_dev", "cand", "cand_order", "dst", "dst_thread", "dtypes",
+                 "memo", "names", "problem", "sens", "vertex", "wake", "woken")
 
     def __init__(self, problem: Problem, names: list[str], n: int) -> None:
         self.problem = problem
@@ -966,6 +1009,7 @@ class _CoRun:
         self.cand_order: list[tuple[int, ...]] = [()] * n
         self.wake = [0.0] * n
         self.dst = [-1] * n
+        self.dst_thread: list[tuple[int, ...]] = [()] * n
         self.any_wake = False
         self.vertex: list[int] = [-1] * n
         self.dtypes: list[DType | None] = [None] * n
@@ -996,7 +1040,7 @@ class _CoRun:
                 a = dict(c.assumptions)
                 a["wake_s"] = self.wake[i]
                 a["wake"] = (f"the receiver's worker on {d} sleeps (its cores are shared with "
-                             f"another device of the plan) and was idle when the data came")
+                             f"a device of another thread) and was idle when the data came")
                 terms: dict[Term, float] = {}
                 for k, v in (*c.terms, (Term.SYNC, self.wake[i])):
                     terms[k] = terms.get(k, 0.0) + v
@@ -1019,9 +1063,9 @@ def _corun_of(problem: Problem, placement: Placement, tl: Timeline) -> _CoRun | 
     idx = {d: k for k, d in enumerate(names)}
     m = problem.machine
     cores = {d: frozenset(m.device(d).cores or ()) for d in names}
-    # a worker on cores another device of the plan shares may not spin: it sleeps
-    sleeps = {d for d in names if cores[d] and any(cores[d] & cores[e] for e in names
-                                                   if e != d)}
+    threads = worker_threads(m, names, problem.host)
+    sleeps = sleeping_threads(m, threads)
+    members = {th: tuple(idx[d] for d in names if threads[d] == th) for th in sleeps}
     cand_of = {d: frozenset(idx[e] for e in names if e != d and not cores[d] & cores[e])
                for d in names}
     cand_names = {d: frozenset(names[x] for x in cand_of[d]) for d in names}
@@ -1032,11 +1076,12 @@ def _corun_of(problem: Problem, placement: Placement, tl: Timeline) -> _CoRun | 
         k = kinds[i]
         if k is TaskKind.TRANSFER:
             dst = tl.dst_device[i]
-            if dst is not None and dst in sleeps:
+            if dst is not None and threads[dst] in sleeps and threads[dst] != threads[devs[i]]:
                 w = problem.wake(dst)
                 if w > 0.0:
                     co.wake[i] = w
                     co.dst[i] = idx[dst]
+                    co.dst_thread[i] = members[threads[dst]]
                     co.any_wake = found = True
             continue
         dev = devs[i]
@@ -1378,7 +1423,7 @@ def _simulate(tl: Timeline, contention: bool,
         for j in batch:
             if wake is not None and wake[j] > 0.0 and not woken[j]:
                 assert co is not None
-                if cnt[co.dst[j]] == 0:
+                if not any(cnt[x] for x in co.dst_thread[j]):
                     # the data is there; the receiver sleeps: it resumes ``wake[j]`` later
                     woken[j] = True
                     if fluid[j]:
