@@ -91,7 +91,7 @@ import numpy as np
 from placewise.errors import ExecutionError, InputError, PlacewiseError, UnsupportedError
 from placewise.graph.ir import Graph
 from placewise.hardware.spec import Device
-from placewise.runtime.backends.onnxruntime import CPU, provider_for
+from placewise.runtime.backends.onnxruntime import provider_for
 from placewise.runtime.backends.torch import Unpackable, pack_fx
 from placewise.runtime.program import (
     ExecProgram,
@@ -117,7 +117,7 @@ from placewise.runtime.worker import (
     _worker_entry,
     wait_group,
 )
-from placewise.schedule.simulate import TaskKind
+from placewise.schedule.simulate import TaskKind, may_poll, worker_threads
 from placewise.units import DType
 
 if TYPE_CHECKING:
@@ -455,14 +455,8 @@ class Executor:
                                  place="fault") from None
             fault = {"kind": self.fault.kind, "device": self.fault.device, "task": ft,
                      "request": self.fault.request}
-        inline = set(self._inline_devices()) if (
-            bool(prog.partitions) if self.inline_host is None else self.inline_host) else set()
-        if fault is not None and fault["device"] in inline:
-            if self.inline_host:
-                raise InputError(f"a fault on device {fault['device']!r} needs "
-                                 f"inline_host=False (its worker runs in this process)",
-                                 place="fault")
-            inline = set()
+        threads, in_process = self._threads()
+        inline = {d for d, th in threads.items() if in_process and th == prog.host}
         # one pipe per ordered device pair, one inbox where both run on this thread
         boxes = {d: Inbox() for d in inline}
         for a, b in pairs:
@@ -482,7 +476,7 @@ class Executor:
         try:
             for i, d in enumerate(devices):
                 payload = self._payload(d, i, reload, fmt, ins, outs, xfers, fault,
-                                        inline if d.name in inline else set())
+                                        may_poll(prog, threads, d.name))
                 if d.name in inline:
                     iw = _Worker(payload, None, readers[d.name], writers[d.name], shm=self._shm,
                                  inbox=boxes[d.name])
@@ -544,17 +538,9 @@ class Executor:
         self._tags["isa"] = str(self._ready_info[devices[0].name].get("isa", ""))
         self._tags["in_process"] = ",".join(w.device for w, _ in self._inline)
 
-    def _shares_cores(self, d: Device, together: set[str] | frozenset[str] = frozenset()
-                      ) -> bool:
-        """Whether another device of the program, run by another thread, uses one of
-        ``d``'s cores (devices in ``together`` run on ``d``'s own thread)."""
-        mine = set(d.cores or ())
-        return any(mine & set(o.cores or ()) for o in self.program.devices
-                   if o.name != d.name and o.name not in together)
-
     def _payload(self, d: Device, i: int, reload: dict[str, Any], fmt: str,
                  ins: dict[str, _Buf], outs: dict[str, _Buf], xfers: dict[int, _Buf],
-                 fault: dict[str, Any] | None, together: set[str]) -> dict[str, Any]:
+                 fault: dict[str, Any] | None, polls: bool) -> dict[str, Any]:
         prog = self.program
         steps = prog.steps[d.name]
         used_tasks = {s.task for s in steps if s.task >= 0}
@@ -595,10 +581,10 @@ class Executor:
             "reference_inputs": self._reference, "fault": fault,
             "warm_calls": self.warm_calls,
             "n_workers": len(prog.devices),
-            "spin_s": self.spin_s if not self._shares_cores(d, together) else 0.0,
-            "idle_spin_s": self.idle_spin_s if not self._shares_cores(d, together) else 0.0,
+            "spin_s": self.spin_s if polls else 0.0,
+            "idle_spin_s": self.idle_spin_s if polls else 0.0,
             "fx_map": self._fx_map,
-            "shared_cores": self._shares_cores(d, together),
+            "shared_cores": not polls,
             "granularity": "partition" if prog.partitions else "op",
             "provider": list(provider_for(d).as_ort()),
             "partitions": {name: path for name, path in self._partition_files.items()
@@ -663,19 +649,27 @@ class Executor:
                              f"{text}", device=device, task=self._task_name(task),
                              op=self._op_name(task, op_index), request=int(request))
 
-    def _inline_devices(self) -> list[str]:
-        """The devices whose workers run in this process: the host, and the CPU devices
-        that share a core with it (the plan never has them compute at the same time as
-        the host, so one thread runs them all, re-pinned to each one's cores)."""
+    def _threads(self) -> tuple[dict[str, str], bool]:
+        """Device -> the thread its worker runs on (``schedule.simulate.worker_threads``,
+        the rule the scheduler prices wake-ups by): the host, and the CPU devices that share
+        a core with it (the plan never has them compute at the same time as the host), on
+        this process's thread; every other device in a worker process of its own. The
+        op-level interpreter, or ``inline_host=False``: every device in its own process.
+        The flag says whether the host's thread is this process's."""
         prog = self.program
-        host = prog.device(prog.host)
-        mine = set(host.cores or ())
-        out = [host.name]
-        for d in prog.devices:
-            if d.name != host.name and mine & set(d.cores or ()) and \
-                    provider_for(d).name == CPU and (d.backend or "torch") != "cuda":
-                out.append(d.name)
-        return out
+        names = [d.name for d in prog.devices]
+        inline = bool(prog.partitions) if self.inline_host is None else self.inline_host
+        if not inline:
+            return {d: d for d in names}, False
+        threads = worker_threads(prog, names, prog.host)
+        fault = self.fault
+        if fault is not None and threads.get(fault.device) == prog.host:
+            if self.inline_host:
+                raise InputError(f"a fault on device {fault.device!r} needs "
+                                 f"inline_host=False (its worker runs in this process)",
+                                 place="fault")
+            return {d: d for d in names}, False
+        return threads, True
 
     def _raise_host_error(self, exc: BaseException, w: _Worker, *,
                           during: bool = False) -> None:

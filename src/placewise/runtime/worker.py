@@ -832,7 +832,7 @@ class _Worker:
     def telemetry_data(self) -> dict[str, Any]:
         """The records since the last call (and they are cleared)."""
         data = {"tasks": self.rec_tasks, "ops": self.rec_ops, "waits": self.rec_waits,
-                "peak_live": self.peak_live, "rss_peak": _maxrss()}
+                "peak_live": self.peak_live, "rss_peak": max(_maxrss(), _rss())}  # the kernel updates its mark lazily
         self.rec_tasks, self.rec_ops, self.rec_waits = [], [], []
         self.peak_live = self.live_bytes
         return data

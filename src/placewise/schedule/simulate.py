@@ -134,14 +134,16 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Protocol
 
 from placewise.cost.model import Cost, Representation, Term
 from placewise.errors import InputError
-from placewise.hardware.spec import DeviceKind, Machine
+from placewise.hardware.spec import Device, DeviceKind
 from placewise.schedule.placement import Assignment, Placement, Problem
 from placewise.units import DType
 
 __all__ = [
+    "HasDevices",
     "ResourceKind",
     "ResourceUse",
     "Schedule",
@@ -151,6 +153,7 @@ __all__ = [
     "Timeline",
     "core_name",
     "core_occupancy_s",
+    "may_poll",
     "schedule",
     "sleeping_threads",
     "worker_threads",
@@ -647,7 +650,13 @@ def core_occupancy_s(tl: Timeline) -> dict[str, float]:
     return {core_name(c): work[c] for c in sorted(work) if len(devs[c]) > 1}
 
 
-def worker_threads(machine: Machine, devices: Iterable[str], host: str) -> dict[str, str]:
+class HasDevices(Protocol):
+    """A machine, or an executable program: anything that names its devices."""
+
+    def device(self, name: str) -> Device: ...
+
+
+def worker_threads(machine: HasDevices, devices: Iterable[str], host: str) -> dict[str, str]:
     """Device -> the thread its worker runs on when the executor runs a partitioned plan
     of ``devices`` (``runtime.executor``): the host, and the CPU devices sharing a core
     with it, on the client's own thread (named after the host); every other device on its
@@ -669,16 +678,24 @@ def worker_threads(machine: Machine, devices: Iterable[str], host: str) -> dict[
     return out
 
 
-def sleeping_threads(machine: Machine, threads: Mapping[str, str]) -> frozenset[str]:
+def may_poll(machine: HasDevices, threads: Mapping[str, str], device: str) -> bool:
+    """Whether ``device``'s worker may poll (spin) instead of sleeping when it has nothing
+    to run: only where no device of another thread (``threads``: device -> thread,
+    ``worker_threads``) uses one of its cores."""
+    mine = set(machine.device(device).cores or ())
+    th = threads[device]
+    return not any(mine & set(machine.device(e).cores or ())
+                   for e in threads if threads[e] != th)
+
+
+def sleeping_threads(machine: HasDevices, threads: Mapping[str, str]) -> frozenset[str]:
     """The threads of ``threads`` (device -> thread, ``worker_threads``) that sleep when
-    they have nothing to run: a worker may poll only where no device of another thread
-    uses one of its cores, and a thread polls when one of its workers may."""
-    cores = {d: set(machine.device(d).cores or ()) for d in threads}
+    they have nothing to run: a thread polls when one of its workers may (``may_poll``)."""
     by: dict[str, list[str]] = {}
     for d, th in threads.items():
         by.setdefault(th, []).append(d)
-    return frozenset(th for th, ds in by.items() if all(
-        any(cores[d] & cores[e] for e in threads if threads[e] != th) for d in ds))
+    return frozenset(th for th, ds in by.items()
+                     if not any(may_poll(machine, threads, d) for d in ds))
 
 
 # ---- building the task graph ----------------------------------------------------------------
