@@ -28,6 +28,7 @@ test: install-test
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --doctest-modules src/placewise
 
 lint: install-test
 	$(BIN)/ruff check src tests benchmarks

@@ -398,7 +398,7 @@ def implied_bytes(name: str, o: Mapping[str, int], *, stop_at: int | None = None
 
     >>> implied_bytes("mlp", {"layers": 1, "hidden": 4, "in_features": 2, "out_features": 1,
     ...                       "batch": 1})
-    (68, 36)
+    (68, 44)
     """
     limit = stop_at if stop_at is not None else 1 << 200
     f = 4  # bytes per fp32 element

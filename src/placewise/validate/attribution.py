@@ -197,6 +197,16 @@ def _pred_parts(trec: PlanTask) -> tuple[float, float, float, float]:
     return trec.duration_s, trec.contention_s, trec.term(Term.LAUNCH), conv
 
 
+def _pred_wake(trec: PlanTask | None) -> float:
+    """The wake-up of a sleeping receiver the plan put into a transfer (its ``wake_s``
+    assumption, part of its sync term): measured, it is the receiver's wait before the
+    receive step, so it is compared under "waiting", not "transfer"."""
+    if trec is None or trec.kind is not TaskKind.TRANSFER:
+        return 0.0
+    w = trec.assumptions.get("wake_s", 0.0)
+    return float(w) if isinstance(w, (int, float)) else 0.0
+
+
 def _split_step(st: _Step, solo: SoloRecord | None,
                 pred: tuple[float, float, float, float], counted: bool) -> dict[str, float]:
     """The measured-minus-predicted seconds of one step, by term (excluding its gap): each
@@ -305,6 +315,10 @@ def _critical_path(program: ExecProgram, plan: Plan, steps: dict[str, list[_Step
             counted = True
         s = solo.get((task_name, st.device))
         d = _split_step(st, s, parts, counted)
+        if counted and st.kind is StepKind.SEND:
+            wake = _pred_wake(pred.get(task_name))
+            d["transfer"] += wake
+            d["waiting"] -= wake
         # a wait for another device's data is waiting; a gap after the previous step of
         # the same worker is the worker's own loop (bookkeeping between steps)
         d["waiting" if cross else "launch/dispatch"] += gap / 1e9
