@@ -9,6 +9,7 @@ three strategies:
 - ``single``: the best single device (the ``single:DEVICE`` baseline of the auto search
   with the lowest makespan),
 - ``auto`` and ``greedy``,
+- ``throughput``: ``auto`` with the throughput objective (pipelining across devices),
 
 then ``validate_plan`` each plan: isolated latency (p50 of ``--requests`` requests),
 pipelined throughput (a stream of about ``--stream-s`` seconds), memory high-water per
@@ -84,8 +85,8 @@ def _calibrations(name: str, batches: list[int], machine: Any, cache: Path,
     return out
 
 
-def _plans(name: str, batch: int, machine: Any, cal: Any, time_limit_s: float
-           ) -> list[tuple[str, Any]]:
+def _plans(name: str, batch: int, machine: Any, cal: Any, time_limit_s: float,
+           throughput: bool = True) -> list[tuple[str, Any]]:
     from placewise.cost.load import load_cost_model
     from placewise.graph.fuse import fuse
     from placewise.graph.zoo import load_zoo
@@ -104,6 +105,11 @@ def _plans(name: str, batch: int, machine: Any, cal: Any, time_limit_s: float
     plans.append(("auto", build_plan(problem, auto, model_ref=ref, strategy="auto")))
     plans.append(("greedy", build_plan(problem, plan_search(problem, strategy="greedy"),
                                        model_ref=ref, strategy="greedy")))
+    if throughput:
+        tput = plan_search(problem, strategy="auto", objective="throughput",
+                           time_limit_s=time_limit_s)
+        plans.append(("throughput", build_plan(problem, tput, model_ref=ref, strategy="auto",
+                                               objective="throughput")))
     return plans
 
 
@@ -281,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="benchmarks/results/validation.json")
     p.add_argument("--repeats", type=int, default=3,
                    help="validations of each plan, interleaved across the plans")
+    p.add_argument("--no-throughput", action="store_true",
+                   help="no throughput-objective plans")
     p.add_argument("--no-context", action="store_true",
                    help="op-by-op calibration only (no model-order run)")
     p.add_argument("--table", metavar="RESULTS",
@@ -316,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
                              context=not args.no_context)
         for b in batches:
             try:
-                plans = _plans(name, b, machine, cals[b], args.time_limit)
+                plans = _plans(name, b, machine, cals[b], args.time_limit,
+                               throughput=not args.no_throughput)
             except Exception as exc:  # a search failure is recorded, the benchmark goes on
                 failures.append({"model": name, "batch": b, "stage": "plan",
                                  "error": f"{type(exc).__name__}: {exc}"})

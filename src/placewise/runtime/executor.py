@@ -70,6 +70,7 @@ its top level with ``if __name__ == "__main__":``.
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import multiprocessing as mp
 import os
@@ -786,6 +787,8 @@ class Executor:
         client_cpu0 = time.process_time()
         for w, _ in group:
             w.on_output, w.on_done = st.out, st.done
+        collecting = gc.isenabled()
+        gc.disable()  # a collection of this process's heap would land inside a request
 
         def handle(ready: Sequence[Any]) -> None:
             for msg, _p in self._messages(ready, f"{phase} requests"):
@@ -840,6 +843,8 @@ class Executor:
             self.close()
             raise
         finally:
+            if collecting:
+                gc.enable()
             for w, _ in group:
                 w.on_output = w.on_done = None
         for r in range(n):
