@@ -36,12 +36,13 @@ def _run(program: Any, source: Any, inputs: Any, **kw: Any) -> dict[str, Any]:
         pinned = os.sched_getaffinity(0)
         isolated = ex.run(inputs, phase="isolated")
         stream = ex.run(inputs * 2, phase="stream", in_flight=3)
+        client_cpu = ex.last_run_cpu_s
         ex.run(inputs[:1], phase="capture", capture=True)
         solo = ex.solo(2)
         tel = ex.telemetry()
         pids = ex.worker_pids
     return {"isolated": isolated, "stream": stream, "solo": solo, "telemetry": tel,
-            "pids": pids, "pinned": pinned, "before": before,
+            "pids": pids, "pinned": pinned, "before": before, "client_cpu": client_cpu,
             "after": os.sched_getaffinity(0)}
 
 
@@ -80,6 +81,13 @@ def test_in_process_results_are_the_worker_processes_results(split: dict[str, An
             for u, v in zip(x, y, strict=True):
                 assert u.dtype == v.dtype and u.shape == v.shape
                 np.testing.assert_array_equal(u, v)
+
+
+def test_the_client_cpu_is_counted_once(split: dict[str, Any]) -> None:
+    # in-process, the client's CPU time is the host worker's own (its per-request work);
+    # with a worker process per device it is the client's alone
+    assert split["inline"]["client_cpu"] == 0.0
+    assert split["processes"]["client_cpu"] > 0.0
 
 
 def test_in_process_telemetry_names_every_task(split: dict[str, Any]) -> None:

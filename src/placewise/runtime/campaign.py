@@ -12,9 +12,13 @@ its own telemetry phase name:
 3. **a pipelined stream** (``STREAM``, with ``settings.stream``): ``K`` requests kept in
    flight (``settings.in_flight``, default ``default_in_flight``), cycling over ``inputs``,
    for ``settings.stream_requests`` requests or, without a count, about
-   ``settings.stream_s`` seconds (``stream_length``). Workers sleep rather than poll when
-   idle (``set_spin(0, 0)``): queued work keeps them busy, and polling would only take the
-   cores the client needs to keep the pipeline fed. The figures are the stream's
+   ``settings.stream_s`` seconds (``stream_length``). Where the client is a process of
+   its own (no worker in it: ``inline_host=False``, the op-level mode), workers sleep
+   rather than poll when idle (``set_spin(0, 0)``): queued work keeps them busy, and
+   polling would only take the cores the client needs to keep the pipeline fed. Where the
+   client runs the host's worker itself, the workers keep their polling rule
+   (``schedule.simulate.may_poll``: only on cores no other thread uses), as a deployed
+   pipeline's stages do. The figures are the stream's
    **period per request** (``stream_period``) and the client process's CPU time per
    request.
 4. **solo replay** (``CAPTURE``, with ``settings.solo_repeats > 0``): one request is run
@@ -221,7 +225,8 @@ def run_stream(ex: Executor, inputs: Inputs, n: int, in_flight: int) -> StreamFi
     most the executor's slots; phase ``STREAM``), workers sleeping when idle; its figures
     (module docstring)."""
     k = max(1, min(int(in_flight), ex.slots))
-    ex.set_spin(0.0, 0.0)
+    if not ex.in_process:  # the client is a process of its own: leave it the cores
+        ex.set_spin(0.0, 0.0)
     ex.run(_cycle(inputs, n), phase=STREAM, in_flight=k)
     client = ex.last_run_cpu_s / n
     period = stream_period(ex.telemetry().requests_of(STREAM), k)

@@ -377,8 +377,11 @@ class Executor:
         self._pending_send: dict[tuple[int, int], tuple[Any, ...]] = {}
         self._pending_recv: dict[tuple[int, int], tuple[str, tuple[Any, ...]]] = {}
         self._phase_peaks: dict[str, dict[str, int]] = {}
-        #: the client process's CPU seconds in the last ``run`` (submitting requests,
-        #: handling completions; telemetry collection excluded)
+        #: the client process's CPU seconds in the last ``run`` outside the workers
+        #: (submitting requests, handling completions; telemetry collection excluded):
+        #: 0.0 when the host's worker runs in this process, since all the client then does
+        #: is that worker's loop, already the host's own work per request
+        #: (``DeviceRecord.request_busy``), which a plan must not count twice
         self.last_run_cpu_s = 0.0
 
     # -- lifecycle --
@@ -392,6 +395,12 @@ class Executor:
     def worker_pids(self) -> dict[str, int]:
         """Device name -> pid of its worker (started workers only)."""
         return {p.device: int(p.proc.pid) for p in self._procs if p.proc.pid is not None}
+
+    @property
+    def in_process(self) -> tuple[str, ...]:
+        """The devices whose workers run in this process (the host first; see
+        ``inline_host``), once started."""
+        return tuple(w.device for w, _ in self._inline)
 
     @property
     def shm_name(self) -> str | None:
@@ -852,9 +861,8 @@ class Executor:
                                                 st.ready_ns[r],
                                                 max(st.done_ns[r], st.out_ns[r]),
                                                 st.out_ns[r]))
-        # the client's own CPU time for these requests (telemetry collection excluded;
-        # an inline host's steps included: the client runs them)
-        self.last_run_cpu_s = time.process_time() - client_cpu0
+        # the client's own CPU time for these requests (telemetry collection excluded)
+        self.last_run_cpu_s = 0.0 if group else time.process_time() - client_cpu0
         self._flush(phase)
         return [x if x is not None else [] for x in st.results]
 
