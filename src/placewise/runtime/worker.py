@@ -313,7 +313,7 @@ class _Worker:
             for init in model.graph.initializer:
                 self.weight_bytes_extra += _onnx_bytes(init)
             sess = make_session(path, provider, threads=self.threads,
-                                spinning=not p.get("shared_cores", False))
+                                spinning=bool(p.get("session_spinning", False)))
             self.sessions[ti] = sess
             self.op_lists[ti] = [self._session_run(sess, self.p["vertices"][vname])]
 
