@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
 import sys
 import tempfile
 import time
@@ -30,6 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from validation import CACHE_DIR, _plans, context_calibration_path
 
 
 def _chain(folder: Path, feeds: dict[str, Any]) -> dict[str, Any]:
@@ -60,25 +62,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--models", default="mlp,resnet,bert,gpt,inception")
     p.add_argument("--batches", default="1,4,16")
     p.add_argument("--time-limit", type=float, default=3.0)
-    p.add_argument("--cache", default=os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "placewise",
-        "bench-calibrations"))
+    p.add_argument("--cache", default=CACHE_DIR)
     p.add_argument("--out", default="benchmarks/results/export_roundtrip.json")
     args = p.parse_args(argv)
 
-    sys.path.insert(0, str(Path(__file__).parent))
     from placewise.cost.calibrated import load_calibration
     from placewise.export import export_plan
     from placewise.hardware.probe import load_local
     from placewise.runtime.opexec import load_source, request_inputs
-    from validation import _plans  # the matrix's own plans
 
     machine = load_local()
     rows: list[dict[str, Any]] = []
     t_all = time.perf_counter()
     for name in args.models.split(","):
         for b in [int(x) for x in args.batches.split(",")]:
-            cal_file = Path(args.cache) / f"ctx-{name}-b{b}-{machine.fingerprint()[7:19]}.json"
+            cal_file = context_calibration_path(Path(args.cache), name, b, machine)
             cal = load_calibration(cal_file) if cal_file.is_file() else None
             src = load_source(f"zoo:{name}", batch=b)
             assert src.graph is not None

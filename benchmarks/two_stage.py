@@ -25,6 +25,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).parent))
+from validation import CACHE_DIR, context_calibration_path
+
 
 def _cut(problem: Any) -> Any:
     from placewise.schedule import Assignment, Placement, evaluate
@@ -49,9 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--requests", type=int, default=20)
     p.add_argument("--stream-s", type=float, default=2.0)
-    p.add_argument("--cache", default=os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "placewise",
-        "bench-calibrations"))
+    p.add_argument("--cache", default=CACHE_DIR)
     p.add_argument("--out", default="benchmarks/results/two_stage.json")
     args = p.parse_args(argv)
 
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in args.models.split(","):
         b = args.batch
-        cal = load_calibration(Path(args.cache) / f"ctx-{name}-b{b}-{machine.fingerprint()[7:19]}.json")
+        cal = load_calibration(context_calibration_path(Path(args.cache), name, b, machine))
         graph = load_zoo(f"zoo:{name}", batch=b)
         problem = Problem(graph, fuse(graph), machine, load_cost_model(machine, cal), batch=b)
         _period, k, ev = _cut(problem)

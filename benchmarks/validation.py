@@ -39,6 +39,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+#: where the calibrations are cached (also read by two_stage.py and export_roundtrip.py)
+CACHE_DIR = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                         "placewise", "bench-calibrations")
+
+
+def context_calibration_path(cache: Path, name: str, batch: int, machine: Any) -> Path:
+    """The cached model-order calibration of zoo model ``name`` at ``batch``."""
+    return cache / f"ctx-{name}-b{batch}-{machine.fingerprint()[7:19]}.json"
+
 
 def _now() -> str:
     return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
@@ -73,7 +82,7 @@ def _calibrations(name: str, batches: list[int], machine: Any, cache: Path,
     from placewise.calibrate.context import profile_in_context
 
     for b in batches:
-        path = cache / f"ctx-{name}-b{b}-{machine.fingerprint()[7:19]}.json"
+        path = context_calibration_path(cache, name, b, machine)
         if path.is_file():
             out[b] = load_calibration(path)
             continue
@@ -281,9 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stream-s", type=float, default=1.0)
     p.add_argument("--time-limit", type=float, default=10.0)
     p.add_argument("--profile-max-time-s", type=float, default=0.25)
-    p.add_argument("--cache", default=os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "placewise",
-        "bench-calibrations"))
+    p.add_argument("--cache", default=CACHE_DIR)
     p.add_argument("--out", default="benchmarks/results/validation.json")
     p.add_argument("--repeats", type=int, default=3,
                    help="validations of each plan, interleaved across the plans")
