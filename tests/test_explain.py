@@ -21,7 +21,8 @@ def toy() -> tuple[Problem, Plan]:
 def test_full_explanation_data(toy: tuple[Problem, Plan]) -> None:
     _, plan = toy
     data = explain(plan)
-    assert set(data) == {"summary", "critical_path", "crossings", "memory", "bound", "search"}
+    assert set(data) == {"summary", "critical_path", "crossings", "memory", "bound", "search",
+                         "precision"}
     json.dumps(data)  # JSON-ready for --json
     s = data["summary"]
     assert s["makespan_s"] == plan.makespan_s and s["label"] == "exact schedule"

@@ -30,7 +30,7 @@ try:  # typer >= 0.29 vendors click
     from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
     from typer.exceptions import Abort
 except ImportError:  # pragma: no cover - older typer on top of click
-    from click.exceptions import (  # type: ignore[no-redef]
+    from click.exceptions import (  # type: ignore[no-redef, assignment, unused-ignore]
         Abort,
         ClickException,
         UsageError,
@@ -157,6 +157,10 @@ def _render_summary(s: dict[str, Any]) -> None:
     for io in ("inputs", "outputs"):
         for t in s[io]:
             out.print(f"  {io[:-1]:6} {t['name']}: {t['dtype']}[{','.join(map(str, t['shape']))}]")
+    if s.get("shape_source"):
+        folded = (f"; {s['folded_nodes']} of {s['source_nodes']} nodes folded into constants"
+                  if s.get("source_nodes") else "")
+        out.print(f"  shapes: {s['shape_source']}{folded}")
     rows = [[k, v["count"], format_flops(v["flops"]), format_bytes(v["bytes_moved"])]
             for k, v in sorted(s["by_kind"].items(), key=lambda kv: -kv[1]["flops"])]
     out.print(_table("by kind", ["kind", "ops", "FLOPs", "bytes moved"], rows))
@@ -409,10 +413,15 @@ def plan(
     calibration: Annotated[Path | None, typer.Option(help="Calibration JSON from `profile`")] = None,
     seed: Annotated[int, typer.Option(help="Seed of randomized searches")] = 0,
     no_fuse: Annotated[bool, typer.Option("--no-fuse", help="One vertex per op")] = False,
+    precision: Annotated[str, typer.Option("--precision", help="KEEP (the model's own), fp32, fp16, bf16, int8 (that dtype where the budget holds) or mixed (per vertex)")] = "KEEP",
+    quality_budget: Annotated[str | None, typer.Option("--quality-budget", help="METRIC=VALUE bound on the output error of lowered precision: rel_l2, cosine, max_abs or top1 (default rel_l2=0.01)")] = None,
+    inputs: Annotated[Path | None, typer.Option("--inputs", help="Representative inputs (.npz, one array per model input) for the quality evidence (default: generated)")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Search placements and write a plan."""
     from placewise.plan import build_plan, save_plan
+    from placewise.precision.evidence import plan_precision
+    from placewise.precision.policy import QualityBudget, parse_policy
     from placewise.search.api import plan_search
 
     if objective not in ("latency", "throughput"):
@@ -420,13 +429,21 @@ def plan(
                          place="--objective")
     if time_limit <= 0:
         raise InputError(f"time limit must be positive, got {time_limit}", place="--time-limit")
+    policy = parse_policy(precision)
+    budget = QualityBudget.parse(quality_budget)
     check_output_path(out_file, place="--out")
     problem, machine = _build_problem(model, hw, shape, batch, calibration, not no_fuse)
     with _progress(f"searching ({strategy})") as cb:
-        result = plan_search(problem, strategy=strategy, objective=objective,
-                             time_limit_s=time_limit, seed=seed, progress=cb)
-    p = build_plan(problem, result, model_ref=model, objective=objective, strategy=strategy,
-                   seed=seed)
+        def search(prob: Any) -> Any:
+            return plan_search(prob, strategy=strategy, objective=objective,
+                               time_limit_s=time_limit, seed=seed, progress=cb)
+
+        outcome, record = plan_precision(problem, model, policy, budget, search,
+                                         shapes=_parse_shapes(shape), batch=batch,
+                                         inputs=inputs, progress=cb)
+    result = outcome.result
+    p = build_plan(outcome.problem, result, model_ref=model, objective=objective,
+                   strategy=strategy, seed=seed, precision=record)
     save_plan(p, out_file)
     summary = {
         "out": str(out_file),
@@ -445,6 +462,9 @@ def plan(
         "cpsat_bound_s": result.cpsat_bound_s,
         "gap": result.gap,
         "machine": machine.name,
+        "precision": {"policy": record["policy"], "budget": budget.text(),
+                      "lowered": record["lowered"], "estimated": record["estimated"],
+                      "fallback": record["fallback"], "inputs": record["inputs"]},
     }
     if as_json:
         _print_json(summary)
@@ -457,6 +477,16 @@ def plan(
               f"{format_seconds(result.lower_bound_s)}   feasible {result.feasible}")
     out.print(_table("baselines", ["baseline", f"{unit}"], [
         [label, format_seconds(v)] for label, v in result.baselines]))
+    lowered = record["lowered"]
+    line = (f"precision {record['policy']}: {len(lowered)} of {len(p.placement)} vertices "
+            f"lowered")
+    if record["decisions"]:
+        est = record["estimated"]
+        line += (f"; estimated {budget.metric} {est.get(budget.metric, 'exact')} within "
+                 f"{budget.text()}" if lowered else f"; budget {budget.text()}")
+        if record["fallback"]:
+            line += f"; kept for the budget: {', '.join(record['fallback'][:5])}"
+    out.print(line)
     out.print(f"searched {result.candidates_evaluated} placements in "
               f"{result.search_time_s:.2f} s; wrote {out_file}")
 
@@ -530,9 +560,12 @@ def validate(
     plan_file: Annotated[Path, typer.Argument(metavar="PLAN", help="Plan JSON (planned for --hw local)")],
     requests: Annotated[int, typer.Option(help="Isolated requests to time")] = 30,
     no_baseline: Annotated[bool, typer.Option("--no-baseline", help="Skip the onnxruntime baseline")] = False,
+    inputs: Annotated[Path | None, typer.Option("--inputs", help="Requests to run and measure quality on (.npz, one array per model input)")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Run the plan for real on this machine and compare it with its prediction, term by term."""
+    """Run the plan for real on this machine and compare it with its prediction, term by term.
+
+    Exits 1 when the measured output quality breaks the plan's precision budget."""
     from placewise.validate import render_validation, validate_plan
 
     if requests <= 0:
@@ -540,11 +573,13 @@ def validate(
     machine = resolve_machine("local")
     with _progress("validating") as cb:
         report = validate_plan(str(plan_file), requests=requests, machine=machine, progress=cb,
-                               baseline=not no_baseline)
+                               baseline=not no_baseline, inputs=inputs)
     if as_json:
         _print_json(report.to_json())
-        return
-    sys.stdout.write(render_validation(report))
+    else:
+        sys.stdout.write(render_validation(report))
+    if report.quality_check is not None and not report.quality_check.holds:
+        raise typer.Exit(1)
 
 
 # ---- export ------------------------------------------------------------------------------------

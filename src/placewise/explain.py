@@ -190,6 +190,26 @@ def _search(plan: Plan) -> dict[str, Any] | None:
     return None if plan.search is None else plan.search.model_dump(mode="json")
 
 
+def _precision(plan: Plan) -> dict[str, Any] | None:
+    """The precision policy and every precision decision: its time gain and quality cost."""
+    pr = plan.precision
+    if pr is None:
+        return None
+    rows = []
+    for d in pr.decisions:
+        state = ("lowered" if d.chosen else "fallback" if d.fallback else
+                 "admitted" if d.admitted else "kept")
+        rows.append({"vertex": d.vertex, "dtype": d.dtype.value, "natural": d.natural.value,
+                     "state": state, "gain_s": d.gain_s, "error": d.error,
+                     "quality": dict(d.quality), "reason": d.reason})
+    return {"policy": pr.policy, "budget": f"{pr.budget_metric}={pr.budget_value:g}",
+            "budget_default": pr.budget_default, "inputs": pr.inputs,
+            "schemes": dict(pr.schemes), "lowered": dict(pr.lowered),
+            "estimated": dict(pr.estimated), "estimated_error": pr.estimated_error,
+            "combined_estimate": pr.combined_estimate, "rechecks": pr.rechecks,
+            "fallback": list(pr.fallback), "notes": list(pr.notes), "decisions": rows}
+
+
 def _unknown(kind: str, name: str, known: Sequence[str], flag: str) -> InputError:
     close = difflib.get_close_matches(name, list(dict.fromkeys(known)), n=3)
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
@@ -229,6 +249,8 @@ def _op_view(plan: Plan, name: str) -> dict[str, Any]:
         "alternatives": alts,
         "crossings_in": [_crossing_data(c) for c in plan.crossings if c.dst_vertex == vertex],
         "crossings_out": [_crossing_data(c) for c in plan.crossings if c.src_vertex == vertex],
+        "precision": [d for d in (_precision(plan) or {}).get("decisions", [])
+                      if d["vertex"] == vertex],
     }
     return out
 
@@ -269,14 +291,16 @@ def explain(plan: Plan, *, op: str | None = None, edge: str | None = None) -> di
     """The explanation of ``plan`` as data.
 
     Without ``op``/``edge``: ``summary``, ``critical_path``, ``crossings``, ``memory``,
-    ``bound`` and ``search``. With ``op`` (an op or vertex name) and/or ``edge`` (a tensor
+    ``bound``, ``search`` and ``precision`` (the policy, budget, evidence and every
+    precision decision with its time gain and quality cost). With ``op`` (an op or vertex name) and/or ``edge`` (a tensor
     name): the ``header`` and the ``op`` / ``edge`` zoom only. ``InputError`` (naming the
     flag and the name) when the plan has no such op, vertex or tensor.
     """
     if op is None and edge is None:
         return {"summary": _summary(plan), "critical_path": _critical_path(plan),
                 "crossings": [_crossing_data(c) for c in plan.crossings],
-                "memory": _memory(plan), "bound": _bound(plan), "search": _search(plan)}
+                "memory": _memory(plan), "bound": _bound(plan), "search": _search(plan),
+                "precision": _precision(plan)}
     out: dict[str, Any] = {"header": _header(plan)}
     if op is not None:
         out["op"] = _op_view(plan, op)
@@ -505,6 +529,47 @@ def _render_search(s: Mapping[str, Any] | None, makespan_s: float) -> list[str]:
     return out
 
 
+def _decision_line(d: Mapping[str, Any]) -> list[str]:
+    gain = "-" if d.get("gain_s") is None else _s(d["gain_s"])
+    err = "-" if d.get("error") is None else f"{d['error']:.3g}"
+    return [d["vertex"], f"{d['natural']}->{d['dtype']}", d["state"], gain, err, d["reason"]]
+
+
+def _render_precision(p: Mapping[str, Any] | None, max_rows: int) -> list[str]:
+    if p is None:
+        return ["precision: not recorded (a plan from before precision policies)"]
+    head = (f"precision: policy {p['policy']}, budget {p['budget']}"
+            + (" (default)" if p["budget_default"] else ""))
+    out = [head]
+    if not p["decisions"]:
+        out.append("  every vertex computes at the model's own precision: no evidence needed")
+        return out
+    out.append(f"  evidence: {p['inputs']}")
+    for dt, text in sorted(p["schemes"].items()):
+        out.append(f"  {dt} emulated as: {text}")
+    est = p["estimated"]
+    if p["lowered"]:
+        out.append(f"  {_n(len(p['lowered']), 'vertex', 'vertices')} lowered; the whole "
+                   f"assignment emulated: "
+                   + ", ".join(f"{k} {v:.4g}" for k, v in sorted(est.items()))
+                   + f" (combined estimate {p['combined_estimate']:.3g}, "
+                   + f"{_n(p['rechecks'], 're-check', 're-checks')})")
+    else:
+        out.append("  nothing lowered: the outputs are the model's own")
+    if p["fallback"]:
+        out.append(f"  kept at higher precision for the budget: {', '.join(p['fallback'])}")
+    rows = sorted(p["decisions"], key=lambda d: (
+        {"lowered": 0, "fallback": 1, "admitted": 2, "kept": 3}[d["state"]],
+        -(d.get("gain_s") or 0.0), d["vertex"]))
+    out += _table(["vertex", "precision", "decision", "time gain", "error", "why"],
+                  [_decision_line(d) for d in rows[:max_rows]], indent="  ", left=(0, 1, 2, 5))
+    if len(rows) > max_rows:
+        out.append(f"  ... and {len(rows) - max_rows} more decisions")
+    for note in p["notes"]:
+        out.append(f"  note: {note}")
+    return out
+
+
 def _render_task(t: Mapping[str, Any], indent: str) -> list[str]:
     out = [f"{indent}task {t['name']} on {t['resource']} lane {t['lane']}: "
            f"{_s(t['start_s'])} -> {_s(t['end_s'])} ({_s(t['duration_s'])}, "
@@ -553,6 +618,11 @@ def _render_op(o: Mapping[str, Any]) -> list[str]:
                              "-" if d is None else ("+" if d >= 0 else "-") + _s(abs(d)), ""])
         out += _table(["device", "dtype", "cost", "vs here", "why not"], rows, indent="    ",
                       left=2)
+    if o.get("precision"):
+        out.append("  precision decisions:")
+        out += _table(["vertex", "precision", "decision", "time gain", "error", "why"],
+                      [_decision_line(d) for d in o["precision"]], indent="    ",
+                      left=(0, 1, 2, 5))
     for title, key in (("arrives", "crossings_in"), ("leaves", "crossings_out")):
         if o[key]:
             out.append(f"  {title}:")
@@ -594,6 +664,8 @@ def render_explain(data: Mapping[str, Any], *, max_rows: int = 40) -> str:
         lines += _render_bound(data["bound"])
         lines.append("")
         lines += _render_search(data["search"], data["summary"]["makespan_s"])
+        lines.append("")
+        lines += _render_precision(data.get("precision"), max_rows)
     else:
         lines += _header_line(data["header"])
         if "op" in data:

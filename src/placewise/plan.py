@@ -31,7 +31,10 @@ A ``Plan`` is everything the scheduler said about one placement, written down so
   tasks that move it, their transfer/conversion/sync time, and what keeping it on one
   device would have cost (computed when the plan is built);
 - ``search``: the strategy, candidates, pruned counts, alternatives and baselines with their
-  objective values, and the CP-SAT bound/gap when there is one.
+  objective values, and the CP-SAT bound/gap when there is one;
+- ``precision``: the precision policy, quality budget, the inputs and emulation schemes of
+  the quality evidence, the per-vertex sensitivity table, the chosen assignment's
+  estimated output quality and the fallback list (``PrecisionRecord``).
 
 **Determinism.** The same inputs (and seed) give a byte-identical file: keys are sorted,
 floats are written with ``repr`` (shortest round-trip), and nothing wall-clock is stored.
@@ -114,6 +117,8 @@ __all__ = [
     "OpRecord",
     "Plan",
     "PoolRecord",
+    "PrecisionDecisionRecord",
+    "PrecisionRecord",
     "RegionRecord",
     "ResourceRecord",
     "ScheduleRecord",
@@ -520,6 +525,50 @@ class SearchRecord(_Record):
     notes: tuple[str, ...] = ()
 
 
+class PrecisionDecisionRecord(_Record):
+    """One row of the precision sensitivity table (``placewise.precision.policy.Decision``)."""
+
+    vertex: str
+    dtype: DType
+    natural: DType
+    ops: tuple[str, ...] = ()
+    gain_s: float | None = None
+    quality: dict[str, float] = {}
+    error: float | None = None
+    admitted: bool = False
+    chosen: bool = False
+    fallback: bool = False
+    reason: str = ""
+
+
+class PrecisionRecord(_Record):
+    """The precision policy of a plan and its quality evidence: the ``policy``, the
+    ``budget`` (metric, value, whether it is the default), the ``inputs`` the evidence ran
+    on, the emulation ``schemes``, the sensitivity table (``decisions``: every vertex a
+    device computes faster at a lower precision, lowered alone), the ``estimated`` quality
+    of the chosen assignment emulated as a whole (empty: nothing lowered, the outputs are
+    the model's own), its error in the budget metric, the combined estimate from the table,
+    the number of whole-assignment re-checks, and ``fallback``: the vertices kept at their
+    own precision because the assignment broke the budget."""
+
+    policy: str
+    budget_metric: str
+    budget_value: float
+    budget_default: bool = False
+    budget_limit: float
+    inputs: str = ""
+    input_requests: int = 0
+    schemes: dict[str, str] = {}
+    decisions: tuple[PrecisionDecisionRecord, ...] = ()
+    lowered: dict[str, str] = {}
+    estimated: dict[str, float] = {}
+    estimated_error: float = 0.0
+    combined_estimate: float = 0.0
+    rechecks: int = 0
+    fallback: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
 class Plan(_Record):
     """A plan file's content; see the module docstring. Build with ``build_plan``, write
     with ``save_plan``, read with ``load_plan``."""
@@ -558,6 +607,7 @@ class Plan(_Record):
     memory: MemoryRecord
     crossings: tuple[CrossingRecord, ...] = ()
     search: SearchRecord | None = None
+    precision: PrecisionRecord | None = None
 
     @property
     def predicted_latency_s(self) -> float:
@@ -1044,7 +1094,8 @@ def _search_json(result: Any, strategy: str, objective: Objective) -> dict[str, 
 def build_plan(problem: Problem, result: SearchLike | Evaluation, *, model_ref: str,
                objective: Objective | str | None = None, strategy: str | None = None,
                seed: int | None = None, alternatives: bool = True,
-               any_placement_bound: bool = True) -> Plan:
+               any_placement_bound: bool = True,
+               precision: Mapping[str, Any] | None = None) -> Plan:
     """The plan of ``result`` (an ``Evaluation``, or a search result whose ``best`` is one)
     for ``problem`` (the problem ``result`` was evaluated on).
 
@@ -1118,6 +1169,7 @@ def build_plan(problem: Problem, result: SearchLike | Evaluation, *, model_ref: 
         "memory": _memory_json(ev.memory),
         "crossings": _crossings(problem, ev),
         "search": _search_json(search, strat, obj) if search is not None else None,
+        "precision": dict(precision) if precision is not None else None,
     }
     return Plan.model_validate(data)
 

@@ -218,19 +218,55 @@ class Problem:
     graph's shapes were bound with: throughput counts ``batch`` requests per run, and
     memory suggestions split it into micro-batches.
 
+    ``precision``: vertex name -> the dtypes it may compute in (the precision policy's
+    answer, see ``placewise.precision.policy``); a vertex not listed, or ``None``, may take
+    any dtype its device supports. ``restricted`` gives the same problem with another
+    restriction (sharing the cost memo tables).
+
     The inputs are never modified; the object only grows its memo tables (not thread-safe).
     """
 
-    __slots__ = ("_conv", "_corun", "_costs", "_feasible", "_io", "_pruned", "_rep_index",
-                 "_route", "_wake", "_xfer", "batch", "cost_model", "device_index", "devices", "edges", "graph",
-                 "host", "in_edges", "machine", "natural_rid", "numel", "out_edges",
-                 "outputs_to_host", "partition", "preds", "rep_bits", "reps", "succs",
-                 "tensor_consumers", "tensor_producer", "vertex_index", "vertex_of_op",
-                 "vertices")
+    __slots__ = (
+        "_conv",
+        "_corun",
+        "_costs",
+        "_feasible",
+        "_io",
+        "_pruned",
+        "_rep_index",
+        "_route",
+        "_wake",
+        "_xfer",
+        "batch",
+        "cost_model",
+        "device_index",
+        "devices",
+        "edges",
+        "graph",
+        "host",
+        "in_edges",
+        "machine",
+        "natural_rid",
+        "numel",
+        "out_edges",
+        "outputs_to_host",
+        "partition",
+        "precision",
+        "preds",
+        "rep_bits",
+        "reps",
+        "succs",
+        "tensor_consumers",
+        "tensor_producer",
+        "vertex_index",
+        "vertex_of_op",
+        "vertices",
+    )
 
     def __init__(self, graph: Graph, partition: PartitionLike | None, machine: Machine,
                  cost_model: CostModel, batch: int = 1, *, host: str | None = None,
-                 outputs_to_host: bool = True) -> None:
+                 outputs_to_host: bool = True,
+                 precision: Mapping[str, frozenset[DType]] | None = None) -> None:
         if batch < 1:
             raise InputError(f"batch must be >= 1, got {batch}", place="batch")
         self.graph = graph
@@ -282,6 +318,34 @@ class Problem:
         self._pruned: dict[int, tuple[Pruned, ...]] = {}
         self._corun: dict[tuple[int, str, DType, frozenset[str]], float] = {}
         self._wake: dict[str, float] = {}
+        self.precision: dict[int, frozenset[DType]] = {}
+        for name, dts in (precision or {}).items():
+            if name not in self.vertex_index:
+                raise InputError(f"the precision restriction names vertex {name!r}, which "
+                                 f"the problem does not have", place="precision")
+            self.precision[self.vertex_index[name]] = frozenset(dts)
+
+    def allows(self, vi: int, dtype: DType) -> bool:
+        """Whether the precision restriction lets vertex ``vi`` compute in ``dtype``."""
+        got = self.precision.get(vi)
+        return got is None or dtype in got
+
+    def restricted(self, precision: Mapping[str, frozenset[DType]] | None) -> Problem:
+        """This problem with another precision restriction (``None``: none). Costs are
+        pure functions of (vertex, device, dtype): the memo tables are shared."""
+        p = Problem.__new__(Problem)
+        for slot in Problem.__slots__:
+            if hasattr(self, slot):
+                object.__setattr__(p, slot, getattr(self, slot))
+        p._feasible = {}
+        p._pruned = {}
+        p.precision = {}
+        for name, dts in (precision or {}).items():
+            if name not in self.vertex_index:
+                raise InputError(f"the precision restriction names vertex {name!r}, which "
+                                 f"the problem does not have", place="precision")
+            p.precision[self.vertex_index[name]] = frozenset(dts)
+        return p
 
     # ---- construction ----------------------------------------------------------------
     def _build(self, partition: PartitionLike | None) -> None:
@@ -593,7 +657,7 @@ def _kahn(position: list[int], preds: list[set[int]], names: list[str]) -> list[
 
 def feasible_assignments(problem: Problem, vertex: int | str) -> list[Assignment]:
     """Assignments (device, dtype) a vertex can take: the device runs every op kind of the
-    vertex in that dtype and the cost model answers. Devices in machine order, dtypes in
+    vertex in that dtype, the precision restriction allows it and the cost model answers. Devices in machine order, dtypes in
     the device's order. The others are listed by ``pruned_assignments`` with the reason.
 
     Memoized on the problem.
@@ -606,6 +670,10 @@ def feasible_assignments(problem: Problem, vertex: int | str) -> list[Assignment
         for dev in problem.machine.devices:
             for dt in dev.dtypes:
                 a = Assignment(dev.name, dt)
+                if not problem.allows(vi, dt):
+                    pruned.append(Pruned(a, f"the precision policy keeps this vertex out of "
+                                            f"{dt.value}"))
+                    continue
                 try:
                     problem.cost(vi, dev.name, dt)
                 except UnsupportedError as exc:

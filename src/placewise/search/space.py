@@ -64,7 +64,7 @@ __all__ = [
 DEFAULT_DTYPES: tuple[DType, ...] = (DType.FP32, DType.BF16, DType.FP16, DType.INT8)
 
 # why an assignment was left out, in reporting order
-PRUNE_REASONS = ("kind", "dtype", "cost model", "memory", "screened")
+PRUNE_REASONS = ("kind", "dtype", "precision policy", "cost model", "memory", "screened")
 
 # estimated seconds of work on the 2-core development machine (they drive the work clock;
 # they need not be accurate, only deterministic and roughly proportional)
@@ -320,6 +320,10 @@ class SearchSpace:
                 if dt not in dev.dtypes:
                     self._prune("dtype", f"device {dev.name!r} does not compute in {dt.value}")
                     continue
+                if not p.allows(vi, dt):
+                    self._prune("precision policy", f"vertex {name!r}: the precision policy "
+                                                    f"keeps it out of {dt.value}")
+                    continue
                 if allowed is not None and dt not in allowed:
                     self._prune("screened", f"vertex {name!r}: {dev.name}/{dt.value} not "
                                             f"explored (precision screening)")
@@ -354,7 +358,7 @@ class SearchSpace:
             if not all(dev.supports(k) for k in v.kinds):
                 continue
             for dt in self.dtypes:
-                if dt not in dev.dtypes:
+                if dt not in dev.dtypes or not p.allows(vi, dt):
                     continue
                 try:
                     c = p.cost(vi, dev.name, dt)
@@ -374,7 +378,8 @@ class SearchSpace:
                 f"(weights, inputs, outputs and scratch) even on {dname}/{tier}, which holds "
                 f"{format_bytes(cap)}", device=dname, tier=tier, need_bytes=need,
                 capacity_bytes=cap)
-        reasons = [ex for r in ("kind", "dtype", "cost model") for ex in self._examples[r]
+        reasons = [ex for r in ("kind", "dtype", "precision policy", "cost model")
+                   for ex in self._examples[r]
                    if v.name in ex or "does not compute" in ex][:3]
         raise Infeasible(f"vertex {v.name!r} can run on no device in "
                          f"{', '.join(d.value for d in self.dtypes)}"

@@ -23,6 +23,7 @@ __all__ = [
     "LatencyStats",
     "MemoryComparison",
     "OutputQuality",
+    "QualityCheck",
     "StepShare",
     "TaskShare",
     "ThroughputAttribution",
@@ -123,6 +124,42 @@ class OutputQuality:
         return {"output": self.output, "n": self.n, "rel_l2_median": self.rel_l2_median,
                 "rel_l2_max": self.rel_l2_max, "max_abs": self.max_abs,
                 "cosine_min": self.cosine_min, "top1_agreement": self.top1_agreement}
+
+
+@dataclass(frozen=True, slots=True)
+class QualityCheck:
+    """The plan's precision budget against the quality measured on the real run.
+
+    ``measured``/``estimated``: metric -> value over every output and request (worst
+    output; the plan's estimate is the emulation of its assignment, empty when it lowers
+    nothing); ``inputs``: what the requests were; ``holds``: the measured quality is within
+    the budget (``validate`` exits 1 otherwise); ``ratio``: measured error over estimated
+    error in the budget metric (None when either is zero)."""
+
+    policy: str
+    metric: str
+    value: float
+    limit: float
+    measured: Mapping[str, float]
+    estimated: Mapping[str, float]
+    measured_error: float
+    estimated_error: float
+    holds: bool
+    inputs: str
+
+    @property
+    def ratio(self) -> float | None:
+        if self.measured_error <= 0.0 or self.estimated_error <= 0.0:
+            return None
+        return self.measured_error / self.estimated_error
+
+    def to_json(self) -> dict[str, Any]:
+        return {"policy": self.policy, "budget": {"metric": self.metric, "value": self.value,
+                                                  "limit": self.limit},
+                "measured": dict(self.measured), "estimated": dict(self.estimated),
+                "measured_error": self.measured_error,
+                "estimated_error": self.estimated_error, "ratio": self.ratio,
+                "holds": self.holds, "inputs": self.inputs}
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,6 +360,7 @@ class ValidationReport:
     tags: Mapping[str, str]
     notes: tuple[str, ...] = ()
     telemetry: Telemetry | None = field(default=None, repr=False, compare=False)
+    quality_check: QualityCheck | None = None
 
     @property
     def latency_error(self) -> float | None:
@@ -378,6 +416,8 @@ class ValidationReport:
                 "throughput": None if self.throughput_attribution is None
                 else self.throughput_attribution.to_json()},
             "quality": [q.to_json() for q in self.quality],
+            "quality_check": None if self.quality_check is None
+            else self.quality_check.to_json(),
             "baseline": [b.to_json() for b in self.baselines],
             "tags": dict(self.tags),
             "notes": list(self.notes),

@@ -78,6 +78,15 @@ def render_validation(report: ValidationReport) -> str:
             lines.append(f"  {q.output}: rel L2 {q.rel_l2_median:.2e} (max "
                          f"{q.rel_l2_max:.2e})  max abs {q.max_abs:.2e}  cosine >= "
                          f"{q.cosine_min:.6f}{top1}")
+    qc = r.quality_check
+    if qc is not None:
+        est = (f"estimated {qc.estimated.get(qc.metric, 0.0):.4g}" if qc.estimated
+               else "estimated exact (nothing lowered)")
+        ratio = "" if qc.ratio is None else f", measured/estimated error x{qc.ratio:.2f}"
+        verdict = "within" if qc.holds else "BREAKS"
+        lines.append(f"  precision {qc.policy}: measured {qc.metric} "
+                     f"{qc.measured.get(qc.metric, float('nan')):.4g} {verdict} the budget "
+                     f"{qc.metric}={qc.value:g} ({est}{ratio}; {qc.inputs})")
     if r.baselines:
         lines += ["", "baseline (whole-model onnxruntime sessions, same requests):"]
         for b in r.baselines:

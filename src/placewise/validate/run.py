@@ -35,6 +35,7 @@ from placewise.validate.records import (
     BaselineReport,
     MemoryComparison,
     OutputQuality,
+    QualityCheck,
     ValidationReport,
     latency_stats,
 )
@@ -110,7 +111,8 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
                   stream_s: float = 1.0, in_flight: int | None = None,
                   solo_repeats: int = 7, warmup: int = 10, timeout_s: float = 120.0,
                   seed: int = 0, keep_telemetry: bool = True,
-                  shapes: Mapping[str, Sequence[int]] | None = None) -> ValidationReport:
+                  shapes: Mapping[str, Sequence[int]] | None = None,
+                  inputs: str | os.PathLike[str] | None = None) -> ValidationReport:
     """Run ``plan`` on this machine and compare it with its prediction (``placewise.validate``).
 
     ``plan``: a ``Plan`` or a plan file; ``source``: the model (default: the plan's
@@ -119,8 +121,12 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
     ``load_local()``; a plan for another machine, or for a preset, is an ``InputError``
     naming the fingerprint). ``requests``: isolated requests (>= 1); the stream runs for
     about ``stream_s`` seconds (at least ``requests`` requests). ``progress(message,
-    fraction)`` is called between phases. Raises ``ExecutionError`` when the run fails
-    (naming the device and op).
+    fraction)`` is called between phases. ``inputs``: a ``.npz`` file of requests
+    (``placewise.precision.inputs``) to run and measure quality on (cycled up to
+    ``requests``); quality is then checked against the plan's precision budget
+    (``ValidationReport.quality_check``). Raises ``ExecutionError`` when the run fails
+    (naming the device and op), ``InputError`` for an inputs file that does not match the
+    model.
     """
     from placewise.plan import Plan as _Plan
     from placewise.plan import check_fingerprints, load_plan
@@ -150,9 +156,18 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
     program = program_from_plan(plan, graph, machine)
     from placewise.runtime.opexec import request_inputs
 
-    inputs = request_inputs(src, graph, requests, seed)
+    if inputs is not None:
+        from placewise.precision.inputs import load_inputs
+
+        given = load_inputs(inputs, list(graph.inputs), request_inputs(src, graph, 1, seed)[0])
+        inputs_text = f"file {os.fspath(inputs)}: {len(given)} requests"
+        reqs = [given[k % len(given)] for k in range(max(requests, len(given)))]
+    else:
+        reqs = request_inputs(src, graph, requests, seed)
+        inputs_text = f"generated: {requests} requests from seed {seed}"
+    requests = len(reqs)
     report("computing the fp32 reference outputs", 0.05)
-    reference = reference_outputs(src, graph, inputs)
+    reference = reference_outputs(src, graph, reqs)
     k = max(1, in_flight if in_flight is not None else
             default_in_flight(len(program.devices)))
     settings = CampaignSettings(warmup=warmup, in_flight=k, stream_s=max(stream_s, 0.0),
@@ -160,10 +175,10 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
     notes: list[str] = []
     timeout = max(timeout_s, 100.0 * float(plan.makespan_s))
     fraction = {WARMUP: 0.3, ISOLATED: 0.35, STREAM: 0.55, CAPTURE: 0.7}
-    with Executor(program, src, reference_inputs=inputs[0], slots=k,
+    with Executor(program, src, reference_inputs=reqs[0], slots=k,
                   timeout_s=timeout) as ex:
         ex.start(lambda m: report(m, 0.1))
-        got = run_campaign(ex, inputs, settings,
+        got = run_campaign(ex, reqs, settings,
                            progress=lambda phase, m: report(m, fraction[phase]))
         peaks = ex.peak_live_bytes(ISOLATED)
     outputs, tel, solo = got.outputs, got.telemetry, list(got.solo)
@@ -197,7 +212,7 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
     baselines: list[BaselineReport] = []
     if baseline:
         report("running the onnxruntime baseline", 0.85)
-        baselines = plan_baselines(program, src, graph, inputs, reference,
+        baselines = plan_baselines(program, src, graph, reqs, reference,
                                    latency_p50_s=lat.p50_s, throughput_rps=rps, batch=batch,
                                    stream_s=stream_s)
     tags = dict(tel.tags)
@@ -213,7 +228,27 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
         plan.throughput_rps, plan.throughput.bottleneck_resource, lat, lat_on_cpu, rps,
         got.stream.requests, got.in_flight,
         tuple(mem), attribution, tp_attr, tuple(quality), tuple(baselines), tuple(solo), tags,
-        tuple(notes), tel if keep_telemetry else None)
+        tuple(notes), tel if keep_telemetry else None,
+        quality_check=_quality_check(plan, quality, inputs_text))
+
+
+def _quality_check(plan: Plan, quality: Sequence[OutputQuality], inputs: str
+                   ) -> QualityCheck | None:
+    """The measured quality against the plan's precision budget (None: the plan records
+    no precision policy)."""
+    from placewise.precision.policy import QualityBudget
+
+    pr = plan.precision
+    if pr is None:
+        return None
+    budget = QualityBudget(pr.budget_metric, pr.budget_value)
+    measured = _worst(quality)
+    if budget.metric not in measured:
+        return None
+    err = budget.error(measured)
+    return QualityCheck(pr.policy, budget.metric, budget.value, budget.limit, measured,
+                        dict(pr.estimated), err, pr.estimated_error, budget.holds(measured),
+                        inputs)
 
 
 def _load_note(tags: Mapping[str, str]) -> str:
@@ -226,3 +261,16 @@ def _load_note(tags: Mapping[str, str]) -> str:
         return (f"the host was busy (1-minute load {load:.2f} on {cpus} logical CPUs): other "
                 f"processes shared the cores, which inflates measured times")
     return ""
+
+
+def _worst(quality: Sequence[OutputQuality]) -> dict[str, float]:
+    """The worst output's figures, named as quality budgets name them."""
+    if not quality:
+        return {}
+    out = {"rel_l2": max(q.rel_l2_max for q in quality),
+           "max_abs": max(q.max_abs for q in quality),
+           "cosine": min(q.cosine_min for q in quality)}
+    top = [q.top1_agreement for q in quality if q.top1_agreement is not None]
+    if top:
+        out["top1"] = min(top)
+    return out

@@ -1,0 +1,118 @@
+"""The quality evidence of a plan, end to end: the model's source, the inputs, the emulator,
+the policy's search (``placewise.precision.policy.plan_with_policy``) and the plan's
+``precision`` record. The CLI's ``plan`` calls ``plan_precision``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from placewise.errors import InputError
+from placewise.precision.inputs import describe_generated, load_inputs
+from placewise.precision.policy import (
+    EVIDENCE_REQUESTS,
+    Outcome,
+    Policy,
+    QualityBudget,
+    plan_with_policy,
+    precision_json,
+)
+from placewise.schedule.placement import Problem
+from placewise.units import DType
+
+__all__ = ["EVIDENCE_SEED", "evidence_requests", "plan_precision"]
+
+#: the first seed of generated evidence inputs (validation times requests from seed 0 too)
+EVIDENCE_SEED = 1000
+
+Progress = Callable[[str, float], None]
+
+
+def evidence_requests(source: Any, graph: Any, inputs: str | os.PathLike[str] | None,
+                      n: int = EVIDENCE_REQUESTS, seed: int = EVIDENCE_SEED
+                      ) -> tuple[list[list[Any]], str]:
+    """The requests quality is measured on and the plan's line saying what they are:
+    ``inputs`` (a ``.npz`` file, see ``placewise.precision.inputs``) or ``n`` generated
+    ones from ``seed``."""
+    from placewise.runtime.opexec import request_inputs
+
+    like = request_inputs(source, graph, 1, seed)[0]
+    if inputs is not None:
+        reqs = load_inputs(inputs, list(graph.inputs), like)
+        return reqs, f"file {os.fspath(inputs)}: {len(reqs)} requests"
+    return request_inputs(source, graph, n, seed), describe_generated(n, seed)
+
+
+def plan_precision(problem: Problem, model_ref: str, policy: Policy, budget: QualityBudget,
+                   search: Callable[[Problem], Any], *,
+                   shapes: Mapping[str, Sequence[int]] | None = None,
+                   batch: int | None = None, inputs: str | os.PathLike[str] | None = None,
+                   progress: Progress | None = None) -> tuple[Outcome, dict[str, Any]]:
+    """Search ``problem`` under ``policy`` and ``budget`` with quality evidence from the
+    model ``model_ref`` (loaded with ``shapes`` / ``batch`` as the problem's graph was),
+    and return the outcome and the plan's ``precision`` record.
+
+    The source, the inputs and the emulator are only loaded when some vertex may be lowered
+    (``keep`` never loads them, unless ``inputs`` is given: then the file is checked).
+    Raises ``InputError`` for an inputs file that does not match the model, and for a
+    policy that needs evidence on a model without an executable source (a task graph).
+    """
+    state: dict[str, Any] = {}
+
+    def source() -> Any:
+        if "source" not in state:
+            from placewise.runtime.opexec import load_source
+
+            if model_ref.strip().lower().endswith(".json"):
+                raise InputError(f"precision {policy.value} needs quality evidence, and a task "
+                                 f"graph has no outputs to measure: use --precision KEEP",
+                                 file=model_ref, place="--precision")
+            state["source"] = load_source(model_ref, shapes=shapes, batch=batch)
+            reqs, text = evidence_requests(state["source"], problem.graph, inputs)
+            state["requests"], state["inputs"] = reqs, text
+        return state["source"]
+
+    if inputs is not None:
+        source()
+
+    def emulator() -> Any:
+        from placewise.precision.emulate import Emulator
+
+        return Emulator(source(), problem.graph)
+
+    def quality(got: Any, ref: Any) -> dict[str, float]:
+        from placewise.precision.metrics import quality_of
+
+        return quality_of(got, ref, problem.graph)
+
+    class _Lazy(Sequence[Any]):
+        """The requests, loaded on first use (only when evidence is needed)."""
+
+        def _reqs(self) -> list[Any]:
+            source()
+            return state["requests"]
+
+        def __len__(self) -> int:
+            return len(self._reqs())
+
+        def __getitem__(self, k: Any) -> Any:
+            return self._reqs()[k]
+
+        def __iter__(self) -> Any:
+            return iter(self._reqs())
+
+    outcome = plan_with_policy(problem, policy, budget, search, emulator=emulator,
+                               requests=_Lazy(), quality=quality, progress=progress)
+    used = "requests" in state
+    schemes: dict[str, str] = {}
+    if used:
+        from placewise.precision.emulate import scheme
+
+        schemes = {d.value: scheme(d) for d in (DType.INT8, DType.FP16, DType.BF16)
+                   if d in policy.dtypes}
+    record = precision_json(outcome, inputs=state.get("inputs", ""),
+                            input_requests=len(state["requests"]) if used else 0,
+                            schemes=schemes)
+    return outcome, record

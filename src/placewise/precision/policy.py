@@ -1,0 +1,478 @@
+"""Precision as the user's policy, with quality evidence before any lowering.
+
+A ``Policy`` says which precisions a plan may use:
+
+- ``keep`` (the default): every vertex computes at the model's own precision
+  (``natural_dtype``: the widest float dtype among its tensors; fp32 when it has none);
+- ``fp32``, ``fp16``, ``bf16``, ``int8``: that dtype is allowed wherever a device computes
+  in it and the quality budget holds (a dtype wider than the model's own needs no evidence);
+- ``mixed``: fp16, bf16 and int8 per vertex, within the budget.
+
+A ``QualityBudget`` (``METRIC=VALUE``; metrics ``rel_l2``, ``cosine``, ``max_abs``,
+``top1``; default ``DEFAULT_BUDGET``, ``rel_l2=0.01``: outputs within 1% relative L2 of the
+fp32 reference) bounds the output error of the whole plan. Its ``error`` of a quality
+measurement is the metric turned into "lower is better" (``1 - cosine``, ``1 - top1``).
+
+Evidence comes before the search (``sensitivity_table``): every vertex that some device
+computes faster at a lower precision is emulated alone at it on this CPU
+(``placewise.precision.emulate.Emulator``), on representative inputs, and its output error
+recorded. Only vertices whose error is within the budget are admitted, greedily by time
+gain per unit of error while the combined estimate (``QualityBudget.combine``) stays within
+it; the search chooses among the admitted precisions; the chosen assignment is emulated
+again as a whole before the plan is written, and while it breaks the budget the lowered
+vertex with the largest error falls back to its own precision and the search runs again
+(``plan_with_policy``).
+
+>>> parse_policy("Mixed")
+<Policy.MIXED: 'mixed'>
+>>> b = QualityBudget.parse("cosine=0.999")
+>>> b.metric, b.limit, b.holds({"cosine": 0.9995})
+('cosine', 0.0010000000000000009, True)
+>>> round(QualityBudget.parse("rel_l2=0.01").combine([0.006, 0.008]), 6)
+0.01
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Protocol
+
+from placewise.errors import InputError, UnsupportedError
+from placewise.graph.ir import INT8_KINDS
+from placewise.schedule.placement import Problem
+from placewise.units import DType
+
+__all__ = [
+    "DEFAULT_BUDGET",
+    "EVIDENCE_REQUESTS",
+    "METRICS",
+    "MAX_RECHECKS",
+    "Decision",
+    "Outcome",
+    "Policy",
+    "QualityBudget",
+    "emulated_ops",
+    "is_lowering",
+    "lowered_of",
+    "natural_dtype",
+    "parse_policy",
+    "plan_with_policy",
+    "precision_json",
+    "sensitivity_table",
+]
+
+#: the quality metrics a budget may bound
+METRICS = ("rel_l2", "cosine", "max_abs", "top1")
+#: requests of generated inputs the evidence runs on (``--inputs`` gives its own)
+EVIDENCE_REQUESTS = 8
+#: how many times the chosen assignment is re-checked (and the search rerun) at most
+MAX_RECHECKS = 6
+#: significant digits quality figures are stored with (the file stays byte-identical
+#: across runs whose float noise is below them)
+_DIGITS = 4
+
+
+class Policy(Enum):
+    """``--precision``: see the module docstring."""
+
+    KEEP = "keep"
+    FP32 = "fp32"
+    FP16 = "fp16"
+    BF16 = "bf16"
+    INT8 = "int8"
+    MIXED = "mixed"
+
+    @property
+    def dtypes(self) -> tuple[DType, ...]:
+        """The precisions the policy lets the search consider besides the model's own."""
+        if self is Policy.KEEP:
+            return ()
+        if self is Policy.MIXED:
+            return (DType.FP16, DType.BF16, DType.INT8)
+        return (DType(self.value),)
+
+
+def parse_policy(text: str | Policy) -> Policy:
+    """``KEEP|fp32|fp16|bf16|int8|mixed`` (any case) -> ``Policy``; ``InputError`` naming
+    ``--precision`` otherwise."""
+    if isinstance(text, Policy):
+        return text
+    key = str(text).strip().lower()
+    for p in Policy:
+        if p.value == key:
+            return p
+    raise InputError(f"unknown precision policy {text!r} (one of KEEP, fp32, fp16, bf16, "
+                     f"int8, mixed)", place="--precision")
+
+
+@dataclass(frozen=True, slots=True)
+class QualityBudget:
+    """A bound on one output-quality metric (see the module docstring)."""
+
+    metric: str
+    value: float
+    default: bool = False
+
+    @classmethod
+    def parse(cls, text: str | None) -> QualityBudget:
+        """``METRIC=VALUE`` -> budget (``None``: ``DEFAULT_BUDGET``); ``InputError`` naming
+        ``--quality-budget`` for an unknown metric or a value out of range."""
+        if text is None:
+            return DEFAULT_BUDGET
+        metric, sep, raw = str(text).partition("=")
+        metric = metric.strip().lower()
+        if not sep or metric not in METRICS:
+            raise InputError(f"quality budget {text!r}: expected METRIC=VALUE with METRIC one "
+                             f"of {', '.join(METRICS)}", place="--quality-budget")
+        try:
+            value = float(raw)
+        except ValueError:
+            raise InputError(f"quality budget {text!r}: {raw.strip()!r} is not a number",
+                             place="--quality-budget") from None
+        ok = {"rel_l2": 0.0 < value <= 1.0, "max_abs": 0.0 < value < math.inf,
+              "cosine": 0.0 < value <= 1.0, "top1": 0.0 < value <= 1.0}[metric]
+        if not ok or not math.isfinite(value):
+            rng = {"rel_l2": "in (0, 1]", "max_abs": "positive and finite",
+                   "cosine": "in (0, 1]", "top1": "in (0, 1]"}[metric]
+            raise InputError(f"quality budget {metric}={raw.strip()}: the value must be {rng}",
+                             place="--quality-budget")
+        return cls(metric, value)
+
+    @property
+    def limit(self) -> float:
+        """The largest ``error`` within the budget."""
+        return self.value if self.metric in ("rel_l2", "max_abs") else 1.0 - self.value
+
+    def error(self, quality: Mapping[str, float]) -> float:
+        """The budget metric of ``quality`` as "lower is better"."""
+        if self.metric not in quality:
+            raise UnsupportedError(f"the quality budget is on {self.metric}, which was not "
+                                   f"measured (top1 needs a logits-like output)")
+        v = float(quality[self.metric])
+        return v if self.metric in ("rel_l2", "max_abs") else 1.0 - v
+
+    def holds(self, quality: Mapping[str, float]) -> bool:
+        """Whether ``quality`` is within the budget."""
+        return self.error(quality) <= self.limit * (1.0 + 1e-9)
+
+    def combine(self, errors: Iterable[float]) -> float:
+        """The estimated error of lowering several vertices together, from each one's error
+        alone: independent relative errors add in quadrature (``rel_l2``); ``1 - cosine``
+        (about half the squared relative error), ``max_abs`` and ``1 - top1`` (a union
+        bound) add. The assignment is emulated as a whole afterwards anyway."""
+        es = [max(0.0, float(e)) for e in errors]
+        if self.metric == "rel_l2":
+            return math.sqrt(sum(e * e for e in es))
+        return sum(es)
+
+    def text(self) -> str:
+        return f"{self.metric}={self.value:g}"
+
+
+DEFAULT_BUDGET = QualityBudget("rel_l2", 0.01, default=True)
+
+
+def natural_dtype(problem: Problem, vi: int) -> DType:
+    """The precision vertex ``vi`` computes in as the model is: the widest float dtype among
+    its tensors (fp32 when it has none)."""
+    g = problem.graph
+    v = problem.vertices[vi]
+    best: DType | None = None
+    for t in (*v.inputs, *v.params, *v.outputs, *v.internal):
+        dt = g.tensor(t).dtype
+        if dt.is_float and (best is None or dt.bits > best.bits):
+            best = dt
+    return best or DType.FP32
+
+
+def is_lowering(dtype: DType, natural: DType) -> bool:
+    """Whether computing in ``dtype`` changes the numbers of a vertex whose own precision
+    is ``natural`` (anything but the same dtype or a wider float)."""
+    return dtype is not natural and not (dtype.is_float and dtype.bits > natural.bits)
+
+
+def emulated_ops(problem: Problem, vi: int, dtype: DType) -> tuple[str, ...]:
+    """The ops of vertex ``vi`` whose numbers change when it computes in ``dtype``: for
+    int8 its contractions (what the runtime quantizes in an int8 partition); for fp16 and
+    bf16 every op with a float input or output."""
+    g = problem.graph
+    out = []
+    for op in problem.vertices[vi].ops:
+        floats = any(g.tensor(t).dtype.is_float for t in (*op.inputs, *op.outputs) if t)
+        if not floats:
+            continue
+        if dtype is DType.INT8 and op.kind not in INT8_KINDS:
+            continue
+        out.append(op.name)
+    return tuple(out)
+
+
+def _sig(x: float) -> float:
+    if x == 0.0 or not math.isfinite(x):
+        return float(x)
+    return float(f"{x:.{_DIGITS}g}")
+
+
+def _quality(q: Mapping[str, float]) -> dict[str, float]:
+    return {k: _sig(float(v)) for k, v in sorted(q.items())}
+
+
+@dataclass(slots=True)
+class Decision:
+    """One row of the sensitivity table: vertex ``vertex`` lowered alone to ``dtype``.
+
+    ``gain_s``: the best time at its own precision minus the best at ``dtype`` over the
+    machine's devices (None: no device computes it at both); ``quality``: the emulated
+    output quality (empty when not emulated); ``error``: the budget metric of it;
+    ``admitted``: the search may choose it; ``chosen``: the plan does; ``fallback``: it was
+    chosen, then kept at its own precision because the whole assignment broke the budget.
+    """
+
+    vertex: str
+    dtype: DType
+    natural: DType
+    ops: tuple[str, ...]
+    gain_s: float | None
+    quality: dict[str, float] = field(default_factory=dict)
+    error: float | None = None
+    admitted: bool = False
+    chosen: bool = False
+    fallback: bool = False
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"vertex": self.vertex, "dtype": self.dtype.value,
+                "natural": self.natural.value, "ops": list(self.ops),
+                "gain_s": self.gain_s, "quality": dict(self.quality),
+                "error": self.error, "admitted": self.admitted, "chosen": self.chosen,
+                "fallback": self.fallback, "reason": self.reason}
+
+
+def _best_time(problem: Problem, vi: int, dtype: DType) -> float | None:
+    best = None
+    for dev in problem.machine.devices:
+        if dtype not in dev.dtypes:
+            continue
+        try:
+            t = problem.cost(vi, dev.name, dtype).total_s
+        except UnsupportedError:
+            continue
+        best = t if best is None else min(best, t)
+    return best
+
+
+class EmulatorLike(Protocol):
+    def outputs(self, requests: Sequence[Sequence[Any]], lowered: Mapping[str, DType]
+                ) -> list[list[Any]]: ...
+
+
+QualityFn = Callable[[Sequence[Sequence[Any]], Sequence[Sequence[Any]]], dict[str, float]]
+Progress = Callable[[str, float], None]
+
+
+def _candidates(problem: Problem, policy: Policy) -> list[Decision]:
+    """Every (vertex, lowered dtype) the policy allows and some device computes faster."""
+    rows: list[Decision] = []
+    for v in problem.vertices:
+        nat = natural_dtype(problem, v.index)
+        base = None
+        for dt in policy.dtypes:
+            if not is_lowering(dt, nat):
+                continue
+            ops = emulated_ops(problem, v.index, dt)
+            if base is None:
+                base = _best_time(problem, v.index, nat)
+            low = _best_time(problem, v.index, dt)
+            gain = None if base is None or low is None else _sig(base - low)
+            row = Decision(v.name, dt, nat, ops, gain)
+            if low is None:
+                row.reason = f"no device computes it in {dt.value}"
+            elif gain is not None and gain <= 0.0:
+                row.reason = f"no faster in {dt.value} on any device"
+            elif not ops:
+                row.quality, row.error = {}, 0.0
+                row.reason = f"its numbers do not change in {dt.value}"
+            rows.append(row)
+    return rows
+
+
+def sensitivity_table(problem: Problem, policy: Policy, budget: QualityBudget,
+                      emulator: EmulatorLike, requests: Sequence[Sequence[Any]],
+                      reference: Sequence[Sequence[Any]], quality: QualityFn,
+                      progress: Progress | None = None) -> list[Decision]:
+    """The per-vertex sensitivity table: each candidate lowered alone and emulated (only
+    those some device computes faster; the rest say why not), then the admission: rows
+    within the budget, greedily by gain per unit of error while the combined estimate
+    holds."""
+    rows = _candidates(problem, policy)
+    todo = [r for r in rows if not r.reason and r.ops]
+    for k, r in enumerate(todo):
+        if progress is not None:
+            progress(f"emulating {r.vertex} in {r.dtype.value}", k / max(1, len(todo)))
+        got = emulator.outputs(requests, dict.fromkeys(r.ops, r.dtype))
+        r.quality = _quality(quality(got, reference))
+        r.error = _sig(budget.error(r.quality))
+    _admit(rows, budget)
+    return rows
+
+
+def _admit(rows: list[Decision], budget: QualityBudget) -> None:
+    ok = []
+    for r in rows:
+        if r.error is None or (r.reason and r.error != 0.0):
+            continue
+        if r.error > budget.limit:
+            r.reason = (f"alone it breaks the budget ({budget.metric} error {r.error:.3g} > "
+                        f"{budget.limit:.3g})")
+            continue
+        ok.append(r)
+    ok.sort(key=lambda r: (-(r.gain_s or 0.0) / max(r.error or 0.0, 1e-12), r.vertex,
+                           r.dtype.value))
+    worst: dict[str, float] = {}
+    for r in ok:
+        trial = dict(worst)
+        trial[r.vertex] = max(trial.get(r.vertex, 0.0), r.error or 0.0)
+        if budget.combine(trial.values()) <= budget.limit:
+            worst = trial
+            r.admitted = True
+            if not r.reason:
+                r.reason = "within the budget"
+        else:
+            r.reason = "the combined estimate would break the budget"
+
+
+def _restriction(problem: Problem, policy: Policy, rows: Sequence[Decision]
+                 ) -> dict[str, frozenset[DType]]:
+    allowed: dict[str, set[DType]] = {}
+    for v in problem.vertices:
+        nat = natural_dtype(problem, v.index)
+        allowed[v.name] = {nat} | {d for d in policy.dtypes if not is_lowering(d, nat)}
+    for r in rows:
+        if r.admitted:
+            allowed[r.vertex].add(r.dtype)
+    return {k: frozenset(v) for k, v in allowed.items()}
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What ``plan_with_policy`` found: the search result, the problem it searched (with
+    the final precision restriction), the table, and the chosen assignment's emulated
+    quality (empty when nothing is lowered: the outputs are the reference's)."""
+
+    result: Any
+    problem: Problem
+    policy: Policy
+    budget: QualityBudget
+    decisions: list[Decision]
+    estimated: dict[str, float]
+    estimated_error: float
+    combined_estimate: float
+    rechecks: int
+    notes: list[str]
+
+
+def lowered_of(problem: Problem, placement: Mapping[str, Any]) -> dict[str, DType]:
+    """Vertex -> dtype for the vertices ``placement`` (vertex -> ``Assignment``) lowers."""
+    out = {}
+    for v in problem.vertices:
+        a = placement[v.name]
+        if is_lowering(a.dtype, natural_dtype(problem, v.index)):
+            out[v.name] = a.dtype
+    return out
+
+
+def plan_with_policy(problem: Problem, policy: Policy, budget: QualityBudget,
+                     search: Callable[[Problem], Any], *,
+                     emulator: Callable[[], EmulatorLike] | None = None,
+                     requests: Sequence[Sequence[Any]] = (),
+                     quality: QualityFn | None = None,
+                     progress: Progress | None = None) -> Outcome:
+    """Search ``problem`` under ``policy`` and ``budget`` (see the module docstring).
+
+    ``search(problem)`` returns a search result (``placewise.search.api.plan_search``);
+    ``emulator()`` builds the emulator (only called when some vertex may be lowered) that
+    runs ``requests``; ``quality(got, reference)`` measures outputs.
+    """
+    notes: list[str] = []
+    rows = _candidates(problem, policy)
+    need = [r for r in rows if not r.reason and r.ops]
+    reference: list[list[Any]] = []
+    emu: EmulatorLike | None = None
+    if need:
+        if emulator is None or quality is None or not requests:
+            raise UnsupportedError(f"precision {policy.value} needs quality evidence: an "
+                                   f"emulator, inputs and a quality measure")
+        emu = emulator()
+        reference = emu.outputs(requests, {})
+        rows = sensitivity_table(problem, policy, budget, emu, requests, reference, quality,
+                                 progress)
+    else:
+        _admit(rows, budget)
+    by_key = {(r.vertex, r.dtype): r for r in rows}
+    rechecks = 0
+    estimated: dict[str, float] = {}
+    est_err = 0.0
+    while True:
+        restricted = problem.restricted(_restriction(problem, policy, rows))
+        result = search(restricted)
+        placement = result.best.placement
+        lowered = lowered_of(restricted, placement)
+        chosen = [by_key[(v, d)] for v, d in lowered.items() if (v, d) in by_key]
+        for r in rows:
+            r.chosen = (r.vertex, r.dtype) in {(c.vertex, c.dtype) for c in chosen}
+        combined = budget.combine(r.error or 0.0 for r in chosen)
+        if not any(r.ops for r in chosen) or emu is None:
+            estimated, est_err = {}, 0.0
+            break
+        ops = {o: r.dtype for r in chosen for o in r.ops}
+        estimated = _quality(quality(emu.outputs(requests, ops), reference))  # type: ignore[misc]
+        est_err = _sig(budget.error(estimated))
+        rechecks += 1
+        if budget.holds(estimated):
+            break
+        worst = max((r for r in chosen if r.ops), key=lambda r: (r.error or 0.0, r.vertex))
+        worst.admitted, worst.chosen, worst.fallback = False, False, True
+        worst.reason = (f"chosen, then kept at {worst.natural.value}: the whole assignment "
+                        f"measured {budget.metric} error {est_err:.3g} > {budget.limit:.3g}")
+        if rechecks >= MAX_RECHECKS:
+            for r in rows:
+                if r.admitted:
+                    r.admitted, r.fallback = False, r.chosen
+                    r.chosen = False
+                    r.reason = "kept: the re-check limit was reached"
+            notes.append(f"the chosen assignment broke the budget {rechecks} times: every "
+                         f"vertex is kept at its own precision")
+            restricted = problem.restricted(_restriction(problem, policy, rows))
+            result = search(restricted)
+            estimated, est_err, combined = {}, 0.0, 0.0
+            break
+    return Outcome(result, restricted, policy, budget, rows, estimated, est_err,
+                   _sig(combined), rechecks, notes)
+
+
+def precision_json(outcome: Outcome, *, inputs: str = "", input_requests: int = 0,
+                   schemes: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The plan file's ``precision`` record (``placewise.plan.PrecisionRecord``) of
+    ``outcome``: ``inputs`` says what the evidence ran on, ``schemes`` how each dtype was
+    emulated."""
+    b = outcome.budget
+    lowered = lowered_of(outcome.problem, outcome.result.best.placement)
+    rows = [r for r in outcome.decisions]
+    return {
+        "policy": outcome.policy.value,
+        "budget_metric": b.metric, "budget_value": b.value, "budget_default": b.default,
+        "budget_limit": _sig(b.limit),
+        "inputs": inputs, "input_requests": input_requests,
+        "schemes": dict(schemes or {}),
+        "decisions": [r.to_json() for r in rows],
+        "lowered": {v: d.value for v, d in sorted(lowered.items())},
+        "estimated": dict(outcome.estimated),
+        "estimated_error": outcome.estimated_error,
+        "combined_estimate": outcome.combined_estimate,
+        "rechecks": outcome.rechecks,
+        "fallback": sorted({r.vertex for r in rows if r.fallback}),
+        "notes": list(outcome.notes),
+    }
