@@ -15,7 +15,8 @@ initializers it uses, the source's opset and shape information, checked with
   (the dynamo exporter, opset 18). Torch never runs a partition.
 
 int8 partitions are the fp32 partition quantized by ``onnxruntime.quantization``'s dynamic
-quantization (int8 weights, activations quantized per call); its float inputs and outputs
+quantization (int8 weights, activations quantized per call) of its MatMul / Gemm / Conv
+nodes only (``QUANTIZED_OP_TYPES``); its float inputs and outputs
 stay fp32, and the plan's conversion tasks at its boundary run beside it.
 """
 
@@ -35,8 +36,8 @@ from placewise.graph.ir import Graph
 from placewise.runtime.program import Partition
 from placewise.units import DType
 
-__all__ = ["ONNX_OPSET", "compile_partition", "compile_partitions", "quantize_dynamic_model",
-           "save_partitions", "write_partitions"]
+__all__ = ["ONNX_OPSET", "QUANTIZED_OP_TYPES", "compile_partition", "compile_partitions",
+           "quantize_dynamic_model", "save_partitions", "write_partitions"]
 
 #: the opset torch sources are exported at (ONNX sources keep their own)
 ONNX_OPSET = 18
@@ -123,9 +124,18 @@ def _check_boundary(model: Any, p: Partition) -> None:
             f"the plan expects inputs {list(p.inputs)} and outputs {list(p.outputs)}")
 
 
+#: the ONNX op types an int8 partition quantizes: the contractions placewise lowers
+#: (``graph.ir.INT8_KINDS``; Gemm becomes MatMul first). Gather (embedding tables) and the
+#: other types onnxruntime would quantize by default stay float, as
+#: ``placewise.precision.emulate`` assumes.
+QUANTIZED_OP_TYPES = ("MatMul", "Gemm", "Conv")
+
+
 def quantize_dynamic_model(model: Any, what: str) -> Any:
     """``model`` with onnxruntime dynamic quantization (int8 weights, uint8 activations
-    quantized per call: ``MatMulInteger`` / ``ConvInteger`` kernels)."""
+    quantized per call: ``MatMulInteger`` / ``ConvInteger`` kernels) of its contraction
+    nodes only (``QUANTIZED_OP_TYPES``; a MatMul whose B is not an initializer stays float,
+    onnxruntime's ``MatMulConstBOnly`` default)."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -134,7 +144,8 @@ def quantize_dynamic_model(model: Any, what: str) -> Any:
         dst = os.path.join(tmp, "out.onnx")
         onnx.save(model, src)
         try:
-            quantize_dynamic(src, dst, weight_type=QuantType.QInt8)
+            quantize_dynamic(src, dst, weight_type=QuantType.QInt8,
+                             op_types_to_quantize=list(QUANTIZED_OP_TYPES))
         except Exception as exc:
             raise UnsupportedError(f"onnxruntime could not quantize {what}: "
                                    f"{type(exc).__name__}: {exc}") from None

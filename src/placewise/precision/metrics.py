@@ -1,0 +1,159 @@
+"""Output quality: a run's outputs against the fp32 reference on the same requests.
+
+Four metrics, named as budgets name them (``METRICS``):
+
+- ``rel_l2``: ``||y - ref|| / ||ref||`` per request (the worst request);
+- ``cosine``: cosine similarity of ``y`` and ``ref`` flattened (the lowest request);
+- ``max_abs``: the largest absolute difference over every element and request;
+- ``top1``: share of rows (all axes but the last) whose argmax over the last axis agrees,
+  only for outputs that ``looks_like_logits`` (a float output of a contraction op with a
+  last dimension of at least 2).
+
+``output_quality`` reports one output (``validate``'s ``OutputQuality`` record);
+``quality_of`` the worst over every output of a graph, as one ``{metric: value}`` dict.
+
+>>> a = [np.array([[1.0, 2.0, 3.0]])]
+>>> b = [np.array([[1.0, 2.0, 3.3]])]
+>>> q = compare(b, a, logits=True)
+>>> round(q.rel_l2_max, 4), round(q.max_abs, 4), q.top1
+(0.0802, 0.3, 1.0)
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from placewise.errors import PlacewiseError
+from placewise.graph.ir import Graph, OpKind
+
+if TYPE_CHECKING:
+    from placewise.validate.records import OutputQuality
+
+__all__ = ["METRICS", "Comparison", "compare", "looks_like_logits", "output_quality",
+           "quality_of"]
+
+#: the metric names, as budgets and plan files spell them
+METRICS = ("rel_l2", "cosine", "max_abs", "top1")
+
+_CONTRACTIONS = frozenset({OpKind.LINEAR, OpKind.GEMM, OpKind.MATMUL, OpKind.CONV,
+                           OpKind.CONV_TRANSPOSE})
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """One output's values against the reference over ``n`` requests: relative L2 (median
+    and worst request), max abs, the lowest cosine, top-1 agreement (None: not logits)."""
+
+    n: int
+    rel_l2_median: float
+    rel_l2_max: float
+    max_abs: float
+    cosine_min: float
+    top1: float | None
+
+
+def compare(got: Sequence[np.ndarray[Any, Any]], ref: Sequence[np.ndarray[Any, Any]], *,
+            logits: bool, name: str = "output") -> Comparison:
+    """Compare one output's values (one array per request) with the reference's."""
+    rels: list[float] = []
+    max_abs = 0.0
+    cos_min = 1.0
+    agree = 0
+    rows = 0
+    for y, r in zip(got, ref, strict=True):
+        yf = np.asarray(y, dtype=np.float64).ravel()
+        rf = np.asarray(r, dtype=np.float64).ravel()
+        if yf.shape != rf.shape:
+            raise PlacewiseError(f"output {name!r}: shape {np.shape(y)} differs from the "
+                                 f"reference's {np.shape(r)}")
+        diff = yf - rf
+        nr = float(np.linalg.norm(rf))
+        nd = float(np.linalg.norm(diff))
+        rels.append(nd / nr if nr > 0 else (0.0 if nd == 0 else math.inf))
+        if diff.size:
+            max_abs = max(max_abs, float(np.max(np.abs(diff))))
+        ny = float(np.linalg.norm(yf))
+        if nd == 0:
+            cos = 1.0  # identical (the division below may round to just under 1)
+        elif ny > 0 and nr > 0:
+            cos = min(1.0, max(-1.0, float(np.dot(yf, rf) / (ny * nr))))
+        else:
+            cos = 0.0
+        cos_min = min(cos_min, cos)
+        if logits:
+            a = np.asarray(y)
+            b = np.asarray(r)
+            ya = a.reshape(-1, a.shape[-1]).argmax(axis=1)
+            ra = b.reshape(-1, b.shape[-1]).argmax(axis=1)
+            agree += int(np.sum(ya == ra))
+            rows += int(ya.size)
+    return Comparison(len(rels), float(statistics.median(rels)) if rels else 0.0,
+                      max(rels) if rels else 0.0, max_abs, cos_min,
+                      (agree / rows) if logits and rows else None)
+
+
+def output_quality(name: str, got: Sequence[np.ndarray[Any, Any]],
+                   ref: Sequence[np.ndarray[Any, Any]], *, logits: bool) -> OutputQuality:
+    """Compare one output's values over requests with the reference (``validate``'s record).
+
+    >>> a = [np.array([[1.0, 2.0, 3.0]])]
+    >>> q = output_quality("y", a, a, logits=True)
+    >>> q.rel_l2_max, q.max_abs, q.cosine_min, q.top1_agreement
+    (0.0, 0.0, 1.0, 1.0)
+    """
+    from placewise.validate.records import OutputQuality
+
+    c = compare(got, ref, logits=logits, name=name)
+    return OutputQuality(name, c.n, c.rel_l2_median, c.rel_l2_max, c.max_abs, c.cosine_min,
+                         c.top1)
+
+
+def quality_of(got: Sequence[Sequence[np.ndarray[Any, Any]]],
+               ref: Sequence[Sequence[np.ndarray[Any, Any]]], graph: Graph
+               ) -> dict[str, float]:
+    """The worst quality over every output of ``graph`` and every request: ``got`` and
+    ``ref`` hold per request the outputs in ``graph.outputs`` order. ``rel_l2`` and
+    ``max_abs`` are the largest, ``cosine`` and ``top1`` the lowest; ``top1`` only when
+    some output looks like logits.
+
+    >>> from placewise.graph.ir import Tensor
+    >>> from placewise.units import DType
+    >>> g = Graph.build("g", [Tensor("x", (2, 3), DType.FP32)], [], ["x"], ["x"])
+    >>> ref = [[np.array([[1.0, 2.0, 3.0], [3.0, 2.0, 1.0]])]]
+    >>> quality_of(ref, ref, g)
+    {'rel_l2': 0.0, 'cosine': 1.0, 'max_abs': 0.0}
+    """
+    if len(got) != len(ref):
+        raise PlacewiseError(f"{len(got)} requests' outputs against {len(ref)} references")
+    out: dict[str, float] = {"rel_l2": 0.0, "cosine": 1.0, "max_abs": 0.0}
+    top1: list[float] = []
+    for j, name in enumerate(graph.outputs):
+        c = compare([r[j] for r in got], [r[j] for r in ref],
+                    logits=looks_like_logits(graph, name), name=name)
+        out["rel_l2"] = max(out["rel_l2"], c.rel_l2_max)
+        out["cosine"] = min(out["cosine"], c.cosine_min)
+        out["max_abs"] = max(out["max_abs"], c.max_abs)
+        if c.top1 is not None:
+            top1.append(c.top1)
+    if top1:
+        out["top1"] = min(top1)
+    return out
+
+
+def looks_like_logits(graph: Graph, name: str) -> bool:
+    """Whether tensor ``name`` looks like logits: float, at least 2-D with a last dimension
+    of at least 2, made by a contraction op."""
+    t = graph.tensor(name)
+    if not t.dtype.is_float or len(t.shape) < 2:
+        return False
+    last = t.shape[-1]
+    if not isinstance(last, int) or last < 2:
+        return False
+    prod = graph.producer(name)
+    return prod is not None and prod.kind in _CONTRACTIONS
