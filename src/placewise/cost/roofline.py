@@ -85,7 +85,8 @@ INTERVAL_STREAM = (0.8, 1.5)
 IRREGULAR_KINDS = frozenset({OpKind.GATHER, OpKind.EMBEDDING, OpKind.SCATTER, OpKind.TOPK,
                              OpKind.ARGMAX, OpKind.CUMSUM})
 _CONTRACTIONS = frozenset({OpKind.MATMUL, OpKind.GEMM, OpKind.LINEAR, OpKind.CONV,
-                           OpKind.CONV_TRANSPOSE, OpKind.ATTENTION, OpKind.LSTM, OpKind.GRU})
+                           OpKind.CONV_TRANSPOSE, OpKind.ATTENTION, OpKind.LSTM, OpKind.GRU,
+                           OpKind.EINSUM})
 # kinds that never launch a kernel: pure metadata
 _FREE_KINDS = frozenset({OpKind.SHAPE, OpKind.CONSTANT})
 
@@ -216,6 +217,9 @@ def gemm_dims(graph: Graph, op: Op) -> GemmDims | None:
         if op.kind is OpKind.ATTENTION and len(ins) >= 3:
             q, k_, v = (t.concrete_shape for t in ins[:3])
             return GemmDims(_numel(q[:-2]), q[-2], k_[-2], q[-1] + v[-1])
+        if op.kind is OpKind.EINSUM and len(ins) == 2:
+            return _einsum_dims(str(op.attrs.get("equation", "")),
+                                [t.concrete_shape for t in ins])
         if op.kind in (OpKind.LSTM, OpKind.GRU) and len(ins) >= 3:
             x = ins[0].concrete_shape
             hidden = _attr_int(op, "hidden_size", 0) or ins[2].concrete_shape[-1]
@@ -227,6 +231,25 @@ def gemm_dims(graph: Graph, op: Op) -> GemmDims | None:
     except (IndexError, TypeError, ValueError):
         return None
     return None
+
+
+def _einsum_dims(equation: str, shapes: list[tuple[int, ...]]) -> GemmDims:
+    """A two-operand einsum as a batched GEMM: indices in both operands and the output
+    are the batch, in one operand and the output M (first) or N (second), the rest
+    (contracted, or summed out of one operand) K.
+
+    >>> _einsum_dims("bhqd,bhkd->bhqk", [(2, 4, 8, 16), (2, 4, 8, 16)])
+    GemmDims(batch=8, m=8, n=8, k=16, steps=1)
+    """
+    from placewise.graph.count import einsum_indices
+
+    (a, b), out, sizes = einsum_indices(equation, shapes)
+    dims = {"batch": 1, "m": 1, "n": 1, "k": 1}
+    for x, size in sizes.items():
+        where = ("batch" if x in a and x in b else "m" if x in a else "n") if x in out \
+            else "k"
+        dims[where] *= size
+    return GemmDims(dims["batch"], dims["m"], dims["n"], dims["k"])
 
 
 def _fallback_bytes(graph: Graph, op: Op) -> dict[DType, int]:

@@ -50,6 +50,7 @@ __all__ = [
     "OpCount",
     "count_graph",
     "count_op",
+    "einsum_indices",
     "has_rule",
     "rule",
 ]
@@ -85,6 +86,12 @@ ELEMENTWISE_FLOPS: dict[OpKind, float] = {
     OpKind.COS: _T,
     OpKind.CLIP: 2.0,  # max then min
     OpKind.NOT: 1.0,
+    OpKind.ISNAN: 1.0,  # a compare (x != x)
+    OpKind.ISINF: 1.0,
+    OpKind.FLOOR: 1.0,
+    OpKind.CEIL: 1.0,
+    OpKind.ROUND: 1.0,
+    OpKind.SIGN: 1.0,
     OpKind.ADD: 1.0,
     OpKind.SUB: 1.0,
     OpKind.MUL: 1.0,
@@ -97,7 +104,10 @@ ELEMENTWISE_FLOPS: dict[OpKind, float] = {
     OpKind.GREATER: 1.0,
     OpKind.AND: 1.0,
     OpKind.OR: 1.0,
+    OpKind.XOR: 1.0,
+    OpKind.MOD: 2.0,  # a - b * floor(a / b): divide-floor, multiply-subtract (fused)
     OpKind.WHERE: 1.0,  # select
+    OpKind.TRILU: 1.0,  # compare the element's row and column offset, select
 }
 
 #: softmax / log-softmax per element: running max, subtract, exp, sum, scale (or subtract log).
@@ -219,8 +229,10 @@ class _Ctx:
 
     def shape(self, t: Tensor) -> tuple[int, ...]:
         if not t.is_concrete:
-            raise self.fail(f"tensor {t.name!r} has symbolic shape {t.shape_str()}; bind it "
-                            f"with --shape NAME=DIMS or --batch")
+            how = (f"bind it with --shape {t.name}=DIMS or --batch"
+                   if t.name in self.graph.inputs
+                   else "bind the model's input dims with --shape INPUT=DIMS or --batch")
+            raise self.fail(f"tensor {t.name!r} has symbolic shape {t.shape_str()}; {how}")
         return tuple(int(d) for d in t.shape)
 
     def numel(self, t: Tensor) -> int:
@@ -542,6 +554,72 @@ def _attention(c: _Ctx) -> OpCount:
     return c.count(flops)
 
 
+def einsum_indices(equation: str, shapes: Sequence[Sequence[int]]
+                   ) -> tuple[list[list[str]], list[str], dict[str, int]]:
+    """Parse an einsum ``equation`` against the operands' ``shapes``: each operand's index
+    labels, the output's labels, and the size of every label. ``...`` becomes labels
+    ``.0``, ``.1``... (right-aligned, broadcast as numpy does); without ``->`` the output
+    is the ellipsis then the labels used once, sorted. Raises ``ValueError`` when the
+    equation does not fit the shapes.
+
+    >>> ops, out, sizes = einsum_indices("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)])
+    >>> ops, out, sizes
+    ([['b', 'i', 'j'], ['b', 'j', 'k']], ['b', 'i', 'k'], {'b': 2, 'i': 3, 'j': 4, 'k': 5})
+    >>> einsum_indices("...ij->...ji", [(7, 2, 3)])[1]
+    ['.0', 'j', 'i']
+    """
+    eq = equation.replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(shapes):
+        raise ValueError(f"{len(terms)} operands in {equation!r}, {len(shapes)} given")
+    ell = max((len(s) - len(t.replace("...", "")) for t, s in zip(terms, shapes, strict=True)
+               if "..." in t), default=0)
+    sizes: dict[str, int] = {}
+    operands: list[list[str]] = []
+    for term, shape in zip(terms, shapes, strict=True):
+        head, dots, tail = term.partition("...")
+        n_ell = len(shape) - len(head) - len(tail) if dots else 0
+        labels = [*head, *(f".{ell - n_ell + i}" for i in range(n_ell)), *tail]
+        if n_ell < 0 or len(labels) != len(shape) or not all(x.isalpha() for x in head + tail):
+            raise ValueError(f"term {term!r} does not fit a shape of rank {len(shape)}")
+        for lab, d in zip(labels, shape, strict=True):
+            have = sizes.get(lab, 1)
+            if have != d and have != 1 and not (d == 1 and lab.startswith(".")):
+                raise ValueError(f"index {lab!r} is {have} and {d}")
+            sizes[lab] = max(have, d) if lab.startswith(".") else d
+        operands.append(labels)
+    dots_out = [f".{i}" for i in range(ell)]
+    if arrow:
+        head, dots, tail = rhs.partition("...")
+        out = [*head, *(dots_out if dots else []), *tail]  # no "...": summed out
+        if any(x not in sizes for x in out):
+            raise ValueError(f"output {rhs!r} names an index no operand has")
+    else:
+        once = sorted(x for x in sizes if not x.startswith(".")
+                      and sum(op.count(x) for op in operands) == 1)
+        out = [*dots_out, *once]
+    return operands, out, sizes
+
+
+@rule(OpKind.EINSUM)
+def _einsum(c: _Ctx) -> OpCount:
+    """Einsum (``equation``): each term of the full index space costs one multiply per
+    operand beyond the first and one accumulate, FLOPs = prod(every index size) *
+    operands (2 * M * N * K for a two-operand matmul); inputs read once, output written."""
+    eq = c.op.attrs.get("equation")
+    if not isinstance(eq, str) or not eq:
+        raise c.fail("einsum needs its equation attribute")
+    shapes = [c.shape(t) for t in c.ins()]
+    try:
+        _, out, sizes = einsum_indices(eq, shapes)
+    except ValueError as e:
+        raise c.fail(f"einsum {eq!r} does not fit the input shapes "
+                     f"{', '.join(_fmt(s) for s in shapes)}: {e}") from None
+    _expect_shape(c, c.out(), [sizes[x] for x in out])
+    return c.count(math.prod(sizes.values()) * max(1, len(shapes)))
+
+
 def _recurrent(c: _Ctx, gates: int, per_hidden: float, bias_per_hidden: float) -> OpCount:
     x, w, r = c.inp(0, "X"), c.inp(1, "W"), c.inp(2, "R")
     sx, sw, sr = c.shape(x), c.shape(w), c.shape(r)
@@ -671,9 +749,32 @@ def _gather_like(c: _Ctx, data: Tensor, indices: Tensor, rows_numel: int) -> OpC
 
 @rule(OpKind.GATHER)
 def _gather(c: _Ctx) -> OpCount:
-    """Reads the indices and only the gathered elements; writes them. Zero FLOPs."""
+    """Reads the indices and only the gathered elements; writes them. Zero FLOPs.
+
+    By ``variant``: plain (ONNX Gather, torch index_select) takes whole slices along
+    ``axis``; ``elements`` (GatherElements, torch gather) one element per index, the
+    output shaped as the indices; ``nd`` (GatherND) one slice of
+    ``data.shape[batch_dims + q:]`` per index tuple of length q (the indices' last dim);
+    ``index`` (torch advanced indexing, several index tensors) what the output holds."""
     data, idx = c.inp(0, "data"), c.inp(1, "indices")
-    sd = c.shape(data)
+    sd, si = c.shape(data), c.shape(idx)
+    variant = c.op.attrs.get("variant", "")
+    if variant == "elements":
+        if len(si) != len(sd):
+            raise c.fail(f"gather elements needs indices {_fmt(si)} of the rank of data "
+                         f"{_fmt(sd)}")
+        return _gather_like(c, data, idx, math.prod(si))
+    if variant == "nd":
+        b = c.attr_int("batch_dims", 0)
+        q = si[-1] if si else 0
+        if not si or b < 0 or b + q > len(sd) or tuple(si[:b]) != tuple(sd[:b]):
+            raise c.fail(f"gather nd: indices {_fmt(si)} (batch_dims={b}) do not index data "
+                         f"{_fmt(sd)}")
+        return _gather_like(c, data, idx, math.prod(si[:-1]) * math.prod(sd[b + q:]))
+    if variant == "index":
+        n = c.numel(c.out())
+        reads = [(data, min(n, c.numel(data)))] + [(t, c.numel(t)) for t in c.ins()[1:]]
+        return c.count(0, reads=reads, writes=[(c.out(), n)])
     axis = c.attr_int("axis", 0)
     if not sd or not -len(sd) <= axis < len(sd):
         raise c.fail(f"axis {axis} out of range for data {_fmt(sd)}")

@@ -33,6 +33,7 @@ __all__ = [
     "Attrs",
     "Dim",
     "Graph",
+    "ImportRecord",
     "Op",
     "OpCategory",
     "OpKind",
@@ -84,7 +85,12 @@ class OpKind(Enum):
     - SOFTMAX / LOG_SOFTMAX: ``axis``.
     - Reductions / ARGMAX: ``axes`` (tuple; empty = all), ``keepdims`` (bool).
     - Pooling: ``kernel_shape``, ``strides``, ``pads``, ``dilations`` (global: none).
-    - GATHER: ``axis``. EMBEDDING: inputs (weight, indices). CONCAT: ``axis``. SPLIT:
+    - EINSUM: ``equation`` (numpy/ONNX einsum notation, ``...`` allowed).
+    - TRILU: ``upper`` (bool); the diagonal offset ``k`` is an optional scalar input (ONNX)
+      or the ``k`` attribute (torch). MOD: ``fmod`` (bool, the sign of the dividend).
+    - GATHER: ``axis``; ``variant`` ``"elements"`` (GatherElements: the output has the
+      indices' shape), ``"nd"`` (GatherND, with ``batch_dims``), ``"index"`` (torch
+      advanced indexing). EMBEDDING: inputs (weight, indices). CONCAT: ``axis``. SPLIT:
       ``axis``. SLICE: none (shapes tell). TRANSPOSE: ``perm``.
     - QUANTIZE / DEQUANTIZE: ``axis`` (per-channel) or none. CAST: ``to`` (a DType value).
     - LAYOUT_CONVERT: ``src`` and ``dst`` (Layout values).
@@ -100,6 +106,7 @@ class OpKind(Enum):
     ATTENTION = "attention"
     LSTM = "lstm"
     GRU = "gru"
+    EINSUM = "einsum"
     # normalization
     LAYER_NORM = "layer_norm"
     RMS_NORM = "rms_norm"
@@ -131,6 +138,12 @@ class OpKind(Enum):
     COS = "cos"
     CLIP = "clip"
     NOT = "not"
+    ISNAN = "isnan"
+    ISINF = "isinf"
+    FLOOR = "floor"
+    CEIL = "ceil"
+    ROUND = "round"
+    SIGN = "sign"
     DROPOUT = "dropout"  # identity at inference, kept for provenance
     # elementwise binary / ternary
     ADD = "add"
@@ -145,7 +158,10 @@ class OpKind(Enum):
     GREATER = "greater"
     AND = "and"
     OR = "or"
+    XOR = "xor"
+    MOD = "mod"
     WHERE = "where"
+    TRILU = "trilu"  # keep the upper or lower triangle of the last two dims, zero the rest
     # reductions
     REDUCE_SUM = "reduce_sum"
     REDUCE_MEAN = "reduce_mean"
@@ -198,7 +214,7 @@ class OpKind(Enum):
 
 _CATEGORY: dict[OpKind, OpCategory] = {}
 for _k in (OpKind.MATMUL, OpKind.GEMM, OpKind.LINEAR, OpKind.CONV, OpKind.CONV_TRANSPOSE,
-           OpKind.ATTENTION, OpKind.LSTM, OpKind.GRU):
+           OpKind.ATTENTION, OpKind.LSTM, OpKind.GRU, OpKind.EINSUM):
     _CATEGORY[_k] = OpCategory.CONTRACTION
 for _k in (OpKind.LAYER_NORM, OpKind.RMS_NORM, OpKind.BATCH_NORM, OpKind.GROUP_NORM,
            OpKind.INSTANCE_NORM, OpKind.SOFTMAX, OpKind.LOG_SOFTMAX):
@@ -207,9 +223,10 @@ for _k in (OpKind.RELU, OpKind.LEAKY_RELU, OpKind.GELU, OpKind.SILU, OpKind.SIGM
            OpKind.HARD_SIGMOID, OpKind.HARD_SWISH, OpKind.TANH, OpKind.ELU, OpKind.SOFTPLUS,
            OpKind.EXP, OpKind.LOG, OpKind.SQRT, OpKind.RSQRT, OpKind.RECIPROCAL, OpKind.NEG,
            OpKind.ABS, OpKind.ERF, OpKind.SIN, OpKind.COS, OpKind.CLIP, OpKind.NOT,
+           OpKind.ISNAN, OpKind.ISINF, OpKind.FLOOR, OpKind.CEIL, OpKind.ROUND, OpKind.SIGN,
            OpKind.DROPOUT, OpKind.ADD, OpKind.SUB, OpKind.MUL, OpKind.DIV, OpKind.POW,
            OpKind.MAXIMUM, OpKind.MINIMUM, OpKind.EQUAL, OpKind.LESS, OpKind.GREATER,
-           OpKind.AND, OpKind.OR, OpKind.WHERE):
+           OpKind.AND, OpKind.OR, OpKind.XOR, OpKind.MOD, OpKind.WHERE, OpKind.TRILU):
     _CATEGORY[_k] = OpCategory.ELEMENTWISE
 for _k in (OpKind.REDUCE_SUM, OpKind.REDUCE_MEAN, OpKind.REDUCE_MAX, OpKind.REDUCE_MIN,
            OpKind.REDUCE_PROD, OpKind.ARGMAX, OpKind.CUMSUM, OpKind.TOPK):
@@ -360,10 +377,30 @@ class Op:
 
 
 @dataclass(frozen=True, slots=True)
+class ImportRecord:
+    """How an importer built a graph (not part of its identity or fingerprint).
+
+    ``shape_source`` says where the shapes came from: ``"onnx inference"``,
+    ``"onnxruntime symbolic inference"`` or ``"onnxruntime run"`` (ONNX files, see
+    ``graph.onnx_shapes``), ``"torch.export"`` (programs), ``""`` (task graphs).
+    ``source_nodes`` is the node count of the source file (ONNX: ``Constant`` nodes
+    included; 0 when not counted) and ``folded_nodes`` how many of them were folded into
+    constants once shapes were bound.
+    """
+
+    shape_source: str = ""
+    source_nodes: int = 0
+    folded_nodes: int = 0
+    shape_problem: str = ""  # why shapes may have stayed symbolic ("" when nothing failed)
+
+
+@dataclass(frozen=True, slots=True)
 class Graph:
     """An immutable DAG of ops in topological order, with its tensors.
 
     Build with ``Graph.build`` (which checks invariants) and derive new graphs with passes.
+    ``record`` (how it was imported) follows the graph through shape binding and
+    ``with_ops``.
     """
 
     name: str
@@ -371,6 +408,7 @@ class Graph:
     ops: tuple[Op, ...]
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
+    record: ImportRecord = field(default_factory=ImportRecord, compare=False)
     _tensor_index: dict[str, Tensor] = field(init=False, repr=False, compare=False)
     _op_index: dict[str, Op] = field(init=False, repr=False, compare=False)
     _producer: dict[str, Op] = field(init=False, repr=False, compare=False)
@@ -394,7 +432,8 @@ class Graph:
     @classmethod
     def build(cls, name: str, tensors: Iterable[Tensor], ops: Iterable[Op],
               inputs: Iterable[str] | None = None, outputs: Iterable[str] | None = None,
-              *, file: str | None = None, require_concrete: bool = False) -> Graph:
+              *, file: str | None = None, require_concrete: bool = False,
+              record: ImportRecord | None = None) -> Graph:
         """Check invariants, order ops topologically, derive inputs/outputs if not given.
 
         Raises ``GraphError`` naming the op or tensor at fault: duplicate names, a tensor
@@ -449,17 +488,39 @@ class Graph:
         for tn in outputs:
             if tn not in producer and tn not in index:
                 raise GraphError("graph output is not defined", file=file, place=f"tensor {tn!r}")
-        g = cls(name, tuple(tlist), tuple(ordered), inputs, outputs)
+        g = cls(name, tuple(tlist), tuple(ordered), inputs, outputs,
+                record if record is not None else ImportRecord())
         if require_concrete:
             g.check_concrete(file=file)
         return g
 
     def check_concrete(self, *, file: str | None = None) -> None:
-        for t in self.tensors:
+        """Raise ``GraphError`` unless every shape is concrete. Only an input's dims can be
+        bound, so a symbolic input is named first (with the ``--shape`` to give it); a
+        symbolic value behind concrete inputs is reported as what it is, an importer's
+        failure to resolve it.
+
+        >>> x = Tensor("x", ("N", 4), DType.FP32, role=Role.INPUT)
+        >>> y = Tensor("y", ("N", 4), DType.FP32, role=Role.OUTPUT)
+        >>> g = Graph.build("g", [x, y], [Op("r", OpKind.RELU, ("x",), ("y",))])
+        >>> g.check_concrete()
+        Traceback (most recent call last):
+        ...
+        placewise.errors.GraphError: input 'x': shape [N,4] has symbolic dimensions; bind them with --shape x=DIMS or --batch
+        """
+        for name in self.inputs:
+            t = self.tensor(name)
             if not t.is_concrete:
                 raise GraphError(
                     f"shape {t.shape_str()} has symbolic dimensions; bind them with "
-                    f"--shape NAME=DIMS or --batch", file=file, place=f"tensor {t.name!r}")
+                    f"--shape {name}=DIMS or --batch", file=file, place=f"input {name!r}")
+        why = f" ({self.record.shape_problem})" if self.record.shape_problem else ""
+        for t in self.tensors:
+            if not t.is_concrete:
+                raise GraphError(
+                    f"shape {t.shape_str()} stays symbolic although every input is "
+                    f"concrete: the importer could not resolve it{why}", file=file,
+                    place=f"tensor {t.name!r}")
 
     # ---- queries ----------------------------------------------------------------------
     def tensor(self, name: str) -> Tensor:
@@ -533,7 +594,7 @@ class Graph:
 
     def with_ops(self, ops: Iterable[Op], tensors: Iterable[Tensor] | None = None) -> Graph:
         return Graph.build(self.name, self.tensors if tensors is None else tensors, ops,
-                           self.inputs, self.outputs)
+                           self.inputs, self.outputs, record=self.record)
 
 
 def _toposort(ops: list[Op], producer: dict[str, Op], file: str | None) -> list[Op]:
@@ -628,7 +689,8 @@ def eval_dim(dim: Dim, env: Mapping[str, int]) -> Dim:
 def bind_shapes(graph: Graph, env: Mapping[str, int], *, require_concrete: bool = True) -> Graph:
     """Return a graph whose symbolic dims are evaluated under ``env`` (symbol -> size)."""
     tensors = [replace(t, shape=tuple(eval_dim(d, env) for d in t.shape)) for t in graph.tensors]
-    g = Graph.build(graph.name, tensors, graph.ops, graph.inputs, graph.outputs)
+    g = Graph.build(graph.name, tensors, graph.ops, graph.inputs, graph.outputs,
+                    record=graph.record)
     if require_concrete:
         g.check_concrete()
     return g

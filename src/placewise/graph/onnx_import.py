@@ -39,6 +39,7 @@ from placewise.graph.ir import (
     Attrs,
     Dim,
     Graph,
+    ImportRecord,
     Op,
     OpKind,
     Provenance,
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
     import numpy as np
     from onnx import GraphProto, ModelProto, NodeProto, TensorProto, TypeProto
 
-__all__ = ["MIN_OPSET", "load_onnx", "onnx_dtype", "read_onnx"]
+__all__ = ["MIN_OPSET", "load_onnx", "load_onnx_source", "onnx_dtype", "read_onnx"]
 
 MIN_OPSET = 13
 # external tensors up to this size are read in (shape inference may need their values);
@@ -574,6 +575,7 @@ _KINDS: dict[str, OpKind] = {
     "Conv": OpKind.CONV, "ConvInteger": OpKind.CONV, "ConvTranspose": OpKind.CONV_TRANSPOSE,
     "MatMul": OpKind.MATMUL, "MatMulInteger": OpKind.MATMUL, "Gemm": OpKind.GEMM,
     "LSTM": OpKind.LSTM, "GRU": OpKind.GRU, "Attention": OpKind.ATTENTION,
+    "Einsum": OpKind.EINSUM,
     # normalization
     "LayerNormalization": OpKind.LAYER_NORM, "RMSNormalization": OpKind.RMS_NORM,
     "BatchNormalization": OpKind.BATCH_NORM, "GroupNormalization": OpKind.GROUP_NORM,
@@ -586,13 +588,17 @@ _KINDS: dict[str, OpKind] = {
     "Softplus": OpKind.SOFTPLUS, "Exp": OpKind.EXP, "Log": OpKind.LOG, "Sqrt": OpKind.SQRT,
     "Reciprocal": OpKind.RECIPROCAL, "Neg": OpKind.NEG, "Abs": OpKind.ABS, "Erf": OpKind.ERF,
     "Sin": OpKind.SIN, "Cos": OpKind.COS, "Clip": OpKind.CLIP, "Not": OpKind.NOT,
+    "BitwiseNot": OpKind.NOT, "IsNaN": OpKind.ISNAN, "IsInf": OpKind.ISINF,
+    "Floor": OpKind.FLOOR, "Ceil": OpKind.CEIL, "Round": OpKind.ROUND, "Sign": OpKind.SIGN,
     "Dropout": OpKind.DROPOUT,
     # binary / ternary elementwise
     "Add": OpKind.ADD, "Sum": OpKind.ADD, "Sub": OpKind.SUB, "Mul": OpKind.MUL,
     "Div": OpKind.DIV, "Pow": OpKind.POW, "Max": OpKind.MAXIMUM, "Min": OpKind.MINIMUM,
     "Equal": OpKind.EQUAL, "Less": OpKind.LESS, "LessOrEqual": OpKind.LESS,
     "Greater": OpKind.GREATER, "GreaterOrEqual": OpKind.GREATER, "And": OpKind.AND,
-    "Or": OpKind.OR, "Where": OpKind.WHERE,
+    "Or": OpKind.OR, "Xor": OpKind.XOR, "BitwiseAnd": OpKind.AND, "BitwiseOr": OpKind.OR,
+    "BitwiseXor": OpKind.XOR, "Mod": OpKind.MOD, "Where": OpKind.WHERE,
+    "Trilu": OpKind.TRILU,
     # reductions
     "ReduceSum": OpKind.REDUCE_SUM, "ReduceSumSquare": OpKind.REDUCE_SUM,
     "ReduceL1": OpKind.REDUCE_SUM, "ReduceL2": OpKind.REDUCE_SUM,
@@ -827,6 +833,13 @@ def _canonical_attrs(kind: OpKind, node: NodeProto, ctx: _Ctx) -> dict[str, Any]
         else:
             dt = onnx_dtype(int(a.get("to", 0)))
         return {} if dt is None else {"to": dt.value}
+    if kind is OpKind.EINSUM:
+        eq = a.get("equation", b"")
+        return {"equation": eq.decode() if isinstance(eq, bytes) else str(eq)}
+    if kind is OpKind.TRILU:
+        return {"upper": bool(a.get("upper", 1))}
+    if kind is OpKind.MOD:
+        return {"fmod": bool(a.get("fmod", 0))}
     if kind is OpKind.LEAKY_RELU:
         return {"alpha": float(a.get("alpha", 0.01))}
     if kind is OpKind.ELU:
@@ -911,21 +924,33 @@ def load_onnx(path: str | os.PathLike[str], *,
     unsafe external-data reference), ``InputError`` for a binding that conflicts with the
     model, ``GraphError`` for a value whose dtype cannot be inferred.
     """
-    import onnx
+    graph, _ = load_onnx_source(path, shapes=shapes, batch=batch)
+    assert graph is not None
+    return graph
+
+
+def load_onnx_source(path: str | os.PathLike[str], *,
+                     shapes: Mapping[str, Sequence[int]] | None = None,
+                     batch: int | None = None,
+                     with_graph: bool = True) -> tuple[Graph | None, ModelProto]:
+    """The ``Graph`` of the ONNX model at ``path`` (None unless ``with_graph``) and the
+    model it was built from: bound, shapes resolved, shape arithmetic folded
+    (``graph.onnx_shapes.prepare_onnx``). What runs the graph's ops (the runtime's model
+    source, partitions) runs this model, whose nodes are the graph's ops."""
+    from placewise.graph.onnx_shapes import prepare_onnx
 
     file = os.fspath(path)
-    model = read_onnx(file)
-    env = _bind_inputs(model, file, shapes, batch)
-    inference_problem = ""
-    try:
-        model = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
-    except Exception as e:  # non-strict inference rarely raises; fall back to annotations
-        inference_problem = f" (ONNX shape inference failed: {_short(str(e))})"
-    return _build_graph(model, file, env, inference_problem)
+    model, info = prepare_onnx(read_onnx(file), file, shapes=shapes, batch=batch)
+    if not with_graph:
+        return None, model
+    problem = f" ({info.problem})" if info.problem else ""
+    record = ImportRecord(info.shape_source, info.source_nodes, info.folded_nodes,
+                          info.problem)
+    return _build_graph(model, file, info.env, problem, record), model
 
 
 def _build_graph(model: ModelProto, file: str, env: Mapping[str, int],
-                 inference_problem: str) -> Graph:
+                 inference_problem: str, record: ImportRecord) -> Graph:
     graph = model.graph
     infos: dict[str, _TypeInfo] = {}
     for vi in [*graph.value_info, *graph.input, *graph.output]:
@@ -1022,7 +1047,7 @@ def _build_graph(model: ModelProto, file: str, env: Mapping[str, int],
             role = Role.ACTIVATION
         tensors.append(Tensor(tname, info.shape, info.dtype, role=role))
     return Graph.build(graph.name or os.path.splitext(os.path.basename(file))[0], tensors,
-                       ops, input_names, output_names, file=file)
+                       ops, input_names, output_names, file=file, record=record)
 
 
 _SIZE_PRESERVING = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}

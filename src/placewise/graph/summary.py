@@ -55,6 +55,9 @@ def summarize(graph: Graph) -> dict[str, Any]:
         "coverage": counts.coverage,
         "regions": len(partition.regions),
         "regions_by_pattern": dict(sorted(patterns.items())),
+        "shape_source": graph.record.shape_source or None,
+        "source_nodes": graph.record.source_nodes or None,
+        "folded_nodes": graph.record.folded_nodes,
     }
 
 

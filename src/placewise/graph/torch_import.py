@@ -33,7 +33,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from placewise.errors import GraphError, ModelFormatError
-from placewise.graph.ir import Attrs, Dim, Graph, Op, OpKind, Provenance, Role, Tensor
+from placewise.graph.ir import (
+    Attrs,
+    Dim,
+    Graph,
+    ImportRecord,
+    Op,
+    OpKind,
+    Provenance,
+    Role,
+    Tensor,
+)
 from placewise.graph.pt2 import read_pt2
 from placewise.units import DType
 
@@ -152,6 +162,12 @@ _KINDS: dict[str, OpKind] = {
     "aten.ge": OpKind.GREATER, "aten.logical_and": OpKind.AND,
     "aten.bitwise_and": OpKind.AND, "aten.logical_or": OpKind.OR,
     "aten.bitwise_or": OpKind.OR, "aten.where": OpKind.WHERE,
+    "aten.__and__": OpKind.AND, "aten.__or__": OpKind.OR, "aten.__xor__": OpKind.XOR,
+    "aten.bitwise_xor": OpKind.XOR, "aten.logical_xor": OpKind.XOR,
+    "aten.remainder": OpKind.MOD, "aten.fmod": OpKind.MOD, "aten.tril": OpKind.TRILU,
+    "aten.triu": OpKind.TRILU, "aten.isnan": OpKind.ISNAN, "aten.isinf": OpKind.ISINF,
+    "aten.floor": OpKind.FLOOR, "aten.ceil": OpKind.CEIL, "aten.round": OpKind.ROUND,
+    "aten.sign": OpKind.SIGN, "aten.einsum": OpKind.EINSUM,
     # reductions
     "aten.sum": OpKind.REDUCE_SUM, "aten.mean": OpKind.REDUCE_MEAN,
     "aten.amax": OpKind.REDUCE_MAX, "aten.max": OpKind.REDUCE_MAX,
@@ -392,6 +408,12 @@ def _canonical_attrs(kind: OpKind, packet: str, node: Node, a: _Args,
     if kind in (OpKind.REDUCE_SUM, OpKind.REDUCE_MEAN, OpKind.REDUCE_MAX, OpKind.REDUCE_MIN,
                 OpKind.REDUCE_PROD, OpKind.ARGMAX):
         return _axes_attrs(a, in_rank, kind, packet)
+    if kind is OpKind.EINSUM:
+        return {"equation": str(a.get("equation", ""))}
+    if kind is OpKind.TRILU:
+        return {"upper": packet == "aten.triu", "k": int(a.get("diagonal", 0))}
+    if kind is OpKind.MOD:
+        return {"fmod": packet == "aten.fmod"}
     if kind is OpKind.CUMSUM:
         return {"axis": _norm(int(a.get("dim", 0)), in_rank)}
     if kind is OpKind.TOPK:
@@ -551,7 +573,7 @@ class _Builder:
             if t.role is Role.ACTIVATION:
                 self.tensors[tname] = Tensor(t.name, t.shape, t.dtype, t.layout, Role.OUTPUT)
         return Graph.build(self.name, self.tensors.values(), self.ops, inputs, user_outputs,
-                           file=self.file)
+                           file=self.file, record=ImportRecord("torch.export"))
 
     def _tensor_of(self, value: Any) -> str | None:
         from torch.fx import Node

@@ -133,10 +133,11 @@ def load_source(ref: str | os.PathLike[str], *, shapes: Mapping[str, Sequence[in
     path = Path(text)
     suffix = path.suffix.lower()
     if suffix == ".onnx":
-        from placewise.graph.onnx_import import read_onnx
+        from placewise.graph.onnx_import import load_onnx_source
 
-        model = read_onnx(text)
-        graph = _load_graph(text, shapes, batch) if with_graph else None
+        # the bound model with its shape arithmetic folded: the nodes are the graph's ops
+        graph, model = load_onnx_source(text, shapes=shapes, batch=batch,
+                                        with_graph=with_graph)
         return ModelSource(text, SourceFormat.ONNX, graph, path, onnx_model=model,
                            shapes=shp, batch=batch)
     if suffix == ".pt2":
@@ -158,13 +159,6 @@ def load_source(ref: str | os.PathLike[str], *, shapes: Mapping[str, Sequence[in
                            exported_program=ep, shapes=shp, batch=batch)
     raise InputError("no executable source for this model: profiling and execution need a "
                      "zoo model, a .pt2 program or an .onnx file", file=text)
-
-
-def _load_graph(ref: str, shapes: Mapping[str, Sequence[int]] | None,
-                batch: int | None) -> Graph:
-    from placewise.graph.load import load_model
-
-    return load_model(ref, shapes=shapes, batch=batch)
 
 
 def _load_zoo_source(ref: str, shapes: tuple[tuple[str, tuple[int, ...]], ...],

@@ -1,0 +1,561 @@
+"""Concrete shapes for a bound ONNX model, and its shape arithmetic folded into constants.
+
+``prepare_onnx`` is the one step between reading an ``.onnx`` file and using it: the graph
+importer (``load_onnx``) and the runtime's model source both take its model, so the ops of
+the graph and the nodes partitions are cut from are the same. It
+
+1. binds the requested input dims (``--shape``, ``--batch``);
+2. resolves every value's shape. ONNX shape inference comes first; exporters leave dims it
+   cannot follow (``Expand`` to a shape computed at run time, ``unk__0``). When it leaves
+   any although every graph input is concrete, onnxruntime's symbolic shape inference
+   runs, and if that fails or leaves some too, one real onnxruntime run on inputs of the
+   bound shapes (zeros) that fetches every intermediate value reads them. Which one gave
+   the shapes is recorded (``SHAPES_ONNX``, ``SHAPES_SYMBOLIC``, ``SHAPES_RUN``);
+3. folds what is computable before any input arrives: a ``Shape``/``Size`` of a value of
+   known shape, and every node whose inputs are all constants (``Gather``, ``Unsqueeze``,
+   ``Concat``, ``Slice``, ``ConstantOfShape``, ``Range``, ``Equal``, ``Where``, ``Cast``,
+   arithmetic...), evaluated with ``onnx.reference``. A folded node becomes an initializer
+   of its output's name, so its consumers keep their inputs, and initializers and
+   ``Constant`` nodes only folded nodes read are dropped. Only small values fold (at most
+   ``FOLD_MAX_BYTES`` out, ``FOLD_MAX_INPUT_BYTES`` in): a large computation on weights
+   stays an op rather than a giant initializer. Random and control-flow nodes never fold.
+
+>>> import numpy as np
+>>> from onnx import TensorProto, helper, numpy_helper
+>>> nodes = [helper.make_node("Shape", ["x"], ["s"]),
+...          helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+...          helper.make_node("Unsqueeze", ["n", "zero1"], ["n1"]),
+...          helper.make_node("Concat", ["n1", "minus1"], ["target"], axis=0),
+...          helper.make_node("Reshape", ["x", "target"], ["y"])]
+>>> inits = [numpy_helper.from_array(np.array(0, np.int64), "zero"),
+...          numpy_helper.from_array(np.array([0], np.int64), "zero1"),
+...          numpy_helper.from_array(np.array([-1], np.int64), "minus1")]
+>>> g = helper.make_graph(nodes, "g",
+...     [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 2])],
+...     [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+>>> m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+>>> prepared, info = prepare_onnx(m, "m.onnx", batch=3)
+>>> [n.op_type for n in prepared.graph.node], info.shape_source, info.folded_nodes
+(['Reshape'], 'onnx inference', 4)
+>>> numpy_helper.to_array(next(t for t in prepared.graph.initializer if t.name == "target"))
+array([ 3, -1])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import math
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from placewise.errors import GraphError
+
+if TYPE_CHECKING:
+    import numpy as np
+    from onnx import ModelProto, NodeProto, TensorProto
+
+__all__ = [
+    "FOLD_MAX_BYTES",
+    "FOLD_MAX_INPUT_BYTES",
+    "SHAPES_ONNX",
+    "SHAPES_RUN",
+    "SHAPES_SYMBOLIC",
+    "PrepareInfo",
+    "fold_constants",
+    "prepare_onnx",
+    "resolve_shapes",
+    "symbolic_values",
+]
+
+SHAPES_ONNX = "onnx inference"
+SHAPES_SYMBOLIC = "onnxruntime symbolic inference"
+SHAPES_RUN = "onnxruntime run"
+
+#: the most bytes a folded value may hold (a shape, an index table, a small mask)
+FOLD_MAX_BYTES = 1 << 16
+#: the most bytes a folded node may read (keeps weight-sized work an op)
+FOLD_MAX_INPUT_BYTES = 4 << 20
+
+# nodes whose value is not a function of their inputs, or that hold subgraphs
+_NEVER_FOLD = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform",
+                         "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout",
+                         "If", "Loop", "Scan", "Constant"})
+
+
+@dataclass(frozen=True, slots=True)
+class PrepareInfo:
+    """What ``prepare_onnx`` did: the bound symbols, where the shapes came from, the
+    model's node count before folding (``Constant`` nodes included) and how many folded.
+    ``problem`` says why an earlier way of resolving shapes fell short ("" when none)."""
+
+    env: Mapping[str, int]
+    shape_source: str
+    source_nodes: int
+    folded_nodes: int
+    problem: str = ""
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """onnxruntime's symbolic inference logs warnings and prints; the library never prints."""
+    logger = logging.getLogger("onnxruntime.tools.symbolic_shape_infer")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def prepare_onnx(model: ModelProto, file: str, *,
+                 shapes: Mapping[str, Sequence[int]] | None = None,
+                 batch: int | None = None) -> tuple[ModelProto, PrepareInfo]:
+    """A copy of ``model`` with ``shapes``/``batch`` bound, every value's shape resolved
+    where the inputs are concrete, and shape arithmetic folded into constants.
+
+    Raises ``InputError`` for a binding that conflicts with the model. Shapes that no way
+    resolves stay symbolic, with the reason in ``PrepareInfo.problem``.
+    """
+    import onnx
+
+    from placewise.graph.onnx_import import _bind_inputs
+
+    work = onnx.ModelProto()
+    work.CopyFrom(model)
+    env = _bind_inputs(work, file, shapes, batch)
+    before = len(work.graph.node)
+    resolved, source, problem = resolve_shapes(work, file)
+    folded, count = fold_constants(resolved)
+    return folded, PrepareInfo(dict(env), source, before, count, problem)
+
+
+# ---- shapes ---------------------------------------------------------------------------------
+
+
+def _concrete_dims(tp: Any) -> tuple[int, ...] | None:
+    """The dims of a tensor TypeProto when all are known numbers, else None."""
+    if tp.WhichOneof("value") != "tensor_type":
+        return None
+    tt = tp.tensor_type
+    if not tt.elem_type or not tt.HasField("shape"):
+        return None
+    if not all(d.HasField("dim_value") for d in tt.shape.dim):
+        return None
+    return tuple(int(d.dim_value) for d in tt.shape.dim)
+
+
+def _inputs_concrete(model: ModelProto) -> bool:
+    inits = {t.name for t in model.graph.initializer}
+    return all(_concrete_dims(vi.type) is not None for vi in model.graph.input
+               if vi.name not in inits and vi.type.WhichOneof("value") == "tensor_type")
+
+
+def symbolic_values(model: ModelProto) -> list[str]:
+    """Node outputs (top level, ``Constant`` nodes aside) whose shape or type is not known
+    as concrete numbers, in node order."""
+    g = model.graph
+    known: dict[str, Any] = {}
+    for vi in [*g.value_info, *g.output]:
+        known.setdefault(vi.name, vi.type)
+    inits = {t.name for t in g.initializer}
+    out = []
+    for node in g.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            continue
+        for o in node.output:
+            if not o or o in inits:
+                continue
+            tp = known.get(o)
+            if tp is not None and tp.WhichOneof("value") in ("sequence_type",
+                                                             "optional_type"):
+                continue  # not a tensor: a sequence's length is never a bound dim
+            if tp is None or _concrete_dims(tp) is None:
+                out.append(o)
+    return out
+
+
+def resolve_shapes(model: ModelProto, file: str) -> tuple[ModelProto, str, str]:
+    """``model`` with shapes inferred, the way they were found, and why earlier ways fell
+    short: ONNX inference; then, when every graph input is concrete but values stay
+    symbolic, onnxruntime's symbolic inference; then one onnxruntime run."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except Exception as e:  # non-strict inference rarely raises; keep the annotations
+        inferred = model
+        problems = [f"ONNX shape inference failed: {_short(str(e))}"]
+    else:
+        problems = []
+    left = symbolic_values(inferred)
+    if not left or not _inputs_concrete(inferred):
+        return inferred, SHAPES_ONNX, "; ".join(problems)
+    problems.append(f"ONNX shape inference left {len(left)} values symbolic ({left[0]!r}...)")
+    try:
+        sym = _ort_symbolic(model)
+    except Exception as e:
+        problems.append(f"onnxruntime symbolic inference failed: {type(e).__name__}: "
+                        f"{_short(str(e))}")
+    else:
+        left = symbolic_values(sym)
+        if not left:
+            return sym, SHAPES_SYMBOLIC, "; ".join(problems)
+        problems.append(f"onnxruntime symbolic inference left {len(left)} values symbolic "
+                        f"({left[0]!r}...)")
+    try:
+        return _ort_run(inferred), SHAPES_RUN, "; ".join(problems)
+    except Exception as e:  # a model onnxruntime cannot run: its dims stay symbolic
+        problems.append(f"an onnxruntime run failed ({type(e).__name__}: {_short(str(e))})")
+        return inferred, SHAPES_ONNX, "; ".join(problems)
+
+
+def _short(text: str, limit: int = 160) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _ort_symbolic(model: ModelProto) -> ModelProto:
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+    with _quiet():
+        out = SymbolicShapeInference.infer_shapes(model, auto_merge=False,
+                                                  guess_output_rank=False, verbose=0)
+    if out is None:
+        raise RuntimeError("it returned no model")
+    return out
+
+
+def _zeros_feeds(model: ModelProto) -> dict[str, np.ndarray]:
+    import numpy as np
+    from onnx import helper
+
+    inits = {t.name for t in model.graph.initializer}
+    feeds = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        dims = _concrete_dims(vi.type)
+        if dims is None:  # pragma: no cover - resolve_shapes checks first
+            raise GraphError("input shape is not concrete", place=f"input {vi.name!r}")
+        dtype = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
+        feeds[vi.name] = np.zeros(dims, dtype=dtype)
+    return feeds
+
+
+def _ort_run(model: ModelProto) -> ModelProto:
+    """``model`` with the value_info of every node output read from one onnxruntime run
+    on zero inputs of the bound shapes (ORT's graph optimizations off, so every value
+    exists as the file names it)."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import helper
+
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    have = {o.name for o in probe.graph.output}
+    for node in probe.graph.node:
+        for o in node.output:
+            if o and o not in have:
+                probe.graph.output.append(onnx.ValueInfoProto(name=o))
+                have.add(o)
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(probe.SerializeToString(), sess_options=opts,
+                                providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    values = sess.run(names, _zeros_feeds(model))
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    outputs = {o.name for o in out.graph.output}
+    by_name = dict(zip(names, values, strict=True))
+    kept = [vi for vi in out.graph.value_info if vi.name not in by_name]
+    del out.graph.value_info[:]
+    out.graph.value_info.extend(kept)
+    for name, value in by_name.items():
+        if name in outputs or not hasattr(value, "shape"):
+            continue
+        elem = helper.np_dtype_to_tensor_dtype(value.dtype)
+        out.graph.value_info.append(helper.make_tensor_value_info(name, elem, value.shape))
+    for vi in out.graph.output:
+        value = by_name.get(vi.name)
+        if value is not None and hasattr(value, "shape") and _concrete_dims(vi.type) is None:
+            elem = helper.np_dtype_to_tensor_dtype(value.dtype)
+            vi.CopyFrom(helper.make_tensor_value_info(vi.name, elem, value.shape))
+    return out
+
+
+# ---- folding --------------------------------------------------------------------------------
+
+
+class _Values:
+    """Constant values of a graph, read from their protos only when a fold needs them."""
+
+    def __init__(self, model: ModelProto) -> None:
+        g = model.graph
+        self.protos: dict[str, TensorProto] = {t.name: t for t in g.initializer}
+        for node in g.node:
+            if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and \
+                    len(node.output) == 1:
+                t = _constant_tensor(node)
+                if t is not None:
+                    self.protos[node.output[0]] = t
+        self.arrays: dict[str, np.ndarray] = {}
+        self.types: dict[str, tuple[int, tuple[int, ...]]] = {}
+        for vi in [*g.input, *g.value_info, *g.output]:
+            dims = _concrete_dims(vi.type)
+            if dims is not None:
+                self.types.setdefault(vi.name, (vi.type.tensor_type.elem_type, dims))
+        for name, t in self.protos.items():
+            self.types[name] = (t.data_type, tuple(int(d) for d in t.dims))
+
+    def has(self, name: str) -> bool:
+        return name in self.arrays or name in self.protos
+
+    def get(self, name: str) -> np.ndarray:
+        if name not in self.arrays:
+            from onnx import numpy_helper
+
+            self.arrays[name] = numpy_helper.to_array(self.protos[name])
+        return self.arrays[name]
+
+    def nbytes(self, name: str) -> int | None:
+        """Bytes of a value of known type and shape (None when unknown or unsized)."""
+        from onnx import helper
+
+        info = self.types.get(name)
+        if info is None:
+            return None
+        try:
+            itemsize = helper.tensor_dtype_to_np_dtype(info[0]).itemsize
+        except Exception:
+            return None
+        return itemsize * math.prod(info[1])
+
+
+def _constant_tensor(node: NodeProto) -> TensorProto | None:
+    from onnx import TensorProto, helper
+
+    for attr in node.attribute:
+        if attr.name == "value":
+            return attr.t
+        if attr.name == "value_int":
+            return helper.make_tensor("v", TensorProto.INT64, (), [attr.i])
+        if attr.name == "value_ints":
+            return helper.make_tensor("v", TensorProto.INT64, (len(attr.ints),),
+                                      list(attr.ints))
+        if attr.name == "value_float":
+            return helper.make_tensor("v", TensorProto.FLOAT, (), [attr.f])
+        if attr.name == "value_floats":
+            return helper.make_tensor("v", TensorProto.FLOAT, (len(attr.floats),),
+                                      list(attr.floats))
+    return None
+
+
+def _foldable(node: NodeProto, values: _Values, outputs: set[str], pending: set[str]
+              ) -> bool:
+    """Whether ``node`` computes small values only from constants, values about to be
+    folded (``pending``), or (``Shape``/``Size``) a known shape."""
+    if node.domain not in ("", "ai.onnx") or node.op_type in _NEVER_FOLD:
+        return False
+    if any(a.HasField("g") or len(a.graphs) for a in node.attribute):
+        return False
+    outs = [o for o in node.output if o]
+    if not outs or any(o in outputs for o in outs):
+        return False
+    for o in outs:
+        size = values.nbytes(o)
+        if size is None or size > FOLD_MAX_BYTES:
+            return False
+    ins = [i for i in node.input if i]
+    if node.op_type in ("Shape", "Size"):
+        return len(ins) == 1 and ins[0] in values.types
+    if not all(values.has(i) or i in pending for i in ins):
+        return False
+    read = sum(values.nbytes(i) or 0 for i in ins)
+    return read <= FOLD_MAX_INPUT_BYTES
+
+
+def _shape_value(node: NodeProto, dims: tuple[int, ...]) -> np.ndarray:
+    import numpy as np
+
+    if node.op_type == "Size":
+        return np.array(math.prod(dims), dtype=np.int64)
+    attrs = {a.name: int(a.i) for a in node.attribute}
+    start, end = attrs.get("start", 0), attrs.get("end", len(dims))
+    return np.array(dims[slice(start, end)], dtype=np.int64)
+
+
+def _fold_model(nodes: Sequence[NodeProto], values: _Values, model: ModelProto) -> ModelProto:
+    """A model of ``nodes`` alone: the constants they read as initializers, their outputs
+    as the graph's outputs."""
+    from onnx import helper, numpy_helper
+
+    made = {o for n in nodes for o in n.output if o}
+    needed = sorted({i for n in nodes for i in n.input if i and i not in made})
+    inits = [numpy_helper.from_array(values.get(i), i) for i in needed]
+    outs = [helper.make_tensor_value_info(o, values.types[o][0], values.types[o][1])
+            for n in nodes for o in n.output if o]
+    graph = helper.make_graph(list(nodes), "fold", [], outs, inits)
+    return helper.make_model(graph, opset_imports=list(model.opset_import),
+                             ir_version=model.ir_version)
+
+
+def _run_fold(nodes: Sequence[NodeProto], values: _Values, model: ModelProto
+              ) -> dict[str, np.ndarray]:
+    """The outputs of ``nodes`` (constant inputs only) by onnxruntime."""
+    import numpy as np
+    import onnxruntime as ort
+
+    one = _fold_model(nodes, values, model)
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(one.SerializeToString(), sess_options=opts,
+                                providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    with np.errstate(all="ignore"):
+        return dict(zip(names, (np.asarray(v) for v in sess.run(names, {})), strict=True))
+
+
+def _reference_fold(node: NodeProto, values: _Values, model: ModelProto
+                    ) -> dict[str, np.ndarray]:
+    """The outputs of one node (constant inputs only) by ``onnx.reference``."""
+    import numpy as np
+    from onnx.reference import ReferenceEvaluator
+
+    one = _fold_model([node], values, model)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        outs = ReferenceEvaluator(one).run(None, {})
+    return dict(zip([o for o in node.output if o], (np.asarray(v) for v in outs),
+                    strict=True))
+
+
+def _evaluate(nodes: Sequence[NodeProto], values: _Values, model: ModelProto
+              ) -> dict[str, np.ndarray]:
+    """Values of the outputs of ``nodes`` (in order, each reading constants or earlier
+    ones): one onnxruntime session for all; if that fails, node by node (onnxruntime,
+    then ``onnx.reference``), skipping a node that fails and what depends on it."""
+    try:
+        return _run_fold(nodes, values, model)
+    except Exception:
+        pass
+    got: dict[str, np.ndarray] = {}
+    for node in nodes:
+        if not all(values.has(i) for i in node.input if i):
+            continue  # an input failed to fold
+        for way in (_run_fold, _reference_fold):
+            try:
+                res = way([node], values, model) if way is _run_fold else \
+                    _reference_fold(node, values, model)
+            except Exception:
+                continue
+            got.update(res)
+            values.arrays.update(res)
+            break
+    return got
+
+
+def _fits(name: str, value: np.ndarray, values: _Values) -> bool:
+    """Whether a folded value has the shape and element type inference gave it."""
+    from onnx import helper
+
+    try:
+        elem = helper.np_dtype_to_tensor_dtype(value.dtype)
+    except Exception:
+        return False
+    return (elem, tuple(value.shape)) == values.types[name]
+
+
+def fold_constants(model: ModelProto) -> tuple[ModelProto, int]:
+    """``model`` with every foldable node (see the module docstring) replaced by an
+    initializer of its output's name, and the number folded. Needs the value_info of the
+    outputs (resolved shapes); a node whose evaluation fails or disagrees with its
+    inferred shape or type is kept."""
+    import onnx
+    from onnx import numpy_helper
+
+    values = _Values(model)
+    outputs = {o.name for o in model.graph.output}
+    pending: list[NodeProto] = []
+    pending_names: set[str] = set()
+    for node in model.graph.node:
+        if not _foldable(node, values, outputs, pending_names):
+            continue
+        if node.op_type in ("Shape", "Size"):
+            values.arrays[node.output[0]] = _shape_value(node, values.types[node.input[0]][1])
+        else:
+            pending.append(node)
+            pending_names.update(o for o in node.output if o)
+    if pending:
+        values.arrays.update(_evaluate(pending, values, model))
+    kept: list[NodeProto] = []
+    new_inits: list[TensorProto] = []
+    for node in model.graph.node:
+        names = [o for o in node.output if o]
+        if node.op_type in _NEVER_FOLD or not names or not all(
+                o in values.arrays and o not in values.protos and
+                _fits(o, values.arrays[o], values) for o in names):
+            kept.append(node)
+            continue
+        new_inits.extend(numpy_helper.from_array(values.arrays[o], o) for o in names)
+    if not new_inits:
+        return model, 0
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = out.graph
+    folded = len(model.graph.node) - len(kept)
+    del g.node[:]
+    g.node.extend(kept)
+    done = {t.name for t in new_inits}
+    g.initializer.extend(new_inits)
+    infos = [vi for vi in g.value_info if vi.name not in done]
+    del g.value_info[:]
+    g.value_info.extend(infos)
+    _drop_unread(out, model)
+    return out, folded
+
+
+def _read_names(model: ModelProto) -> set[str]:
+    """Every value name a node (subgraphs included) or a graph output reads."""
+    from placewise.graph.onnx_import import _subgraph_refs
+
+    g = model.graph
+    names = {o.name for o in g.output}
+    for node in g.node:
+        names.update(i for i in node.input if i)
+        names.update(_subgraph_refs(node))
+    return names
+
+
+def _drop_unread(out: ModelProto, before: ModelProto) -> None:
+    """Drop initializers and ``Constant`` nodes that were read in ``before`` and are not
+    read in ``out`` any more (values only folded nodes used)."""
+    was_read = _read_names(before)
+    read = _read_names(out)
+    gone = was_read - read
+    g = out.graph
+    dropped = {t.name for t in g.initializer if t.name in gone}
+    inits = [t for t in g.initializer if t.name not in gone]
+    del g.initializer[:]
+    g.initializer.extend(inits)
+    nodes = [n for n in g.node
+             if not (n.op_type == "Constant" and n.domain in ("", "ai.onnx")
+                     and all(o in gone for o in n.output))]
+    del g.node[:]
+    g.node.extend(nodes)
+    ins = [vi for vi in g.input if vi.name not in dropped]  # initializers listed as inputs
+    del g.input[:]
+    g.input.extend(ins)
