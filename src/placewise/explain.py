@@ -544,7 +544,8 @@ def _render_precision(p: Mapping[str, Any] | None, max_rows: int) -> list[str]:
     if not p["decisions"]:
         out.append("  every vertex computes at the model's own precision: no evidence needed")
         return out
-    out.append(f"  evidence: {p['inputs']}")
+    out.append(f"  evidence: {p['inputs']}" if p["inputs"] else
+               "  evidence: none run (no lowering was possible and faster)")
     for dt, text in sorted(p["schemes"].items()):
         out.append(f"  {dt} emulated as: {text}")
     est = p["estimated"]

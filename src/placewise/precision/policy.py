@@ -41,7 +41,7 @@ from enum import Enum
 from typing import Any, Protocol
 
 from placewise.errors import InputError, UnsupportedError
-from placewise.graph.ir import INT8_KINDS
+from placewise.graph.ir import OpKind
 from placewise.schedule.placement import Problem
 from placewise.units import DType
 
@@ -195,19 +195,14 @@ def is_lowering(dtype: DType, natural: DType) -> bool:
 
 
 def emulated_ops(problem: Problem, vi: int, dtype: DType) -> tuple[str, ...]:
-    """The ops of vertex ``vi`` whose numbers change when it computes in ``dtype``: for
-    int8 its contractions (what the runtime quantizes in an int8 partition); for fp16 and
-    bf16 every op with a float input or output."""
+    """The ops of vertex ``vi`` whose numbers change when it computes in ``dtype``: every
+    op with a float input or output (the emulator applies each kind's scheme: an int8
+    contraction is quantized as the runtime's int8 partitions are; other int8 ops get
+    int8 activations; local devices run int8 only for contractions, see
+    ``placewise.cost.roofline.local_kernel_gap``)."""
     g = problem.graph
-    out = []
-    for op in problem.vertices[vi].ops:
-        floats = any(g.tensor(t).dtype.is_float for t in (*op.inputs, *op.outputs) if t)
-        if not floats:
-            continue
-        if dtype is DType.INT8 and op.kind not in INT8_KINDS:
-            continue
-        out.append(op.name)
-    return tuple(out)
+    return tuple(op.name for op in problem.vertices[vi].ops
+                 if any(g.tensor(t).dtype.is_float for t in (*op.inputs, *op.outputs) if t))
 
 
 def _sig(x: float) -> float:
@@ -283,6 +278,8 @@ def _candidates(problem: Problem, policy: Policy) -> list[Decision]:
             if not is_lowering(dt, nat):
                 continue
             ops = emulated_ops(problem, v.index, dt)
+            if OpKind.TASK in v.kinds:  # an abstract task: nothing says its numbers stay
+                ops = tuple(o.name for o in v.ops)
             if base is None:
                 base = _best_time(problem, v.index, nat)
             low = _best_time(problem, v.index, dt)
