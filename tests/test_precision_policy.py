@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -38,7 +38,7 @@ from placewise.units import DType
 from tests.strategies import random_graphs
 
 
-@lru_cache(maxsize=None)
+@cache
 def _preset(name: str) -> Machine:
     return load_machine(name)
 

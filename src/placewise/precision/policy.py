@@ -48,8 +48,8 @@ from placewise.units import DType
 __all__ = [
     "DEFAULT_BUDGET",
     "EVIDENCE_REQUESTS",
-    "METRICS",
     "MAX_RECHECKS",
+    "METRICS",
     "Decision",
     "Outcome",
     "Policy",
