@@ -35,8 +35,9 @@ How ops map to ONNX nodes:
   linear is MatMul + Add, an attention a dozen nodes). The exporter's node metadata
   (``pkg.torch.onnx.name_scopes``) is not used: its decompositions rename fx nodes
   (``reshape_1`` comes back as ``view_7``). Inside such an op, constants of the
-  decomposition (a scalar like the attention scale) are not rounded; its parameters
-  (initializers of more than one element, or with an IR name) are.
+  decomposition (the attention scale, a causal mask) are not rounded; its parameters
+  (initializers with an IR name or the size of one of its IR parameters: a transposed
+  weight) are.
 
 Sessions use ``ORT_ENABLE_BASIC`` (constant folding and redundant-node removal; no
 fusions that could absorb or reorder the inserted casts and quantize pairs, verified to be
@@ -69,8 +70,7 @@ True
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -100,7 +100,7 @@ _FLOAT = 1  # onnx.TensorProto.FLOAT
 _FLOAT16 = 10
 _BFLOAT16 = 16
 _CONTRACTION_TYPES = ("MatMul", "Gemm", "Conv")
-_OPT_LEVEL = "ORT_ENABLE_BASIC"
+_OPT_LEVEL = "ORT_DISABLE_ALL"
 
 
 def scheme(dtype: DType) -> str:
@@ -231,7 +231,8 @@ def _elem_types(model: Any, graph: Graph) -> dict[str, int]:
 
 
 def _onnx_regions(base: _Base, graph: Graph) -> dict[str, _Region | str]:
-    """Each op's node in an ONNX source: the node of its first output, else of its name."""
+    """Each op's node in an ONNX source: the node of its first output, else of its name;
+    everything the node reads is the op's input."""
     by_name = {n.name: i for i, n in enumerate(base.nodes) if n.name}
     out: dict[str, _Region | str] = {}
     for op in graph.ops:
@@ -239,13 +240,16 @@ def _onnx_regions(base: _Base, graph: Graph) -> dict[str, _Region | str]:
         if idx is None:
             idx = by_name.get(op.provenance.source)
         out[op.name] = (f"no ONNX node for {op.where()}" if idx is None
-                        else _region(base, op, (idx,), None))
+                        else _region(base, op, (idx,), lambda x: True))
     return out
 
 
 def _torch_regions(base: _Base, graph: Graph) -> dict[str, _Region | str]:
     """Each op's nodes in the whole-model export of a torch source: those that make its
-    outputs from values outside it (IR tensors, graph inputs, initializers)."""
+    outputs from values outside it (IR tensors, graph inputs, initializers). Its
+    parameters are the initializers it reads that have an IR name or as many elements as
+    one of its IR parameters (a weight the exporter transposed); other initializers are
+    constants of the exporter's decomposition (an attention's scale or causal mask)."""
     ir = {t.name for t in graph.tensors}
     stop = ir | set(base.inits) | base.inputs
     out: dict[str, _Region | str] = {}
@@ -259,15 +263,22 @@ def _torch_regions(base: _Base, graph: Graph) -> dict[str, _Region | str]:
             seen.add(i)
             todo.extend(base.producer[x] for x in base.nodes[i].input
                         if x and x not in stop and x in base.producer)
+        sizes = {graph.tensor(t).numel for t in op.inputs
+                 if t and graph.producer(t) is None and t not in graph.inputs
+                 and graph.tensor(t).is_concrete}
+
+        def is_param(x: str, sizes: set[int] = sizes) -> bool:
+            return x in ir or _numel(base.inits.get(x)) in sizes
+
         out[op.name] = (f"no ONNX node for {op.where()}" if not seen
-                        else _region(base, op, tuple(sorted(seen)), ir))
+                        else _region(base, op, tuple(sorted(seen)), is_param))
     return out
 
 
-def _region(base: _Base, op: Op, nodes: tuple[int, ...], ir: set[str] | None) -> _Region:
-    """The float boundary of ``op``'s ``nodes``. ``ir``: the IR's tensor names (torch
-    sources: initializers with one element and no IR name are constants of a
-    decomposition, not parameters); None for ONNX sources (every input is the op's)."""
+def _region(base: _Base, op: Op, nodes: tuple[int, ...],
+            is_param: Callable[[str], bool]) -> _Region:
+    """The float boundary of ``op``'s ``nodes``; ``is_param`` tells a parameter among the
+    initializers and constants they read from a constant of a decomposition."""
     made = {o for i in nodes for o in base.nodes[i].output if o}
     acts: list[str] = []
     params: list[str] = []
@@ -276,7 +287,7 @@ def _region(base: _Base, op: Op, nodes: tuple[int, ...], ir: set[str] | None) ->
             if not x or x in made or x in acts or x in params or not base.is_f32(x):
                 continue
             if x in base.inits or x in base.consts:
-                if ir is None or x in ir or _numel(base.inits.get(x)) > 1:
+                if is_param(x):
                     params.append(x)
             else:
                 acts.append(x)
@@ -364,7 +375,8 @@ def _fake_quant(a: np.ndarray[Any, Any], signed: bool) -> np.ndarray[Any, Any]:
 
 def _convert(a: np.ndarray[Any, Any], tag: str) -> np.ndarray[Any, Any]:
     if tag == "fp16":
-        return a.astype(np.float16).astype(np.float32)
+        with np.errstate(over="ignore"):  # beyond fp16's range: inf, as Cast makes it
+            return a.astype(np.float16).astype(np.float32)
     if tag == "bf16":
         return _round_bf16(a)
     return _fake_quant(a, signed=(tag == "w8"))
@@ -486,7 +498,9 @@ def _whole_model(source: Any, graph: Graph) -> Any:
 class Emulator:
     """The model on this CPU with chosen ops emulated at lower precision (module doc).
 
-    ``threads``: onnxruntime intra-op threads (default: the cores this process may use).
+    ``threads``: onnxruntime intra-op threads of each session (default 1: a session is
+    built per call, and on models this size a thread pool costs more to start than it
+    saves).
     """
 
     SCHEMES = SCHEMES
@@ -495,7 +509,7 @@ class Emulator:
         from placewise.runtime.opexec import SourceFormat
 
         self.graph = graph
-        self.threads = threads or len(os.sched_getaffinity(0))
+        self.threads = threads or 1
         if source.format is SourceFormat.ONNX:
             model = source.onnx_model
             self._base = _Base(model, graph.outputs, graph)
@@ -585,6 +599,7 @@ class Emulator:
         opts.intra_op_num_threads = self.threads
         opts.inter_op_num_threads = 1
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.log_severity_level = 3
         return ort.InferenceSession(data, sess_options=opts,
                                     providers=["CPUExecutionProvider"])
