@@ -55,7 +55,8 @@ def test_real_plans_pass(toy: tuple[Problem, Plan]) -> None:
     assert check_plan(plan) == []
     assert check_plan(plan, prob.graph, prob.machine) == []
     assert render_findings([], checks=checks_run(graph=True, machine=True)).startswith(
-        "plan OK (checked: timing, precedence, data, overlap, memory, support, coverage)")
+        "plan OK (checked: timing, precedence, data, overlap, memory, support, coverage, "
+        "precision)")
 
 
 def test_shared_controller_and_lanes_pass() -> None:

@@ -202,3 +202,26 @@ def test_plan_record_round_trips_and_explains() -> None:
     v = next(iter(plan.precision.lowered))
     assert "precision decisions:" in render_explain(explain(plan, op=v))
     assert math.isfinite(plan.precision.estimated_error)
+
+
+def test_check_holds_the_plan_to_its_precision_record() -> None:
+    from placewise.check import Check, check_plan
+
+    problem = _mlp_problem()
+    emu = _Emulator({o.name: 0.002 for o in problem.graph.ops})
+    out = plan_with_policy(problem, Policy.INT8, QualityBudget.parse("rel_l2=0.01"), _search,
+                           emulator=lambda: emu, requests=[[0]] * 2, quality=_rel)
+    plan = build_plan(out.problem, out.result, model_ref="zoo:mlp", precision=precision_json(out))
+    assert plan.precision is not None and plan.precision.lowered
+    assert [f for f in check_plan(plan) if f.check is Check.PRECISION] == []
+    # a lowering the record does not name
+    v = next(iter(plan.precision.lowered))
+    quiet = plan.model_copy(update={"precision": plan.precision.model_copy(
+        update={"lowered": {}})})
+    found = [f for f in check_plan(quiet) if f.check is Check.PRECISION]
+    assert any(v in f.subject and "does not name it" in f.message for f in found)
+    # KEEP with lowered vertices; an estimate over the budget
+    bad = plan.model_copy(update={"precision": plan.precision.model_copy(
+        update={"policy": "keep", "estimated_error": 1.0})})
+    msgs = [f.message for f in check_plan(bad) if f.check is Check.PRECISION]
+    assert any("policy keep" in m for m in msgs) and any("breaks the budget" in m for m in msgs)

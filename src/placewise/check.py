@@ -24,7 +24,10 @@ plan passes). What it checks (``Check``):
   in its dtype and runs every op kind of the vertex, in that dtype (a local device has int8
   kernels only for ``graph.ir.INT8_KINDS``);
 - ``coverage``: every vertex has exactly one compute task, on its device; with the graph,
-  every op of the graph is placed exactly once and nothing else is.
+  every op of the graph is placed exactly once and nothing else is;
+- ``precision``: a vertex computes at another precision than the model's own (a lowering)
+  only where the plan's precision record names it, never under ``keep``, and the record's
+  estimated error is within its budget (plans without a record are not held to one).
 
 A graph or machine whose fingerprint differs from the plan's is an ``InputError`` (the
 plan is not about them), raised before any check.
@@ -64,7 +67,7 @@ from placewise.cost.roofline import local_kernel_gap
 from placewise.graph.ir import Graph, Role
 from placewise.hardware.spec import Machine
 from placewise.plan import Plan, TaskRecord, TierRecord, check_fingerprints
-from placewise.schedule.placement import held_dtype
+from placewise.schedule.placement import held_dtype, natural_dtype
 from placewise.schedule.simulate import ResourceKind, TaskKind
 from placewise.units import DType, Layout, format_bytes, format_seconds
 
@@ -87,6 +90,7 @@ class Check(Enum):
     MEMORY = "memory"
     SUPPORT = "support"
     COVERAGE = "coverage"
+    PRECISION = "precision"
 
 
 class Severity(Enum):
@@ -115,6 +119,7 @@ def checks_run(*, graph: bool, machine: bool) -> tuple[Check, ...]:
     if machine:
         out.append(Check.SUPPORT)
     out.append(Check.COVERAGE)
+    out.append(Check.PRECISION)
     return tuple(out)
 
 
@@ -546,6 +551,36 @@ def _coverage(plan: Plan, graph: Graph | None, out: _Out) -> None:
         out.error(Check.COVERAGE, f"op {name}", "is placed but the graph has no such op")
 
 
+def _precision(plan: Plan, out: _Out) -> None:
+    """Every vertex computing at another precision than the model's own is a lowering the
+    precision record names (with evidence within the budget), and nothing else is."""
+    pr = plan.precision
+    if pr is None:
+        return  # a plan from before precision policies: nothing to hold it to
+    for v, r in sorted(plan.regions.items()):
+        dt = DType.parse(plan.placement[v]["dtype"])
+        nat = natural_dtype(plan.tensors[t].dtype for t in (*r.inputs, *r.params,
+                                                            *r.outputs, *r.internal)
+                            if t in plan.tensors)
+        lowering = dt is not nat and not (dt.is_float and dt.bits > nat.bits)
+        named = pr.lowered.get(v)
+        if lowering and named != dt.value:
+            out.error(Check.PRECISION, f"vertex {v}", f"computes in {dt.value}, not the "
+                                                      f"model's {nat.value}, and the precision "
+                                                      f"record does not name it (policy "
+                                                      f"{pr.policy})")
+        elif not lowering and named is not None:
+            out.error(Check.PRECISION, f"vertex {v}", f"the precision record says it is lowered "
+                                                      f"to {named}; it computes in {dt.value}")
+    if pr.policy == "keep" and pr.lowered:
+        out.error(Check.PRECISION, "precision", f"policy keep, yet {len(pr.lowered)} vertices "
+                                                f"are lowered")
+    if pr.lowered and pr.estimated_error > pr.budget_limit * (1 + 1e-9):
+        out.error(Check.PRECISION, "precision", f"the estimated {pr.budget_metric} error "
+                                                f"{pr.estimated_error:.4g} breaks the budget "
+                                                f"{pr.budget_metric}={pr.budget_value:g}")
+
+
 # ---- entry points -----------------------------------------------------------------------------
 def check_plan(plan: Plan, graph: Graph | None = None, machine: Machine | None = None, *,
                rel_tol: float = 1e-9, file: str | None = None) -> list[Finding]:
@@ -567,6 +602,7 @@ def check_plan(plan: Plan, graph: Graph | None = None, machine: Machine | None =
     if machine is not None:
         _support(plan, graph, machine, out)
     _coverage(plan, graph, out)
+    _precision(plan, out)
     return out.items
 
 

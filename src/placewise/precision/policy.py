@@ -43,6 +43,7 @@ from typing import Any, Protocol
 from placewise.errors import InputError, UnsupportedError
 from placewise.graph.ir import OpKind
 from placewise.schedule.placement import Problem
+from placewise.schedule.placement import natural_dtype as natural_of
 from placewise.units import DType
 
 __all__ = [
@@ -180,12 +181,8 @@ def natural_dtype(problem: Problem, vi: int) -> DType:
     its tensors (fp32 when it has none)."""
     g = problem.graph
     v = problem.vertices[vi]
-    best: DType | None = None
-    for t in (*v.inputs, *v.params, *v.outputs, *v.internal):
-        dt = g.tensor(t).dtype
-        if dt.is_float and (best is None or dt.bits > best.bits):
-            best = dt
-    return best or DType.FP32
+    return natural_of(g.tensor(t).dtype for t in (*v.inputs, *v.params, *v.outputs,
+                                                  *v.internal))
 
 
 def is_lowering(dtype: DType, natural: DType) -> bool:

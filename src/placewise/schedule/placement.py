@@ -69,6 +69,20 @@ def held_dtype(tensor_dtype: DType, compute_dtype: DType) -> DType:
     return compute_dtype if tensor_dtype.is_float else tensor_dtype
 
 
+def natural_dtype(dtypes: Iterable[DType]) -> DType:
+    """The precision a vertex whose tensors have ``dtypes`` computes in as the model is:
+    the widest float dtype among them (fp32 when there is none).
+
+    >>> natural_dtype([DType.INT64, DType.FP16]), natural_dtype([DType.BOOL])
+    (<DType.FP16: 'fp16'>, <DType.FP32: 'fp32'>)
+    """
+    best: DType | None = None
+    for dt in dtypes:
+        if dt.is_float and (best is None or dt.bits > best.bits):
+            best = dt
+    return best or DType.FP32
+
+
 def held_rep(tensor: Tensor, compute_dtype: DType) -> Representation:
     """``Representation(held_dtype(...), tensor.layout)``."""
     return Representation(held_dtype(tensor.dtype, compute_dtype), tensor.layout)
