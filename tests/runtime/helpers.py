@@ -4,12 +4,16 @@
 torch on the first usable core, int8/fp32 onnxruntime on the second, both cores together)
 with round, hand-written numbers instead of measurements, so that tests never probe.
 ``tiny_plan()`` places a tiny zoo MLP across the devices, with an int8 vertex, so that a
-run has transfers and conversions.
+run has transfers and conversions. ``partition_files()`` compiles a program's partitions
+once per test session, for the runs whose subject is not the compilation (faults, clean-up).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -19,6 +23,7 @@ from placewise.hardware.spec import Machine
 from placewise.plan import Plan, build_plan
 from placewise.runtime.executor import SHM_PREFIX
 from placewise.runtime.opexec import ModelSource, load_source
+from placewise.runtime.program import ExecProgram
 from placewise.schedule import Assignment, Placement, Problem, evaluate
 from placewise.units import DType
 
@@ -121,3 +126,25 @@ def alive(pid: int) -> bool:
             return f.read().split()[2] != "Z"
     except OSError:
         return False
+
+
+_COMPILED: dict[tuple[Any, ...], tuple[ModelSource, dict[str, str]]] = {}
+
+
+def partition_files(program: ExecProgram, source: ModelSource) -> dict[str, str]:
+    """The program's partitions compiled to ONNX files once per test session and source
+    (``Executor(..., partition_files=...)``): a run whose subject is a fault or the clean-up
+    need not export the same partitions again. Runs that test the compilation itself let
+    the executor compile."""
+    from placewise.runtime.compile import write_partitions
+
+    key = (id(source), tuple((p.name, tuple(o.name for o in p.ops), p.dtype, p.inputs,
+                              p.outputs) for p in program.partitions))
+    hit = _COMPILED.get(key)
+    if hit is not None and hit[0] is source:
+        return dict(hit[1])
+    folder = tempfile.mkdtemp(prefix="placewise-test-partitions-")
+    atexit.register(shutil.rmtree, folder, True)
+    files = write_partitions(source, program.partitions, program.graph, folder)
+    _COMPILED[key] = (source, files)  # the source is held: its id is never reused
+    return dict(files)

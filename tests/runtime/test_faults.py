@@ -24,6 +24,7 @@ from tests.runtime.helpers import (
     alive,
     local_machine,
     own_segments,
+    partition_files,
     problem_of,
     split_placement,
     tiny_plan,
@@ -41,13 +42,17 @@ def setup() -> dict[str, Any]:
     prog = FxProgram(src.exported_program)
     inputs = [[x.numpy().copy() for x in prog.example_inputs(seed)] for seed in range(4)]
     vertex_on = {t.device: t.name for t in program.tasks if t.kind.value == "compute"}
-    return {"source": src, "program": program, "inputs": inputs, "vertex_on": vertex_on}
+    # compiled once: these runs are about faults (tests/runtime/test_executor.py and the
+    # validation tests let the executor compile)
+    return {"source": src, "program": program, "inputs": inputs, "vertex_on": vertex_on,
+            "files": partition_files(program, src)}
 
 
 def _run_with(setup: dict[str, Any], fault: Fault | None, *, timeout_s: float = 60.0,
               before: Any = None) -> tuple[Exception, dict[str, int], str | None]:
     ex = Executor(setup["program"], setup["source"], reference_inputs=setup["inputs"][0],
-                  timeout_s=timeout_s, fault=fault, warm_calls=0)
+                  timeout_s=timeout_s, fault=fault, warm_calls=0,
+                  partition_files=setup["files"])
     try:
         ex.start()
         pids = ex.worker_pids
@@ -81,19 +86,21 @@ def test_a_crashed_worker_names_device_and_op(setup: dict[str, Any]) -> None:
 
 
 def test_a_hung_worker_times_out_naming_device_and_op(setup: dict[str, Any]) -> None:
-    task = setup["vertex_on"]["cpu0"]
+    # cpu1's worker process hangs while the host runs in this process (a fault on the host
+    # moves every device into a process: tests/runtime/test_core_gates.py, test_inline.py)
+    task = setup["vertex_on"]["cpu1"]
     t0 = time.monotonic()
-    err, pids, shm = _run_with(setup, Fault("hang", "cpu0", task, request=0), timeout_s=1.5)
+    err, pids, shm = _run_with(setup, Fault("hang", "cpu1", task, request=0), timeout_s=1.5)
     assert time.monotonic() - t0 < 60
-    assert err.device == "cpu0" and err.task == task
+    assert err.device == "cpu1" and err.task == task
     assert "hung" in str(err) and repr(task) in str(err)
     _assert_clean(pids, shm)
 
 
 def test_an_exception_in_a_worker_is_reported(setup: dict[str, Any]) -> None:
-    task = setup["vertex_on"]["cpu0"]
-    err, pids, shm = _run_with(setup, Fault("raise", "cpu0", task, request=2))
-    assert err.device == "cpu0" and err.request == 2
+    task = setup["vertex_on"]["cpu1"]
+    err, pids, shm = _run_with(setup, Fault("raise", "cpu1", task, request=2))
+    assert err.device == "cpu1" and err.request == 2
     assert "injected fault" in str(err) and repr(task) in str(err)
     _assert_clean(pids, shm)
 
@@ -109,9 +116,11 @@ def test_a_worker_killed_from_outside_ends_the_run(setup: dict[str, Any]) -> Non
 
 
 def test_keyboard_interrupt_stops_everything(setup: dict[str, Any]) -> None:
-    task = setup["vertex_on"]["cpu0"]
+    # cpu1 hangs; the host runs in this process, the thread Ctrl-C lands on
+    task = setup["vertex_on"]["cpu1"]
     ex = Executor(setup["program"], setup["source"], reference_inputs=setup["inputs"][0],
-                  timeout_s=60, fault=Fault("hang", "cpu0", task), warm_calls=0)
+                  timeout_s=60, fault=Fault("hang", "cpu1", task), warm_calls=0,
+                  partition_files=setup["files"])
     try:
         ex.start()
         pids, shm = ex.worker_pids, ex.shm_name
@@ -138,7 +147,7 @@ def test_keyboard_interrupt_stops_everything(setup: dict[str, Any]) -> None:
 
 def test_a_fault_naming_no_task_is_refused(setup: dict[str, Any]) -> None:
     ex = Executor(setup["program"], setup["source"], reference_inputs=setup["inputs"][0],
-                  fault=Fault("crash", "cpu0", "no-such-task"))
+                  fault=Fault("crash", "cpu0", "no-such-task"), partition_files=setup["files"])
     with pytest.raises(InputError, match="no-such-task"):
         ex.start()
     assert not own_segments()
