@@ -25,7 +25,7 @@ from placewise.runtime.opexec import request_inputs
 from placewise.runtime.program import program_from_schedule
 from placewise.runtime.telemetry import RequestRecord
 from placewise.schedule import evaluate
-from tests.runtime.helpers import problem_of, split_placement, tiny_source
+from tests.runtime.helpers import partition_files, problem_of, split_placement, tiny_source
 
 
 def _stream(completions_ns: list[int]) -> list[RequestRecord]:
@@ -82,7 +82,9 @@ def campaign() -> dict[str, Any]:
     inputs = request_inputs(src, src.graph, 6, 3)
     phases: list[str] = []
     settings = CampaignSettings(warmup=3, in_flight=4, stream_requests=9, solo_repeats=2)
-    with Executor(program, src, reference_inputs=inputs[0], slots=4, timeout_s=60) as ex:
+    # compiled once per session: the subject is the recipe (test_executor.py compiles)
+    with Executor(program, src, reference_inputs=inputs[0], slots=4, timeout_s=60,
+                  partition_files=partition_files(program, src)) as ex:
         ex.start()
         got = run_campaign(ex, inputs[2:], settings, warmup_inputs=inputs[:2],
                            progress=lambda phase, _m: phases.append(phase))
@@ -130,7 +132,8 @@ def test_without_a_stream_or_solo_only_warm_up_and_isolated_run() -> None:
     assert src.graph is not None
     program = program_from_schedule(prob, evaluate(prob, split_placement(prob)).schedule)
     inputs = request_inputs(src, src.graph, 2, 0)
-    with Executor(program, src, reference_inputs=inputs[0], slots=2, timeout_s=60) as ex:
+    with Executor(program, src, reference_inputs=inputs[0], slots=2, timeout_s=60,
+                  partition_files=partition_files(program, src)) as ex:  # compiled once
         ex.start()
         got = run_campaign(ex, inputs, CampaignSettings(warmup=1, stream=False))
     assert got.stream is None and got.solo == ()

@@ -38,6 +38,7 @@ from tests.runtime.helpers import (
     alive,
     local_machine,
     own_segments,
+    partition_files,
     problem_of,
     split_placement,
     tiny_source,
@@ -324,7 +325,8 @@ def _fault_while_gated(branches: ModelSource, prog: ExecProgram, kind: str, requ
     inputs = _inputs(n)
     ex = Executor(prog, branches, reference_inputs=inputs[0], timeout_s=timeout_s,
                   warm_calls=0, fault=Fault(kind, before.device, before.name,
-                                            request=request))
+                                            request=request),
+                  partition_files=partition_files(prog, branches))  # compiled once
     try:
         ex.start()
         pids, shm = ex.worker_pids, ex.shm_name

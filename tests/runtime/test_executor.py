@@ -23,6 +23,7 @@ from tests.runtime.helpers import (
     alive,
     local_machine,
     own_segments,
+    partition_files,
     problem_of,
     split_placement,
     tiny_plan,
@@ -274,7 +275,8 @@ def test_run_refuses_inputs_of_another_shape(setup: dict[str, Any]) -> None:
     src = setup["source"]
     prog = setup["program"]
     inputs = _inputs(src, 1)
-    with Executor(prog, src, reference_inputs=inputs[0], timeout_s=60, warm_calls=0) as ex:
+    with Executor(prog, src, reference_inputs=inputs[0], timeout_s=60, warm_calls=0,
+                  partition_files=partition_files(prog, src)) as ex:
         ex.start()
         with pytest.raises(InputError, match="shape"):
             ex.run([[np.zeros((3, 3), dtype=np.float32)]])

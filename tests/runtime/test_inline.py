@@ -20,7 +20,14 @@ from placewise.runtime.opexec import FxProgram
 from placewise.runtime.program import program_from_schedule
 from placewise.schedule import Placement, evaluate
 from placewise.units import DType
-from tests.runtime.helpers import alive, own_segments, problem_of, split_placement, tiny_source
+from tests.runtime.helpers import (
+    alive,
+    own_segments,
+    partition_files,
+    problem_of,
+    split_placement,
+    tiny_source,
+)
 
 
 def _inputs(source: Any, n: int) -> list[list[np.ndarray[Any, Any]]]:
@@ -30,8 +37,9 @@ def _inputs(source: Any, n: int) -> list[list[np.ndarray[Any, Any]]]:
 
 def _run(program: Any, source: Any, inputs: Any, **kw: Any) -> dict[str, Any]:
     before = os.sched_getaffinity(0)
+    # compiled once (the subject here is where the workers run, not the compilation)
     with Executor(program, source, reference_inputs=inputs[0], slots=3, timeout_s=60,
-                  **kw) as ex:
+                  partition_files=partition_files(program, source), **kw) as ex:
         ex.start()
         pinned = os.sched_getaffinity(0)
         isolated = ex.run(inputs, phase="isolated")
@@ -125,11 +133,13 @@ def test_a_fault_on_an_in_process_device_is_refused_or_moves_it_out(
     task = next(t.name for t in prog.tasks if t.device == "cpu01" and t.kind.value == "compute")
     with pytest.raises(InputError, match="inline_host=False"):
         Executor(prog, src, reference_inputs=inputs[0], inline_host=True,
-                 fault=Fault("raise", "cpu01", task)).start()
+                 fault=Fault("raise", "cpu01", task),
+                 partition_files=partition_files(prog, src)).start()
     assert not own_segments()
     # by default the faulty device's worker is a process again, and the fault is reported
     ex = Executor(prog, src, reference_inputs=inputs[0], timeout_s=60, warm_calls=0,
-                  fault=Fault("raise", "cpu01", task, request=1))
+                  fault=Fault("raise", "cpu01", task, request=1),
+                  partition_files=partition_files(prog, src))
     try:
         ex.start()
         assert set(ex.worker_pids) == {"cpu0", "cpu1", "cpu01"}
@@ -145,7 +155,8 @@ def test_a_worker_process_dying_ends_an_in_process_run(split: dict[str, Any]) ->
     import signal
 
     prog, src, inputs = split["program"], split["source"], split["inputs"]
-    ex = Executor(prog, src, reference_inputs=inputs[0], timeout_s=60, warm_calls=0)
+    ex = Executor(prog, src, reference_inputs=inputs[0], timeout_s=60, warm_calls=0,
+                  partition_files=partition_files(prog, src))
     try:
         ex.start()
         os.kill(ex.worker_pids["cpu1"], signal.SIGKILL)
