@@ -63,10 +63,19 @@ def test_inspect_json_keys() -> None:
     assert data["by_kind"]["conv"]["count"] >= 3
 
 
-def test_inspect_onnx_with_batch(tmp_path: Path) -> None:
-    f = tmp_path / "mlp.onnx"
+@pytest.fixture(scope="module")
+def exported_mlp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``placewise zoo export mlp --format onnx``, run once for the tests that read it."""
+    f = tmp_path_factory.mktemp("zoo") / "mlp.onnx"
     proc = run("zoo", "export", "mlp", "--format", "onnx", "--out", str(f))
     assert proc.returncode == 0, proc.stderr
+    assert f.is_file() and f.stat().st_size > 0
+    return f
+
+
+def test_inspect_onnx_with_batch(exported_mlp: Path, tmp_path: Path) -> None:
+    f = tmp_path / "mlp.onnx"
+    f.write_bytes(exported_mlp.read_bytes())
     # the exported batch dimension is symbolic: inspect refuses to guess it
     assert_bad_input(run("inspect", str(f)), str(f), "symbolic", "--batch")
     one = json.loads(run("inspect", str(f), "--batch", "1", "--json").stdout)
@@ -98,10 +107,9 @@ def test_missing_file() -> None:
     assert_bad_input(run("inspect", "nope.onnx"), "nope.onnx")
 
 
-def test_truncated_onnx(tmp_path: Path) -> None:
+def test_truncated_onnx(exported_mlp: Path, tmp_path: Path) -> None:
     f = tmp_path / "m.onnx"
-    assert run("zoo", "export", "mlp", "--format", "onnx", "--out", str(f)).returncode == 0
-    data = f.read_bytes()
+    data = exported_mlp.read_bytes()
     f.write_bytes(data[: len(data) // 3])
     assert_bad_input(run("inspect", str(f)), str(f))
 

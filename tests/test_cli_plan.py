@@ -90,12 +90,21 @@ def test_corrupt_plan_file(tmp_path: Path) -> None:
 
 
 def test_bad_strategy_and_objective(tmp_path: Path) -> None:
+    # an abstract two-task graph: the flags are the subject, not the model (no torch load)
+    model = tmp_path / "two.json"
+    model.write_text(json.dumps({
+        "schema_version": 1, "name": "two",
+        "tasks": [{"name": "a", "flops": 1e6}, {"name": "b", "flops": 1e6}],
+        "edges": [{"src": "a", "dst": "b", "bytes": 8}]}))
     out = tmp_path / "p.json"
-    assert_bad_input(run("plan", "zoo:mlp", "--hw", "jetson-agx-orin", "--strategy", "fastest",
-                         "--out", str(out)), "--strategy")
-    assert_bad_input(run("plan", "zoo:mlp", "--hw", "jetson-agx-orin", "--objective", "speed",
+    assert_bad_input(run("plan", str(model), "--hw", "jetson-agx-orin", "--strategy",
+                         "fastest", "--out", str(out)), "--strategy")
+    assert_bad_input(run("plan", str(model), "--hw", "jetson-agx-orin", "--objective", "speed",
                          "--out", str(out)), "--objective")
     assert not out.exists()
+    # the same model plans with good flags: the refusals were the flags'
+    assert run("plan", str(model), "--hw", "jetson-agx-orin", "--strategy", "greedy",
+               "--out", str(out)).returncode == 0 and out.exists()
 
 
 def test_throughput_objective(tmp_path: Path) -> None:
