@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +60,26 @@ def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]
                           text=True, cwd=cwd, env=env, timeout=600)
 
 
+
+
+OnnxOf = Callable[[str, dict[str, Any], Path], Path]
+
+
+@pytest.fixture(scope="module")
+def onnx_of(tmp_path_factory: pytest.TempPathFactory) -> OnnxOf:
+    """``onnx_of(name, options, dest)``: the zoo model exported to ONNX at ``dest`` (the
+    export is made once per module and copied: the same bytes every time)."""
+    folder = tmp_path_factory.mktemp("models")
+    made: dict[str, Path] = {}
+
+    def copy(name: str, options: dict[str, Any], dest: Path) -> Path:
+        key = json.dumps([name, options], sort_keys=True)
+        if key not in made:
+            made[key] = export_onnx(name, options, folder / f"{len(made)}-{name}.onnx")
+        shutil.copyfile(made[key], dest)
+        return dest
+
+    return copy
 
 
 def listing(folder: Path) -> list[str]:
@@ -215,9 +237,8 @@ def test_zoo_plan_on_this_machines_devices(tmp_path: Path) -> None:
         assert rel_l2(g, w) <= 1e-5
 
 
-def test_onnx_file_plan_with_an_int8_partition(tmp_path: Path) -> None:
-    model = tmp_path / "mlp.onnx"
-    export_onnx("mlp", MLP, model)
+def test_onnx_file_plan_with_an_int8_partition(tmp_path: Path, onnx_of: OnnxOf) -> None:
+    model = onnx_of("mlp", MLP, tmp_path / "mlp.onnx")
     src = load_source(str(model), batch=1)
     assert src.graph is not None
     ops = [op.name for op in src.graph.ops]  # gemm, relu, gemm, relu, gemm
@@ -282,12 +303,12 @@ def test_pt2_plan_from_the_command_line(tmp_path: Path) -> None:
     ("jetson-agx-orin", ["cpu", "gpu"], True),
 ])
 def test_preset_plan_records_the_providers_of_its_hardware(tmp_path: Path, preset: str,
-                                                           devices: list[str],
-                                                           dla: bool) -> None:
+                                                           devices: list[str], dla: bool,
+                                                           onnx_of: OnnxOf) -> None:
     """ONNX bert on h100 and laptop-soc; zoo bert (torch: DLAs run its linears) on Orin."""
     model = tmp_path / "bert.onnx"
     if not dla:
-        export_onnx("bert", BERT, model)
+        onnx_of("bert", BERT, model)
     ref = "zoo:bert?" + "&".join(f"{k}={v}" for k, v in BERT.items()) if dla else str(model)
     src = load_source(ref, batch=1)
     m = load_machine(preset)
@@ -349,11 +370,11 @@ def readme_snippet() -> str:
     return m.group(1)
 
 
-def test_the_readme_chains_an_export_without_placewise(tmp_path: Path) -> None:
+def test_the_readme_chains_an_export_without_placewise(tmp_path: Path,
+                                                       onnx_of: OnnxOf) -> None:
     code = readme_snippet()
     assert "placewise" not in code
-    model = tmp_path / "bert.onnx"
-    export_onnx("bert", BERT, model)
+    model = onnx_of("bert", BERT, tmp_path / "bert.onnx")
     src = load_source(str(model), batch=1)
     m = load_machine("h100-sxm-server")
     assert src.graph is not None
@@ -382,11 +403,10 @@ def test_published_schema_is_up_to_date() -> None:
 
 
 @pytest.fixture(scope="module")
-def small_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def small_export(tmp_path_factory: pytest.TempPathFactory, onnx_of: OnnxOf) -> Path:
     """An ONNX mlp planned on h100 (cpu then gpu0), exported: quick to make."""
     tmp = tmp_path_factory.mktemp("small")
-    model = tmp / "mlp.onnx"
-    export_onnx("mlp", MLP, model)
+    model = onnx_of("mlp", MLP, tmp / "mlp.onnx")
     src = load_source(str(model), batch=1)
     m = load_machine("h100-sxm-server")
     assert src.graph is not None
@@ -430,9 +450,9 @@ def test_load_manifest_refuses_what_does_not_hold_together(small_export: Path) -
         load_manifest(broken / "x.json")
 
 
-def test_an_fp16_plan_is_refused_before_anything_is_written(tmp_path: Path) -> None:
-    model = tmp_path / "mlp.onnx"
-    export_onnx("mlp", MLP, model)
+def test_an_fp16_plan_is_refused_before_anything_is_written(tmp_path: Path,
+                                                            onnx_of: OnnxOf) -> None:
+    model = onnx_of("mlp", MLP, tmp_path / "mlp.onnx")
     src = load_source(str(model), batch=1)
     plan = plan_on(load_machine("h100-sxm-server"), src, {}, ("gpu0", DType.FP16), str(model))
     with pytest.raises(UnsupportedError, match="fp16"):
