@@ -917,8 +917,10 @@ def load_onnx(path: str | os.PathLike[str], *,
 
     ``shapes`` maps graph input names to concrete dims; ``batch`` binds the first dim of
     every other graph input whose first dim is symbolic or unknown. Both are applied before
-    ONNX shape inference, so concrete sizes propagate. Dims that stay unknown are kept as
-    symbolic names (``str``).
+    shape inference, so concrete sizes propagate; where ONNX inference stops although every
+    input is concrete, onnxruntime resolves the rest, and shape arithmetic folds into
+    constants (``graph.onnx_shapes``; ``Graph.record`` says how). Dims that stay unknown
+    are kept as symbolic names (``str``).
 
     Raises ``ModelFormatError`` for a missing, unreadable, truncated or invalid file (or an
     unsafe external-data reference), ``InputError`` for a binding that conflicts with the

@@ -47,6 +47,7 @@ import contextlib
 import io
 import logging
 import math
+import tempfile
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -224,7 +225,10 @@ def _short(text: str, limit: int = 160) -> str:
 def _ort_symbolic(model: ModelProto) -> ModelProto:
     from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
-    with _quiet():
+    # when it cannot finish, the tool saves its partial model into the working directory:
+    # run it in a folder of its own
+    with _quiet(), tempfile.TemporaryDirectory(prefix="placewise-ssi-") as tmp, \
+            contextlib.chdir(tmp):
         out = SymbolicShapeInference.infer_shapes(model, auto_merge=False,
                                                   guess_output_rank=False, verbose=0)
     if out is None:

@@ -572,7 +572,8 @@ class _Builder:
             t = self.tensors[tname]
             if t.role is Role.ACTIVATION:
                 self.tensors[tname] = Tensor(t.name, t.shape, t.dtype, t.layout, Role.OUTPUT)
-        return Graph.build(self.name, self.tensors.values(), self.ops, inputs, user_outputs,
+        ops, tensors = _live(self.ops, list(self.tensors.values()), user_outputs)
+        return Graph.build(self.name, tensors, ops, inputs, user_outputs,
                            file=self.file, record=ImportRecord("torch.export"))
 
     def _tensor_of(self, value: Any) -> str | None:
@@ -669,6 +670,22 @@ class _Builder:
             rest = names[1:]
             names = x + [t for t in rest if t not in hx] + [t for t in rest if t in hx]
         return names
+
+
+def _live(ops: Sequence[Op], tensors: Sequence[Tensor], outputs: Sequence[str]
+          ) -> tuple[list[Op], list[Tensor]]:
+    """The ops whose results reach a graph output, and the tensors without the dead ones'
+    outputs (``torch.export`` can leave unused calls, such as an ``arange`` and its
+    ``unsqueeze`` chain nobody reads: no device should run them)."""
+    needed = set(outputs)
+    keep: list[Op] = []
+    for op in reversed(ops):  # fx order is topological
+        if any(o in needed for o in op.outputs):
+            keep.append(op)
+            needed.update(i for i in op.inputs if i)
+    keep.reverse()
+    dead = {o for op in ops for o in op.outputs} - {o for op in keep for o in op.outputs}
+    return keep, [t for t in tensors if t.name not in dead]
 
 
 def _flatten_outputs(value: Any) -> Iterable[Any]:

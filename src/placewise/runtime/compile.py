@@ -311,11 +311,26 @@ def _name_outputs(model: Any, want: Sequence[str]) -> None:
         for vi in (*g.output, *g.value_info):
             if vi.name == old:
                 vi.name = new
+        for t in g.initializer:
+            if t.name == old:
+                t.name = new
         taken.discard(old)
         taken.add(new)
 
     for i, w in enumerate(want):
         have = g.output[i].name
+        if any(t.name == have for t in g.initializer):
+            # the exporter folded the value into a constant: a node must produce it
+            if w in taken:  # the constant itself, or another value, holds the name
+                k = 0
+                while f"{w}__{k}" in taken:
+                    k += 1
+                rename(w, f"{w}__{k}")
+                have = g.output[i].name
+            g.node.add(op_type="Identity", input=[have], output=[w], name=f"pass_{w}")
+            g.output[i].name = w
+            taken.add(w)
+            continue
         if have == w:
             continue
         if w in taken:  # another value holds the name: move it aside

@@ -87,6 +87,11 @@ _POSITIVE_ONNX = {"Sqrt", "Log", "Reciprocal", "Pow"}
 _QUANT_OPS = {"MatMulInteger", "ConvInteger", "DynamicQuantizeMatMul", "QGemm",
               "MatMulIntegerToFloat"}
 _UNSUPPORTED_ONNX = {"If", "Loop", "Scan"}
+# ops whose output holds the input's values (index inputs are followed through them)
+_ONNX_VIEWS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Cast", "Expand"}
+_FX_VIEWS = ("aten.view", "aten.reshape", "aten._unsafe_view", "aten.flatten",
+             "aten.squeeze", "aten.unsqueeze", "aten.clone", "aten._to_copy", "aten.expand",
+             "aten.alias", "aten.contiguous")
 
 
 class SourceFormat(Enum):
@@ -383,15 +388,25 @@ class FxProgram:
         return out
 
     def _index_bound(self, name: str) -> int:
+        """Below the size of every table the input indexes (through views and casts of
+        it); 2 (values 0 and 1, as a mask takes) when it indexes none."""
         bound = 1 << 30
-        for user in self.nodes[name].users:
-            t = str(user.target)
-            if "embedding" in t and len(user.args) >= 2 and user.args[1] is self.nodes[name]:
-                w = user.args[0]
-                bound = min(bound, int(self._val_shape(w)[0]))
-            elif ("index_select" in t or "gather" in t) and len(user.args) >= 2:
-                data, dim = user.args[0], int(user.args[1])
-                bound = min(bound, int(self._val_shape(data)[dim]))
+        todo, seen = [self.nodes[name]], set()
+        while todo:
+            value = todo.pop()
+            if value.name in seen:
+                continue
+            seen.add(value.name)
+            for user in value.users:
+                t = str(user.target)
+                if any(v in t for v in _FX_VIEWS) and user.args and user.args[0] is value:
+                    todo.append(user)
+                elif "embedding" in t and len(user.args) >= 2 and user.args[1] is value:
+                    bound = min(bound, int(self._val_shape(user.args[0])[0]))
+                elif ("index_select" in t or "gather" in t) and len(user.args) >= 3 \
+                        and user.args[2] is value:
+                    data, dim = user.args[0], int(user.args[1])
+                    bound = min(bound, int(self._val_shape(data)[dim]))
         return bound if bound < (1 << 30) else 2
 
     def _val_shape(self, node: Any) -> tuple[int, ...]:
@@ -628,20 +643,42 @@ class OnnxProgram:
         return feeds
 
     def _index_bound(self, name: str) -> int:
+        """Below the size of every table a Gather indexes with the input (through views
+        and casts of it); 2 (values 0 and 1, as a mask takes) when it indexes none."""
+        bound = 1 << 30
+        todo, seen = [name], set()
+        while todo:
+            value = todo.pop()
+            if value in seen:
+                continue
+            seen.add(value)
+            for node in self.model.graph.node:
+                if not node.input or value not in node.input:
+                    continue
+                if node.op_type in _ONNX_VIEWS and node.input[0] == value:
+                    todo.extend(o for o in node.output if o)
+                elif node.op_type == "Gather" and len(node.input) >= 2 and \
+                        node.input[1] == value:
+                    axis = next((int(a.i) for a in node.attribute if a.name == "axis"), 0)
+                    dims = self._dims(node.input[0])
+                    if dims is not None and -len(dims) <= axis < len(dims) and dims[axis] > 0:
+                        bound = min(bound, dims[axis])
+        return bound if bound < (1 << 30) else 2
+
+    def _dims(self, name: str) -> list[int] | None:
+        """The concrete dims of a value: an initializer, a Constant, or its value_info."""
         from onnx import numpy_helper
 
-        bound = 1 << 30
-        for node in self.model.graph.node:
-            if node.op_type == "Gather" and len(node.input) >= 2 and node.input[1] == name:
-                axis = next((int(a.i) for a in node.attribute if a.name == "axis"), 0)
-                data = node.input[0]
-                if data in self.initializers:
-                    dims = list(self.initializers[data].dims)
-                    bound = min(bound, int(dims[axis]))
-                elif data in self.constant_nodes:
-                    arr = numpy_helper.to_array(self.constant_nodes[data].attribute[0].t)
-                    bound = min(bound, int(arr.shape[axis]))
-        return bound if bound < (1 << 30) else 2
+        if name in self.initializers:
+            return [int(d) for d in self.initializers[name].dims]
+        if name in self.constant_nodes:
+            return list(numpy_helper.to_array(self.constant_nodes[name].attribute[0].t).shape)
+        for vi in self.model.graph.value_info:
+            if vi.name == name and vi.type.tensor_type.HasField("shape"):
+                dims = vi.type.tensor_type.shape.dim
+                if all(d.HasField("dim_value") for d in dims):
+                    return [int(d.dim_value) for d in dims]
+        return None
 
     def reference(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         """Run the whole model once with every node output fetched; keep integer/boolean
