@@ -26,7 +26,7 @@ import yaml
 from placewise.cost.roofline import RooflineModel
 from placewise.errors import InputError, UnsupportedError
 from placewise.graph.ir import INT8_KINDS, OpKind
-from placewise.plan import Plan, save_plan
+from placewise.plan import Plan, build_plan, save_plan
 from placewise.units import DType
 from placewise.validate import validate_plan
 from tests.runtime.helpers import local_machine, tiny_plan, tiny_source
@@ -182,13 +182,22 @@ def test_validate_names_a_device_the_machine_lacks(greedy_plan: Path, xdg: Path,
 def test_validate_of_a_plan_whose_model_is_hostile(xdg: Path, tmp_path: Path) -> None:
     """The plan is made for a clean export; the file is then swapped for one with a pickle
     added at data/constants/model.pt: exit 2 naming the entry, and the pickle never runs."""
+    from placewise.hardware.probe import load_local
+    from placewise.runtime.opexec import load_source
+    from placewise.schedule import Placement, evaluate
     from tests.graph.test_pt2_hostile import VARIANTS, _save
+    from tests.runtime.helpers import problem_of
 
     clean = _save(tmp_path / "model.pt2")
     plan = tmp_path / "plan.json"
-    proc = _run(xdg, "plan", str(clean), "--hw", "local", "--strategy", "greedy", "--out",
-                str(plan))
-    assert proc.returncode == 0, proc.stderr
+    # planned in this process for the CLI's `local` (the seeded cache), so that only the
+    # validate runs start an interpreter
+    local = load_local(xdg / "placewise")
+    prob = problem_of(load_source(str(clean)), local)
+    ev = evaluate(prob, Placement.uniform(prob.vertex_names, "cpu0", DType.FP32))
+    save_plan(build_plan(prob, ev, model_ref=str(clean), strategy="single:cpu0"), plan)
+    got = _run(xdg, "check", str(plan), "--hw", "local", "--json")  # a sound plan for local
+    assert got.returncode == 0 and json.loads(got.stdout)["ok"], got.stdout + got.stderr
     marker = tmp_path / "MARKER"
     (tmp_path / "hostile").mkdir()
     for variant in ("pickle at data/constants/model.pt", "pickle at data/weights/model.pt",
