@@ -619,6 +619,18 @@ def export(
 
 
 # ---- demo ------------------------------------------------------------------------------------
+def _keep_search(problem: Any, model: str, cb: Callable[[str, float], None]) -> Any:
+    """The demo's search: ``auto`` for 5 s at the model's own precision."""
+    from placewise.precision.evidence import plan_precision
+    from placewise.precision.policy import DEFAULT_BUDGET, Policy
+    from placewise.search.api import plan_search
+
+    def search(prob: Any) -> Any:
+        return plan_search(prob, strategy="auto", time_limit_s=5.0, progress=cb)
+
+    return plan_precision(problem, model, Policy.KEEP, DEFAULT_BUDGET, search)
+
+
 @app.command()
 def demo(
     model: Annotated[str, typer.Option(help="The built-in model to tell the story on")] = "zoo:bert",
@@ -641,7 +653,6 @@ def demo(
     from placewise.plan import build_plan, save_plan
     from placewise.runtime.opexec import load_source
     from placewise.schedule.placement import Problem
-    from placewise.search.api import plan_search
     from placewise.validate import render_validation, validate_plan
 
     folder = workdir or Path(tempfile.mkdtemp(prefix="placewise-demo-"))
@@ -662,9 +673,10 @@ def demo(
     machine = resolve_machine(preset)
     problem = Problem(graph, fuse(graph), machine, load_cost_model(machine, None))
     with _progress("searching") as cb:
-        res = plan_search(problem, strategy="auto", time_limit_s=5.0, progress=cb)
-    save_plan(build_plan(problem, res, model_ref=model), folder / "plan-preset.json")
-    _render_search(res, machine.name)
+        res, rec = _keep_search(problem, model, cb)
+    save_plan(build_plan(res.problem, res.result, model_ref=model, precision=rec),
+              folder / "plan-preset.json")
+    _render_search(res.result, machine.name)
 
     out.rule("4. measure this model's ops on this machine's devices")
     cal_file = folder / "calibration.json"
@@ -686,10 +698,10 @@ def demo(
     out.print(f"$ placewise plan {model} --hw local --calibration {cal_file} --out {plan_file}")
     problem = Problem(graph, fuse(graph), local, load_cost_model(local, cal_file))
     with _progress("searching") as cb:
-        res = plan_search(problem, strategy="auto", time_limit_s=5.0, progress=cb)
-    local_plan = build_plan(problem, res, model_ref=model)
+        res, rec = _keep_search(problem, model, cb)
+    local_plan = build_plan(res.problem, res.result, model_ref=model, precision=rec)
     save_plan(local_plan, plan_file)
-    _render_search(res, local.name)
+    _render_search(res.result, local.name)
 
     out.rule("6. why the plan is what it is")
     out.print(f"$ placewise explain {plan_file}")
