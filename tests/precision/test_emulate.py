@@ -15,8 +15,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from placewise.errors import InputError, UnsupportedError
 from placewise.graph.ir import INT8_KINDS, Graph
-from placewise.precision.emulate import SCHEMES, Emulator, _round_bf16, scheme
+from placewise.precision.emulate import CACHE_MAX_BYTES, SCHEMES, Emulator, scheme
 from placewise.precision.metrics import quality_of
+from placewise.precision.rewrite import round_bf16
 from placewise.runtime.compile import compile_partitions, quantize_dynamic_model
 from placewise.runtime.opexec import ModelSource, load_source, request_inputs
 from placewise.runtime.program import Partition
@@ -231,8 +232,8 @@ def test_bf16_rounding_is_onnxruntime_cast() -> None:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [x.size])]),
         opset_imports=[helper.make_opsetid("", 17)])
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    np.testing.assert_array_equal(_round_bf16(x), sess.run(None, {"x": x})[0])
-    assert np.isnan(_round_bf16(np.array([np.nan], np.float32))).all()
+    np.testing.assert_array_equal(round_bf16(x), sess.run(None, {"x": x})[0])
+    assert np.isnan(round_bf16(np.array([np.nan], np.float32))).all()
 
 
 def test_int8_partitions_quantize_contractions_only(tmp_path: Path) -> None:
@@ -307,3 +308,25 @@ def test_torch_conv_int8_matches_the_runtime_partition(
     assert src.graph is not None
     conv = [o.name for o in src.graph.ops if o.kind.value == "conv"][1]
     _int8_against_runtime(src, emu, conv)
+
+
+def test_running_only_what_changed_equals_whole_runs(
+        onnx_src: ModelSource, onnx_emu: Emulator,
+        zoo: dict[str, tuple[ModelSource, Emulator]]) -> None:
+    for src, emu in ((onnx_src, onnx_emu), zoo[_ZOO[1]]):
+        g = src.graph
+        assert g is not None
+        reqs = _reqs(src, 2)
+        cases = [{o.name: d} for d in (DType.INT8, DType.FP16) for o in g.ops
+                 if emu.lowerable(o.name, d)]
+        cases.append({o.name: DType.BF16 for o in g.ops[::3] if emu.lowerable(o.name, DType.BF16)})
+        try:
+            for lowered in cases:
+                emu.cache_bytes = CACHE_MAX_BYTES
+                part = emu.outputs(reqs, lowered)
+                emu.cache_bytes = 0
+                whole = emu.outputs(reqs, lowered)
+                assert all(np.array_equal(a, b) for x, y in zip(part, whole, strict=True)
+                           for a, b in zip(x, y, strict=True)), lowered
+        finally:
+            emu.cache_bytes = CACHE_MAX_BYTES

@@ -79,6 +79,7 @@ import numpy as np
 
 from placewise.errors import InputError, UnsupportedError
 from placewise.graph.ir import INT8_KINDS, Graph, Op
+from placewise.precision.rewrite import BaseModel, Edit
 from placewise.units import DType
 
 __all__ = ["SCHEMES", "Emulator", "scheme"]
@@ -96,11 +97,10 @@ SCHEMES: Mapping[DType, str] = MappingProxyType({
                  "even), computed in fp32 (fp32 accumulate)"),
 })
 
-_FLOAT = 1  # onnx.TensorProto.FLOAT
-_FLOAT16 = 10
-_BFLOAT16 = 16
 _CONTRACTION_TYPES = ("MatMul", "Gemm", "Conv")
 _OPT_LEVEL = "ORT_DISABLE_ALL"
+#: the most bytes of fp32 reference values kept to run only what a rewrite changes
+CACHE_MAX_BYTES = 512 * 2**20
 
 
 def scheme(dtype: DType) -> str:
@@ -137,100 +137,10 @@ class _Region:
     why_int8: str
 
 
-def _field(number: int, payload: bytes) -> bytes:
-    """A length-delimited protobuf field."""
-    from google.protobuf.internal.encoder import _VarintBytes
-
-    return _VarintBytes(number << 3 | 2) + _VarintBytes(len(payload)) + payload
-
-
-def _node_bytes(node: Any) -> bytes:
-    """``node`` encoded as one ``GraphProto.node`` entry."""
-    return _field(1, node.SerializeToString())
-
-
-class _Base:
-    """The fp32 whole model, taken apart once for cheap rewriting."""
-
-    def __init__(self, model: Any, outputs: Sequence[str], graph: Graph) -> None:
-        import onnx
-
-        g = model.graph
-        self.nodes = list(g.node)
-        self.fields = [_node_bytes(n) for n in self.nodes]
-        self.producer = {o: i for i, n in enumerate(self.nodes) for o in n.output if o}
-        self.inits = {t.name: t for t in g.initializer}
-        self.consts = {o for n in self.nodes if n.op_type == "Constant" for o in n.output}
-        self.inputs = {i.name for i in g.input if i.name not in self.inits}
-        self.types = _elem_types(model, graph)
-        head = onnx.ModelProto(ir_version=model.ir_version, producer_name="placewise",
-                               domain=model.domain, model_version=model.model_version)
-        head.opset_import.extend(model.opset_import)
-        head.functions.extend(model.functions)
-        self.head = head.SerializeToString()
-        by_name = {o.name: o for o in g.output}
-        io = onnx.GraphProto(name=g.name or "emulated")
-        io.input.extend(i for i in g.input if i.name not in self.inits)
-        for name in outputs:
-            if name not in by_name:
-                raise UnsupportedError(f"graph output {name!r} is not an output of the "
-                                       f"ONNX model")
-            io.output.append(by_name[name])
-        self.io = io.SerializeToString()
-        weights = onnx.GraphProto()
-        weights.initializer.extend(g.initializer)
-        weights.sparse_initializer.extend(g.sparse_initializer)
-        self.weights = _field(7, weights.SerializeToString())
-        self._arrays: dict[str, np.ndarray[Any, Any]] = {}
-
-    def is_f32(self, name: str) -> bool:
-        return self.types.get(name) == _FLOAT
-
-    def array(self, name: str) -> np.ndarray[Any, Any]:
-        """An initializer's values (kept)."""
-        if name not in self._arrays:
-            from onnx import numpy_helper
-
-            self._arrays[name] = numpy_helper.to_array(self.inits[name])
-        return self._arrays[name]
-
-
-def _elem_types(model: Any, graph: Graph) -> dict[str, int]:
-    """ONNX element type of every value: declared, inferred, or the IR tensor's."""
-    import onnx
-
-    g = model.graph
-    types: dict[str, int] = {t.name: int(t.data_type) for t in g.initializer}
-    for vi in (*g.input, *g.output, *g.value_info):
-        if vi.type.HasField("tensor_type"):
-            types.setdefault(vi.name, int(vi.type.tensor_type.elem_type))
-    for n in g.node:
-        if n.op_type == "Constant":
-            for a in n.attribute:
-                if a.name == "value":
-                    types.setdefault(n.output[0], int(a.t.data_type))
-                elif a.name in ("value_float", "value_floats"):
-                    types.setdefault(n.output[0], _FLOAT)
-    missing = [o for n in g.node for o in n.output if o and o not in types]
-    if missing:
-        try:
-            inferred = onnx.shape_inference.infer_shapes(model).graph.value_info
-        except Exception:  # pragma: no cover - models over 2 GiB; IR types below
-            inferred = []
-        for vi in inferred:
-            if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
-                types.setdefault(vi.name, int(vi.type.tensor_type.elem_type))
-    by_dtype = {DType.FP32: _FLOAT, DType.FP16: _FLOAT16, DType.BF16: _BFLOAT16}
-    for t in graph.tensors:
-        if t.name not in types and t.dtype in by_dtype:
-            types[t.name] = by_dtype[t.dtype]
-    return types
-
-
 # ---- ops -> ONNX nodes ---------------------------------------------------------------------
 
 
-def _onnx_regions(base: _Base, graph: Graph) -> dict[str, _Region | str]:
+def _onnx_regions(base: BaseModel, graph: Graph) -> dict[str, _Region | str]:
     """Each op's node in an ONNX source: the node of its first output, else of its name;
     everything the node reads is the op's input."""
     by_name = {n.name: i for i, n in enumerate(base.nodes) if n.name}
@@ -244,7 +154,7 @@ def _onnx_regions(base: _Base, graph: Graph) -> dict[str, _Region | str]:
     return out
 
 
-def _torch_regions(base: _Base, graph: Graph) -> dict[str, _Region | str]:
+def _torch_regions(base: BaseModel, graph: Graph) -> dict[str, _Region | str]:
     """Each op's nodes in the whole-model export of a torch source: those that make its
     outputs from values outside it (IR tensors, graph inputs, initializers). Its
     parameters are the initializers it reads that have an IR name or as many elements as
@@ -268,14 +178,14 @@ def _torch_regions(base: _Base, graph: Graph) -> dict[str, _Region | str]:
                  and graph.tensor(t).is_concrete}
 
         def is_param(x: str, sizes: set[int] = sizes) -> bool:
-            return x in ir or _numel(base.inits.get(x)) in sizes
+            return x in ir or base.numel(x) in sizes
 
         out[op.name] = (f"no ONNX node for {op.where()}" if not seen
                         else _region(base, op, tuple(sorted(seen)), is_param))
     return out
 
 
-def _region(base: _Base, op: Op, nodes: tuple[int, ...],
+def _region(base: BaseModel, op: Op, nodes: tuple[int, ...],
             is_param: Callable[[str], bool]) -> _Region:
     """The float boundary of ``op``'s ``nodes``; ``is_param`` tells a parameter among the
     initializers and constants they read from a constant of a decomposition."""
@@ -296,16 +206,7 @@ def _region(base: _Base, op: Op, nodes: tuple[int, ...],
     return _Region(nodes, tuple(acts), tuple(params), outputs, quant, why)
 
 
-def _numel(t: Any) -> int:
-    if t is None:
-        return 0
-    n = 1
-    for d in t.dims:
-        n *= int(d)
-    return n
-
-
-def _int8_slots(base: _Base, op: Op, nodes: tuple[int, ...]
+def _int8_slots(base: BaseModel, op: Op, nodes: tuple[int, ...]
                 ) -> tuple[tuple[tuple[int, int, str], ...], str]:
     """The inputs onnxruntime's dynamic quantization quantizes in ``op``'s nodes (as
     ``runtime.compile.quantize_dynamic_model`` runs it), and why there are none."""
@@ -341,136 +242,6 @@ def _int8_slots(base: _Base, op: Op, nodes: tuple[int, ...]
     return (), f"onnxruntime dynamic quantization leaves {op.where()} in float: {why}"
 
 
-# ---- value conversions ----------------------------------------------------------------------
-
-
-def _round_bf16(a: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """fp32 values rounded to bf16 (nearest even; NaN stays NaN), held in fp32.
-
-    >>> _round_bf16(np.array([1.0 + 2**-8, 1.0 + 3 * 2**-9], np.float32)).tolist()
-    [1.0, 1.0078125]
-    """
-    a = np.ascontiguousarray(a, dtype=np.float32)
-    b = a.view(np.uint32).astype(np.uint64)
-    r = ((b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
-    nan = np.isnan(a)
-    if nan.any():
-        r[nan] = (a.view(np.uint32)[nan] & 0xFFFF0000) | 0x00400000
-    return r.view(np.float32)
-
-
-def _fake_quant(a: np.ndarray[Any, Any], signed: bool) -> np.ndarray[Any, Any]:
-    """Quantize -> dequantize ``a`` per tensor as onnxruntime's dynamic quantization does
-    an initializer: int8 symmetric (``signed``: weights) or uint8 asymmetric (an
-    activation slot that is a constant), with onnxruntime.quantization's ``quantize_data``."""
-    from onnx import TensorProto
-    from onnxruntime.quantization.quant_utils import quantize_data
-
-    qtype = TensorProto.INT8 if signed else TensorProto.UINT8
-    zp, scale, q = quantize_data(np.ascontiguousarray(a, dtype=np.float32).ravel(), qtype,
-                                 signed, reduce_range=False)
-    deq = (q.astype(np.int32) - np.int32(zp)).astype(np.float32) * np.float32(scale)
-    return deq.reshape(a.shape)
-
-
-def _convert(a: np.ndarray[Any, Any], tag: str) -> np.ndarray[Any, Any]:
-    if tag == "fp16":
-        with np.errstate(over="ignore"):  # beyond fp16's range: inf, as Cast makes it
-            return a.astype(np.float16).astype(np.float32)
-    if tag == "bf16":
-        return _round_bf16(a)
-    return _fake_quant(a, signed=(tag == "w8"))
-
-
-def _chain(src: str, dst: str, tag: str, name: str) -> list[Any]:
-    """Nodes that make ``dst`` from ``src`` rounded as ``tag`` (fp16 / bf16: Cast there and
-    back; q8: DynamicQuantizeLinear -> DequantizeLinear)."""
-    from onnx import helper
-
-    if tag in ("fp16", "bf16"):
-        mid = f"{dst}__{tag}"
-        return [helper.make_node("Cast", [src], [mid], name=f"{name}_to",
-                                 to=_FLOAT16 if tag == "fp16" else _BFLOAT16),
-                helper.make_node("Cast", [mid], [dst], name=f"{name}_back", to=_FLOAT)]
-    q, s, z = f"{dst}__q", f"{dst}__scale", f"{dst}__zero_point"
-    return [helper.make_node("DynamicQuantizeLinear", [src], [q, s, z], name=f"{name}_q"),
-            helper.make_node("DequantizeLinear", [q, s, z], [dst], name=f"{name}_dq")]
-
-
-class _Edit:
-    """One rewrite of the base model: rounded copies of values, rewired node inputs,
-    renamed outputs, the nodes to insert, new initializers."""
-
-    def __init__(self, base: _Base, weights: dict[tuple[str, str], bytes]) -> None:
-        self.base = base
-        self.weights = weights  # (initializer, tag) -> encoded GraphProto.initializer entry
-        self.inputs: dict[int, dict[int, str]] = {}
-        self.outputs: dict[int, dict[int, str]] = {}
-        self.after: dict[int, list[Any]] = {}
-        self.pending: dict[str, tuple[str, str, int]] = {}  # copy -> (value, tag, 1st use)
-        self.inits: dict[str, bytes] = {}
-        self.rounded: set[str] = set()
-
-    def feed(self, i: int, slot: int, x: str, tag: str) -> None:
-        """Node ``i`` reads ``x`` rounded as ``tag`` at input ``slot``."""
-        new = f"{x}__pw_{tag}"
-        if x in self.base.inits:
-            if new not in self.inits:
-                key = (x, tag)
-                if key not in self.weights:
-                    from onnx import numpy_helper
-
-                    arr = _convert(self.base.array(x), tag)
-                    self.weights[key] = _field(5, numpy_helper.from_array(
-                        arr, new).SerializeToString())
-                self.inits[new] = self.weights[key]
-        else:
-            first = self.pending[new][2] if new in self.pending else i
-            self.pending[new] = (x, tag, min(first, i))
-        self.inputs.setdefault(i, {})[slot] = new
-
-    def feed_all(self, region: _Region, names: Sequence[str], tag: str) -> None:
-        """Every node of ``region`` reads ``names`` rounded as ``tag``."""
-        want = set(names)
-        for i in region.nodes:
-            for k, x in enumerate(self.base.nodes[i].input):
-                if x in want:
-                    self.feed(i, k, x, tag)
-
-    def round_output(self, y: str, tag: str) -> None:
-        """Whatever reads ``y`` reads it rounded as ``tag``."""
-        if y in self.rounded:
-            return
-        self.rounded.add(y)
-        i = self.base.producer[y]
-        raw = f"{y}__pw_raw"
-        self.outputs.setdefault(i, {})[list(self.base.nodes[i].output).index(y)] = raw
-        self.after.setdefault(i, []).extend(_chain(raw, y, tag, f"pw_out_{len(self.rounded)}"))
-
-    def encode(self) -> bytes:
-        """The rewritten model, serialized."""
-        import onnx
-
-        base = self.base
-        before: dict[int, list[Any]] = {}
-        for k, (new, (x, tag, first)) in enumerate(sorted(self.pending.items())):
-            before.setdefault(first, []).extend(_chain(x, new, tag, f"pw_in_{k}"))
-        parts = [base.io, *self.inits.values()]
-        for i, enc in enumerate(base.fields):
-            parts.extend(_node_bytes(n) for n in before.get(i, ()))
-            if i in self.inputs or i in self.outputs:
-                node = onnx.NodeProto()
-                node.CopyFrom(base.nodes[i])
-                for slot, name in self.inputs.get(i, {}).items():
-                    node.input[slot] = name
-                for slot, name in self.outputs.get(i, {}).items():
-                    node.output[slot] = name
-                enc = _node_bytes(node)
-            parts.append(enc)
-            parts.extend(_node_bytes(n) for n in self.after.get(i, ()))
-        return base.head + _field(7, b"".join(parts)) + base.weights
-
-
 # ---- the emulator ---------------------------------------------------------------------------
 
 
@@ -500,26 +271,29 @@ class Emulator:
 
     ``threads``: onnxruntime intra-op threads of each session (default 1: a session is
     built per call, and on models this size a thread pool costs more to start than it
-    saves).
+    saves). ``cache_bytes``: the most bytes of fp32 reference values kept per set of
+    requests (``CACHE_MAX_BYTES``; 0: every call runs the whole model).
     """
 
     SCHEMES = SCHEMES
 
-    def __init__(self, source: Any, graph: Graph, *, threads: int | None = None) -> None:
+    def __init__(self, source: Any, graph: Graph, *, threads: int | None = None,
+                 cache_bytes: int = CACHE_MAX_BYTES) -> None:
         from placewise.runtime.opexec import SourceFormat
 
         self.graph = graph
         self.threads = threads or 1
         if source.format is SourceFormat.ONNX:
-            model = source.onnx_model
-            self._base = _Base(model, graph.outputs, graph)
+            self._base = BaseModel(source.onnx_model, graph.outputs, graph)
             self._regions = _onnx_regions(self._base, graph)
         else:
-            model = _whole_model(source, graph)
-            self._base = _Base(model, graph.outputs, graph)
+            self._base = BaseModel(_whole_model(source, graph), graph.outputs, graph)
             self._regions = _torch_regions(self._base, graph)
-        self._weights: dict[tuple[str, str], bytes] = {}
-        self._reference: Any = None
+        self._weights: dict[str, bytes] = {}
+        self._arrays: dict[str, np.ndarray[Any, Any]] = {}
+        self.cache_bytes = cache_bytes
+        self._cached: tuple[list[list[np.ndarray[Any, Any]]],
+                            list[dict[str, np.ndarray[Any, Any]]]] | None = None
 
     def why_not(self, op_name: str, dtype: DType) -> str:
         """Why op ``op_name`` cannot be emulated at ``dtype`` ('' when it can)."""
@@ -544,11 +318,42 @@ class Emulator:
         return not self.why_not(op_name, dtype)
 
     def rewritten(self, lowered: Mapping[str, DType]) -> bytes:
-        """The serialized ONNX model with ``lowered`` emulated (``UnsupportedError`` naming
-        the first op that cannot be)."""
+        """The serialized whole ONNX model with ``lowered`` emulated; its fp32 weights of
+        ``rewrite.FED_MIN`` elements or more are graph inputs."""
+        return self._edit(lowered).encode(self.graph.outputs)
+
+    def outputs(self, requests: Sequence[Sequence[np.ndarray[Any, Any]]],
+                lowered: Mapping[str, DType]) -> list[list[np.ndarray[Any, Any]]]:
+        """The graph's outputs (``graph.outputs`` order) of every request (arrays in
+        ``graph.inputs`` order) with the ops of ``lowered`` emulated at their dtype
+        (``UnsupportedError`` naming the first op that cannot be)."""
+        reqs = [list(r) for r in requests]
+        for k, req in enumerate(reqs):
+            if len(req) != len(self.graph.inputs):
+                raise InputError(f"request {k} has {len(req)} arrays; the model has "
+                                 f"{len(self.graph.inputs)} inputs")
+        edit = self._edit(lowered)
+        cache = self._reference(reqs)
+        if cache is None:
+            return self._run(edit.encode(self.graph.outputs), reqs, self.graph.outputs, [])
+        if not edit.inputs and not edit.outputs:
+            return [[c[o] for o in self.graph.outputs] for c in cache]
+        keep, cut = edit.affected(cache[0])
+        made = {o for i in keep for o in self._base.nodes[i].output}
+        fetch = [o for o in self.graph.outputs if o in made]
+        got = self._run(edit.encode(fetch, keep, {x: _spec(cache[0][x]) for x in cut}),
+                        reqs, fetch, [{x: c[x] for x in cut} for c in cache]) if fetch else \
+            [[] for _ in reqs]
+        out = []
+        for c, g in zip(cache, got, strict=True):
+            new = dict(zip(fetch, g, strict=True))
+            out.append([new[o] if o in new else c[o] for o in self.graph.outputs])
+        return out
+
+    def _edit(self, lowered: Mapping[str, DType]) -> Edit:
         for name in lowered:
             self._op(name)
-        edit = _Edit(self._base, self._weights)
+        edit = Edit(self._base, self._weights, self._arrays)
         for op in self.graph.ops:
             dtype = lowered.get(op.name, DType.FP32)
             if dtype is DType.FP32:
@@ -560,30 +365,41 @@ class Emulator:
             region = self._regions[op.name]
             assert isinstance(region, _Region)
             _lower(edit, self._base, op, region, dtype)
-        return edit.encode()
+        return edit
 
-    def outputs(self, requests: Sequence[Sequence[np.ndarray[Any, Any]]],
-                lowered: Mapping[str, DType]) -> list[list[np.ndarray[Any, Any]]]:
-        """The graph's outputs (``graph.outputs`` order) of every request (arrays in
-        ``graph.inputs`` order) with the ops of ``lowered`` emulated at their dtype."""
-        if any(d is not DType.FP32 for d in lowered.values()):
-            sess = self._session(self.rewritten(lowered))
-        else:
-            for name in lowered:
-                self._op(name)
-            if self._reference is None:
-                self._reference = self._session(self.rewritten({}))
-            sess = self._reference
+    def _reference(self, reqs: list[list[np.ndarray[Any, Any]]]
+                   ) -> list[dict[str, np.ndarray[Any, Any]]] | None:
+        """The fp32 values of the graph's tensors on ``reqs`` (kept for the last requests
+        seen), or None when they would take more than ``cache_bytes``."""
+        g = self.graph
+        names = [t.name for t in g.tensors if t.name in self._base.producer]
+        if not self._base.partial_ok or not all(g.tensor(t).is_concrete for t in names) or \
+                sum(g.tensor(t).nbytes for t in names) * len(reqs) > self.cache_bytes:
+            return None
+        if self._cached is not None and _same(self._cached[0], reqs):
+            return self._cached[1]
+        names = list(dict.fromkeys([*g.outputs, *names]))
+        vals = self._run(Edit(self._base, {}, {}).encode(names), reqs, names, [])
+        self._cached = ([[a.copy() for a in r] for r in reqs],
+                        [dict(zip(names, v, strict=True)) for v in vals])
+        return self._cached[1]
+
+    def _run(self, data: bytes, reqs: list[list[np.ndarray[Any, Any]]], fetch: Sequence[str],
+             extra: Sequence[Mapping[str, np.ndarray[Any, Any]]]
+             ) -> list[list[np.ndarray[Any, Any]]]:
+        """Run the model ``data`` on every request (plus ``extra`` inputs per request)."""
+        sess = self._session(data)
         wanted = {i.name for i in sess.get_inputs()}
-        names = list(self.graph.outputs)
-        out: list[list[np.ndarray[Any, Any]]] = []
-        for k, req in enumerate(requests):
-            if len(req) != len(self.graph.inputs):
-                raise InputError(f"request {k} has {len(req)} arrays; the model has "
-                                 f"{len(self.graph.inputs)} inputs")
+        weights = {n: a for n, a in (*self._base.fed.items(), *self._arrays.items())
+                   if n in wanted}
+        out = []
+        for k, req in enumerate(reqs):
             feeds = {n: np.asarray(a) for n, a in zip(self.graph.inputs, req, strict=True)
                      if n in wanted}
-            out.append([np.asarray(v) for v in sess.run(names, feeds)])
+            feeds.update(weights)
+            if extra:
+                feeds.update(extra[k])
+            out.append([np.asarray(v) for v in sess.run(list(fetch), feeds)])
         return out
 
     def _op(self, name: str) -> Op:
@@ -605,7 +421,20 @@ class Emulator:
                                     providers=["CPUExecutionProvider"])
 
 
-def _lower(edit: _Edit, base: _Base, op: Op, region: _Region, dtype: DType) -> None:
+def _same(a: list[list[np.ndarray[Any, Any]]], b: list[list[np.ndarray[Any, Any]]]) -> bool:
+    return len(a) == len(b) and all(
+        len(x) == len(y) and all(np.asarray(u).dtype == np.asarray(v).dtype
+                                 and np.array_equal(u, v) for u, v in zip(x, y, strict=True))
+        for x, y in zip(a, b, strict=True))
+
+
+def _spec(a: np.ndarray[Any, Any]) -> tuple[int, tuple[int, ...]]:
+    from onnx import helper
+
+    return helper.np_dtype_to_tensor_dtype(a.dtype), tuple(a.shape)
+
+
+def _lower(edit: Edit, base: BaseModel, op: Op, region: _Region, dtype: DType) -> None:
     """Record in ``edit`` the emulation of ``op`` at ``dtype`` (see the module doc)."""
     if dtype is DType.INT8 and op.kind in INT8_KINDS:
         for i, slot, role in region.quant:
@@ -613,11 +442,11 @@ def _lower(edit: _Edit, base: _Base, op: Op, region: _Region, dtype: DType) -> N
             tag = "w8" if role == "weight" else ("u8" if x in base.inits else "q8")
             edit.feed(i, slot, x, tag)
     elif dtype is DType.INT8:
-        edit.feed_all(region, region.acts, "q8")
+        edit.feed_all(region.nodes, region.acts, "q8")
         for y in region.outputs:
             edit.round_output(y, "q8")
     else:
         tag = "fp16" if dtype is DType.FP16 else "bf16"
-        edit.feed_all(region, (*region.acts, *region.params), tag)
+        edit.feed_all(region.nodes, {*region.acts, *region.params}, tag)
         for y in region.outputs:
             edit.round_output(y, tag)
