@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FOLD_MAX_BYTES",
     "FOLD_MAX_INPUT_BYTES",
+    "RUN_MAX_INPUT_BYTES",
     "SHAPES_ONNX",
     "SHAPES_RUN",
     "SHAPES_SYMBOLIC",
@@ -80,6 +81,9 @@ SHAPES_RUN = "onnxruntime run"
 FOLD_MAX_BYTES = 1 << 16
 #: the most bytes a folded node may read (keeps weight-sized work an op)
 FOLD_MAX_INPUT_BYTES = 4 << 20
+#: the most bytes of graph inputs the onnxruntime run that reads shapes may be fed (it
+#: keeps every intermediate value alive, so its memory grows with them)
+RUN_MAX_INPUT_BYTES = 256 << 20
 
 # nodes whose value is not a function of their inputs, or that hold subgraphs
 _NEVER_FOLD = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform",
@@ -241,7 +245,7 @@ def _zeros_feeds(model: ModelProto) -> dict[str, np.ndarray]:
     from onnx import helper
 
     inits = {t.name for t in model.graph.initializer}
-    feeds = {}
+    shapes = {}
     for vi in model.graph.input:
         if vi.name in inits:
             continue
@@ -249,8 +253,12 @@ def _zeros_feeds(model: ModelProto) -> dict[str, np.ndarray]:
         if dims is None:  # pragma: no cover - resolve_shapes checks first
             raise GraphError("input shape is not concrete", place=f"input {vi.name!r}")
         dtype = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
-        feeds[vi.name] = np.zeros(dims, dtype=dtype)
-    return feeds
+        shapes[vi.name] = (dims, dtype)
+    total = sum(math.prod(d) * t.itemsize for d, t in shapes.values())
+    if total > RUN_MAX_INPUT_BYTES:
+        raise GraphError(f"the inputs hold {total} bytes, more than the run that reads shapes "
+                         f"takes ({RUN_MAX_INPUT_BYTES})")
+    return {name: np.zeros(d, dtype=t) for name, (d, t) in shapes.items()}
 
 
 def _ort_run(model: ModelProto) -> ModelProto:
@@ -261,6 +269,7 @@ def _ort_run(model: ModelProto) -> ModelProto:
     import onnxruntime as ort
     from onnx import helper
 
+    feeds = _zeros_feeds(model)
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     have = {o.name for o in probe.graph.output}
@@ -277,7 +286,7 @@ def _ort_run(model: ModelProto) -> ModelProto:
     sess = ort.InferenceSession(probe.SerializeToString(), sess_options=opts,
                                 providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
-    values = sess.run(names, _zeros_feeds(model))
+    values = sess.run(names, feeds)
     out = onnx.ModelProto()
     out.CopyFrom(model)
     outputs = {o.name for o in out.graph.output}
