@@ -65,3 +65,15 @@ def test_no_top1_without_logits_and_errors() -> None:
         quality_of([[np.ones((2, 4))]], ref, g)
     with pytest.raises(PlacewiseError, match="requests"):
         quality_of([], ref, g)
+
+
+def test_nan_and_inf_are_never_hidden() -> None:
+    ref = [np.array([[1.0, 2.0, 3.0]]), np.array([[1.0, -np.inf, np.nan]])]
+    same = compare(ref, ref, logits=True)
+    assert (same.rel_l2_max, same.max_abs, same.cosine_min, same.top1) == (0.0, 0.0, 1.0, 1.0)
+    got = [np.array([[1.0, np.nan, 3.0]]), ref[1]]
+    bad = compare(got, ref, logits=True)
+    assert math.isinf(bad.rel_l2_max) and math.isinf(bad.max_abs)
+    assert bad.cosine_min == -1.0 and bad.top1 == 0.5
+    g = Graph.build("h", [Tensor("x", (1, 3), DType.FP32)], [], ["x"], ["x"])
+    assert math.isinf(quality_of([[got[0]]], [[ref[0]]], g)["rel_l2"])

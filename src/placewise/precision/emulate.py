@@ -4,7 +4,7 @@
 and its bound ``graph``; ``emulator.outputs(requests, lowered)`` runs every request through
 onnxruntime with the ops named in ``lowered`` (IR op name -> ``DType``) emulated at that
 precision, and returns the graph's outputs per request. ``lowered={}`` is the fp32
-reference. Each call builds one rewritten copy of the fp32 whole model and one session.
+reference. Each call builds one rewritten copy of the fp32 model and one session.
 
 The schemes (``SCHEMES``, ``scheme(dtype)``; the plan file records them):
 
@@ -39,11 +39,15 @@ How ops map to ONNX nodes:
   (initializers with an IR name or the size of one of its IR parameters: a transposed
   weight) are.
 
-Sessions use ``ORT_ENABLE_BASIC`` (constant folding and redundant-node removal; no
-fusions that could absorb or reorder the inserted casts and quantize pairs, verified to be
-kept). The fp32 model is taken apart once: its nodes serialized one by one, its weights
-serialized once; a call re-encodes only the nodes it changes and new weights, and the
-session is made from the concatenated bytes (protobuf merges repeated fields).
+Sessions run with graph optimizations off (``ORT_DISABLE_ALL``): nothing may fold, fuse or
+reorder the inserted casts and quantize pairs (fusions only reorder fp32 rounding, at the
+1e-7 level of the reference check; building a session is also half as fast with them),
+one intra-op thread, no spinning. The model is taken apart once (``precision.rewrite``):
+a call encodes only the nodes it changes and its converted weights; fp32 weights are
+graph inputs fed from numpy, so no session copies or parses them. The fp32 values of the
+graph's tensors on the last requests are kept (up to ``cache_bytes``), and a call runs
+only the nodes downstream of what it changes, reading the rest from them (the same
+numbers as a whole run).
 
 >>> import os, tempfile, onnx
 >>> from onnx import TensorProto, helper, numpy_helper

@@ -9,6 +9,9 @@ Four metrics, named as budgets name them (``METRICS``):
   only for outputs that ``looks_like_logits`` (a float output of a contraction op with a
   last dimension of at least 2).
 
+A request whose output is NaN or infinite where the reference is not (or the other way
+round) counts as the worst: ``rel_l2`` and ``max_abs`` infinite, ``cosine`` -1.
+
 ``output_quality`` reports one output (``validate``'s ``OutputQuality`` record);
 ``quality_of`` the worst over every output of a graph, as one ``{metric: value}`` dict.
 
@@ -72,30 +75,48 @@ def compare(got: Sequence[np.ndarray[Any, Any]], ref: Sequence[np.ndarray[Any, A
         if yf.shape != rf.shape:
             raise PlacewiseError(f"output {name!r}: shape {np.shape(y)} differs from the "
                                  f"reference's {np.shape(r)}")
+        yf, rf, finite = _finite_parts(yf, rf)
+        if not finite:  # a NaN or inf where the other is not: the worst, never hidden
+            rels.append(math.inf)
+            max_abs = math.inf
+            cos_min = -1.0
         diff = yf - rf
         nr = float(np.linalg.norm(rf))
         nd = float(np.linalg.norm(diff))
-        rels.append(nd / nr if nr > 0 else (0.0 if nd == 0 else math.inf))
-        if diff.size:
-            max_abs = max(max_abs, float(np.max(np.abs(diff))))
-        ny = float(np.linalg.norm(yf))
-        if nd == 0:
-            cos = 1.0  # identical (the division below may round to just under 1)
-        elif ny > 0 and nr > 0:
-            cos = min(1.0, max(-1.0, float(np.dot(yf, rf) / (ny * nr))))
-        else:
-            cos = 0.0
-        cos_min = min(cos_min, cos)
+        if finite:
+            rels.append(nd / nr if nr > 0 else (0.0 if nd == 0 else math.inf))
+            if diff.size:
+                max_abs = max(max_abs, float(np.max(np.abs(diff))))
+            ny = float(np.linalg.norm(yf))
+            if nd == 0:
+                cos = 1.0  # identical (the division below may round to just under 1)
+            elif ny > 0 and nr > 0:
+                cos = min(1.0, max(-1.0, float(np.dot(yf, rf) / (ny * nr))))
+            else:
+                cos = 0.0
+            cos_min = min(cos_min, cos)
         if logits:
             a = np.asarray(y)
             b = np.asarray(r)
             ya = a.reshape(-1, a.shape[-1]).argmax(axis=1)
             ra = b.reshape(-1, b.shape[-1]).argmax(axis=1)
-            agree += int(np.sum(ya == ra))
+            agree += int(np.sum(ya == ra)) if finite else 0
             rows += int(ya.size)
     return Comparison(len(rels), float(statistics.median(rels)) if rels else 0.0,
                       max(rels) if rels else 0.0, max_abs, cos_min,
                       (agree / rows) if logits and rows else None)
+
+
+def _finite_parts(y: np.ndarray[Any, Any], r: np.ndarray[Any, Any]
+                  ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], bool]:
+    """``y`` and ``r`` with the positions where both hold the same infinity or both NaN set
+    to 0 (equal, and out of the norms), and whether every other position is finite."""
+    if np.isfinite(y).all() and np.isfinite(r).all():
+        return y, r, True
+    same = (y == r) | (np.isnan(y) & np.isnan(r))
+    finite = bool((same | (np.isfinite(y) & np.isfinite(r))).all())
+    drop = same & ~np.isfinite(r)
+    return np.where(drop, 0.0, y), np.where(drop, 0.0, r), finite
 
 
 def output_quality(name: str, got: Sequence[np.ndarray[Any, Any]],
