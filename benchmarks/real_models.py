@@ -120,9 +120,10 @@ def _one(path: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
 def _table(rows: list[dict[str, Any]]) -> str:
     labels = ["inspect", *(f"plan {hw}" for hw in PRESETS), "profile local", "plan local",
               "export", "validate"]
+    short = ["inspect", *(f"plan {hw.split('-')[0][:5]}" for hw in PRESETS), "profile",
+             "plan local", "export", "validate"]
     head = (f"{'file':<18} {'ops':>4} {'nodes':>5} {'fold':>4} {'cov':>6}  {'shapes':<31}"
-            f" {'rel L2':>8}  " + " ".join(f"{lab.split()[0][:4] + lab[-5:]:>10}"
-                                           for lab in labels))
+            f" {'rel L2':>8}  " + " ".join(f"{lab:>10}" for lab in short))
     lines = [head]
     for r in rows:
         nodes = (r.get("file_nodes") or {}).get("nodes", r.get("ops", 0))
