@@ -120,6 +120,9 @@ class _Emulator:
         self.err = err
         self.calls: list[dict[str, DType]] = []
 
+    def why_not(self, op_name: str, dtype: DType) -> str:
+        return ""
+
     def outputs(self, requests: Sequence[Sequence[Any]], lowered: Mapping[str, DType]
                 ) -> list[list[Any]]:
         self.calls.append(dict(lowered))

@@ -260,6 +260,8 @@ class EmulatorLike(Protocol):
     def outputs(self, requests: Sequence[Sequence[Any]], lowered: Mapping[str, DType]
                 ) -> list[list[Any]]: ...
 
+    def why_not(self, op_name: str, dtype: DType) -> str: ...
+
 
 QualityFn = Callable[[Sequence[Sequence[Any]], Sequence[Sequence[Any]]], dict[str, float]]
 Progress = Callable[[str, float], None]
@@ -302,7 +304,15 @@ def sensitivity_table(problem: Problem, policy: Policy, budget: QualityBudget,
     within the budget, greedily by gain per unit of error while the combined estimate
     holds."""
     rows = _candidates(problem, policy)
-    todo = [r for r in rows if not r.reason and r.ops]
+    todo = []
+    for r in rows:
+        if r.reason or not r.ops:
+            continue
+        why = next((w for w in (emulator.why_not(o, r.dtype) for o in r.ops) if w), "")
+        if why:
+            r.reason = f"cannot be emulated: {why}"
+            continue
+        todo.append(r)
     for k, r in enumerate(todo):
         if progress is not None:
             progress(f"emulating {r.vertex} in {r.dtype.value}", k / max(1, len(todo)))
