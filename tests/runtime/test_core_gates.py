@@ -265,7 +265,8 @@ def _assert_plan_order_kept(prog: ExecProgram, tel: Telemetry, phase: str) -> in
 def ran(branches: ModelSource, gated: dict[str, Any]) -> dict[str, Any]:
     inputs = _inputs(6)
     with Executor(gated["program"], branches, reference_inputs=inputs[0], slots=4,
-                  timeout_s=60) as ex:
+                  timeout_s=60, partition_files=partition_files(gated["program"], branches)
+                  ) as ex:  # compiled once for this and the fault runs below
         ex.start()
         isolated = ex.run(inputs, phase="isolated")
         stream = ex.run(inputs * 2, phase="stream", in_flight=4)

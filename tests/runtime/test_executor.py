@@ -57,8 +57,10 @@ def setup() -> dict[str, Any]:
 def ran(setup: dict[str, Any]) -> dict[str, Any]:
     src = setup["source"]
     inputs = _inputs(src, N_REQUESTS)
+    # the partitions compiled once per session (the executor's own compilation of this
+    # program runs in tests/test_validate.py, of an ONNX source below)
     with Executor(setup["program"], src, reference_inputs=inputs[0], slots=3,
-                  timeout_s=60) as ex:
+                  timeout_s=60, partition_files=partition_files(setup["program"], src)) as ex:
         ex.start()
         isolated = ex.run(inputs, phase="isolated")
         stream = ex.run(inputs * 3, phase="stream", in_flight=3)
