@@ -17,9 +17,15 @@ from placewise.errors import InputError, UnsupportedError
 from placewise.graph.ir import INT8_KINDS, Graph
 from placewise.precision.emulate import CACHE_MAX_BYTES, SCHEMES, Emulator, scheme
 from placewise.precision.metrics import quality_of
-from placewise.precision.rewrite import round_bf16
+from placewise.precision.rewrite import chain, round_bf16
 from placewise.runtime.compile import compile_partitions, quantize_dynamic_model
-from placewise.runtime.opexec import ModelSource, load_source, request_inputs
+from placewise.runtime.opexec import (
+    ModelSource,
+    dequantize_int8,
+    load_source,
+    quantize_int8,
+    request_inputs,
+)
 from placewise.runtime.program import Partition
 from placewise.units import DType
 
@@ -100,16 +106,27 @@ def _around(g: Graph, name: str, dtype: DType) -> list[Partition]:
     return parts
 
 
+def _held(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """A float tensor through the executor's int8 representation (quantize, dequantize)."""
+    if x.dtype != np.float32:
+        return x
+    q, scale = quantize_int8(torch.from_numpy(x))
+    return dequantize_int8(q, scale).numpy()
+
+
 def _run_partitions(models: dict[str, Any], parts: list[Partition], g: Graph,
                     req: list[np.ndarray[Any, Any]]) -> list[np.ndarray[Any, Any]]:
-    """What the executor does: the partitions in order, boundary tensors handed over."""
+    """What the executor does: the partitions in order, boundary tensors handed over; an
+    int8 partition's float inputs and outputs held in int8 (conversion tasks before it,
+    its outputs quantized)."""
     env = dict(zip(g.inputs, req, strict=True))
     for p in parts:
         sess = ort.InferenceSession(models[p.name].SerializeToString(),
                                     providers=["CPUExecutionProvider"])
         names = [o.name for o in sess.get_outputs()]
-        env.update(zip(names, sess.run(names, {i.name: env[i.name] for i in
-                                               sess.get_inputs()}), strict=True))
+        held = _held if p.dtype is DType.INT8 else (lambda x: x)
+        outs = sess.run(names, {i.name: held(env[i.name]) for i in sess.get_inputs()})
+        env.update(zip(names, (held(o) for o in outs), strict=True))
     return [env[o] for o in g.outputs]
 
 
@@ -220,6 +237,19 @@ def test_what_cannot_be_lowered_says_which_op(onnx_src: ModelSource,
         onnx_emu.outputs(reqs, {"nope": DType.FP32})
     with pytest.raises(InputError, match="1 arrays"):
         onnx_emu.outputs([reqs[0][:1]], {})
+
+
+def test_held_int8_is_the_executors_quantize_int8() -> None:
+    xs = [_RNG.standard_normal((3, 50)).astype(np.float32) * 3, np.zeros((4,), np.float32),
+          np.array([0.5, -2.5, 1e-30, 7.0], np.float32)]
+    model = helper.make_model(helper.make_graph(
+        chain("x", "y", "s8", "held"), "h",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for x in xs:
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], _held(x))
 
 
 def test_bf16_rounding_is_onnxruntime_cast() -> None:

@@ -9,13 +9,19 @@ reference. Each call builds one rewritten copy of the fp32 model and one session
 The schemes (``SCHEMES``, ``scheme(dtype)``; the plan file records them):
 
 - **int8 on linear / matmul / gemm / conv** (``graph.ir.INT8_KINDS``): exactly what the
-  runtime runs for an int8 partition (``runtime.compile.quantize_dynamic_model``:
-  onnxruntime dynamic quantization of MatMul / Gemm / Conv, ``MatMulConstBOnly``): the
-  weight (an initializer) int8 symmetric per tensor, quantized by onnxruntime.quantization's
-  own ``quantize_data`` and dequantized here; the activation quantized per call to uint8
-  (asymmetric, per tensor) by a ``DynamicQuantizeLinear -> DequantizeLinear`` pair in front
-  of the node. A MatMul whose B is not an initializer, or a Gemm with ``transA``, ``alpha``
-  or ``beta`` set, stays float in the runtime: such an op is not lowerable to int8 here.
+  runtime runs for an int8 vertex. Its float activations in and its float outputs are held
+  in int8 as the executor holds them (the conversion tasks before it, its outputs
+  quantized: ``runtime.opexec.quantize_int8`` symmetric per tensor, then dequantized;
+  ``rewrite.chain`` tag ``s8``); inside, the int8 partition (``runtime.compile.
+  quantize_dynamic_model``: onnxruntime dynamic quantization of MatMul / Gemm / Conv,
+  ``MatMulConstBOnly``): the weight (an initializer) int8 symmetric per tensor, quantized by
+  onnxruntime.quantization's own ``quantize_data`` and dequantized here; the activation
+  quantized per call to uint8 (asymmetric, per tensor) by a ``DynamicQuantizeLinear ->
+  DequantizeLinear`` pair in front of the node. A MatMul whose B is not an initializer, or
+  a Gemm with ``transA``, ``alpha`` or ``beta`` set, stays float in the runtime: such an op
+  is not lowerable to int8 here. Each lowered op is taken as its own vertex: where the
+  runtime runs two int8 contractions back to back in one partition, the tensor between
+  them stays fp32 there, and the emulation (which holds it in int8) errs on the safe side.
 - **int8 on any other float op**: the scheme assumed for devices that compute elementwise
   ops in int8: its float activations in and out pass through the same dynamic per-tensor
   uint8 quantize -> dequantize; its parameters (norm scales, biases) stay float.
@@ -90,11 +96,12 @@ __all__ = ["SCHEMES", "Emulator", "scheme"]
 
 #: one line per emulated precision: what the emulation assumes the device does
 SCHEMES: Mapping[DType, str] = MappingProxyType({
-    DType.INT8: ("linear/matmul/gemm/conv: onnxruntime dynamic quantization as the runtime "
-                 "runs it (weights int8 symmetric per tensor, activations uint8 asymmetric "
-                 "per tensor per call, int32 accumulate), emulated by quantize->dequantize; "
-                 "other float ops: float activations in and out quantize->dequantized uint8 "
-                 "per tensor per call, parameters kept float"),
+    DType.INT8: ("linear/matmul/gemm/conv as the runtime runs an int8 vertex: float inputs "
+                 "and outputs held in int8 (symmetric per tensor), onnxruntime dynamic "
+                 "quantization inside (weights int8 symmetric per tensor, activations uint8 "
+                 "asymmetric per tensor per call, int32 accumulate), emulated by "
+                 "quantize->dequantize; other float ops: float activations in and out "
+                 "quantize->dequantized uint8 per tensor per call, parameters kept float"),
     DType.FP16: ("float inputs (parameters included) and outputs rounded to fp16 (nearest "
                  "even), computed in fp32 (fp32 accumulate)"),
     DType.BF16: ("float inputs (parameters included) and outputs rounded to bf16 (nearest "
@@ -441,6 +448,10 @@ def _spec(a: np.ndarray[Any, Any]) -> tuple[int, tuple[int, ...]]:
 def _lower(edit: Edit, base: BaseModel, op: Op, region: _Region, dtype: DType) -> None:
     """Record in ``edit`` the emulation of ``op`` at ``dtype`` (see the module doc)."""
     if dtype is DType.INT8 and op.kind in INT8_KINDS:
+        # held in int8 at the op's boundary, as the executor holds an int8 vertex's tensors
+        edit.feed_all(region.nodes, set(region.acts) - edit.held, "s8")
+        for y in region.outputs:
+            edit.round_output(y, "s8")
         for i, slot, role in region.quant:
             x = base.nodes[i].input[slot]
             tag = "w8" if role == "weight" else ("u8" if x in base.inits else "q8")

@@ -43,6 +43,7 @@ __all__ = ["FED_MIN", "FLOAT", "BaseModel", "Edit", "chain", "convert", "fake_qu
 FLOAT = 1  # onnx.TensorProto.FLOAT
 _FLOAT16 = 10
 _BFLOAT16 = 16
+_DOUBLE = 11
 #: fp32 initializers of this many elements or more are fed as graph inputs
 FED_MIN = 1024
 
@@ -216,7 +217,7 @@ def convert(a: np.ndarray[Any, Any], tag: str) -> np.ndarray[Any, Any]:
 
 def chain(src: str, dst: str, tag: str, name: str) -> list[Any]:
     """Nodes that make ``dst`` from ``src`` rounded as ``tag`` (fp16 / bf16: Cast there and
-    back; q8: DynamicQuantizeLinear -> DequantizeLinear)."""
+    back; q8: DynamicQuantizeLinear -> DequantizeLinear; s8: ``_held_int8``)."""
     from onnx import helper
 
     if tag in ("fp16", "bf16"):
@@ -224,9 +225,49 @@ def chain(src: str, dst: str, tag: str, name: str) -> list[Any]:
         return [helper.make_node("Cast", [src], [mid], name=f"{name}_to",
                                  to=_FLOAT16 if tag == "fp16" else _BFLOAT16),
                 helper.make_node("Cast", [mid], [dst], name=f"{name}_back", to=FLOAT)]
+    if tag == "s8":
+        return _held_int8(src, dst, name)
     q, s, z = f"{dst}__q", f"{dst}__scale", f"{dst}__zero_point"
     return [helper.make_node("DynamicQuantizeLinear", [src], [q, s, z], name=f"{name}_q"),
             helper.make_node("DequantizeLinear", [q, s, z], [dst], name=f"{name}_dq")]
+
+
+def _held_int8(src: str, dst: str, name: str) -> list[Any]:
+    """Nodes that make ``dst`` from ``src`` held in int8 as the executor holds it
+    (``runtime.opexec.quantize_int8`` then ``dequantize_int8``): symmetric per tensor,
+    ``scale = max|x| / 127`` in double (1 when that is 0 or not finite), ``q = clip(round(x
+    * float(1 / scale)), -127, 127)``, ``q * float(scale)``."""
+    from onnx import helper
+
+    p = f"{dst}__s8"
+
+    def const(key: str, value: float, elem: int) -> Any:
+        return helper.make_node("Constant", [], [f"{p}_{key}"], name=f"{name}_{key}",
+                                value=helper.make_tensor(f"{p}_{key}", elem, [], [value]))
+
+    def node(op: str, ins: list[str], out: str, **attrs: Any) -> Any:
+        return helper.make_node(op, ins, [out], name=f"{name}_{out.rsplit('_', 1)[-1]}",
+                                **attrs)
+
+    return [const("k127", 127.0, _DOUBLE), const("one", 1.0, _DOUBLE),
+            const("zero", 0.0, _DOUBLE), const("lo", -127.0, FLOAT),
+            const("hi", 127.0, FLOAT),
+            node("Abs", [src], f"{p}_abs"),
+            node("ReduceMax", [f"{p}_abs"], f"{p}_amax", keepdims=0),
+            node("Cast", [f"{p}_amax"], f"{p}_amaxd", to=_DOUBLE),
+            node("Div", [f"{p}_amaxd", f"{p}_k127"], f"{p}_raw"),
+            node("Greater", [f"{p}_amaxd", f"{p}_zero"], f"{p}_pos"),
+            node("IsInf", [f"{p}_amaxd"], f"{p}_inf"),
+            node("Not", [f"{p}_inf"], f"{p}_fin"),
+            node("And", [f"{p}_pos", f"{p}_fin"], f"{p}_ok"),
+            node("Where", [f"{p}_ok", f"{p}_raw", f"{p}_one"], f"{p}_sd"),
+            node("Div", [f"{p}_one", f"{p}_sd"], f"{p}_invd"),
+            node("Cast", [f"{p}_invd"], f"{p}_inv", to=FLOAT),
+            node("Cast", [f"{p}_sd"], f"{p}_sf", to=FLOAT),
+            node("Mul", [src, f"{p}_inv"], f"{p}_xs"),
+            node("Round", [f"{p}_xs"], f"{p}_r"),
+            node("Clip", [f"{p}_r", f"{p}_lo", f"{p}_hi"], f"{p}_q"),
+            node("Mul", [f"{p}_q", f"{p}_sf"], dst)]
 
 
 # ---- one rewrite ----------------------------------------------------------------------------
@@ -247,9 +288,12 @@ class Edit:
         self.pending: dict[str, tuple[str, str, int]] = {}  # copy -> (value, tag, 1st use)
         self.extra: dict[str, bytes] = {}  # new initializers and fed inputs, encoded
         self.rounded: set[str] = set()
+        self.held: set[str] = set()  # values held in int8 (``s8``) for every reader
 
     def feed(self, i: int, slot: int, x: str, tag: str) -> None:
-        """Node ``i`` reads ``x`` rounded as ``tag`` at input ``slot``."""
+        """Node ``i`` reads ``x`` (or what it reads there already: a rounded copy of it)
+        rounded as ``tag`` at input ``slot``."""
+        x = self.inputs.get(i, {}).get(slot, x)
         new = f"{x}__pw_{tag}"
         if x in self.base.inits:
             if new not in self.extra:
@@ -285,6 +329,8 @@ class Edit:
         if y in self.rounded:
             return
         self.rounded.add(y)
+        if tag == "s8":
+            self.held.add(y)
         i = self.base.producer[y]
         raw = f"{y}__pw_raw"
         self.outputs.setdefault(i, {})[list(self.base.nodes[i].output).index(y)] = raw
