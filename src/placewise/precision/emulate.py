@@ -92,7 +92,7 @@ from placewise.graph.ir import INT8_KINDS, Graph, Op
 from placewise.precision.rewrite import BaseModel, Edit
 from placewise.units import DType
 
-__all__ = ["SCHEMES", "Emulator", "scheme"]
+__all__ = ["CACHE_MAX_BYTES", "SCHEMES", "Emulator", "scheme"]
 
 #: one line per emulated precision: what the emulation assumes the device does
 SCHEMES: Mapping[DType, str] = MappingProxyType({
