@@ -188,20 +188,20 @@ def test_validate_checks_the_budget(tmp_path: Path) -> None:
     np.savez(bad, junk=np.zeros(3, np.float32))
     assert_bad_input(run("validate", str(f), "--inputs", str(bad), "--no-baseline"), str(bad),
                      "no array for model input")
-    proc = run("validate", str(f), "--requests", "3", "--no-baseline", "--json")
-    assert proc.returncode == 0, proc.stderr
-    qc = json.loads(proc.stdout)["quality_check"]
-    assert qc["policy"] == "int8" and qc["holds"] is True
-    assert qc["measured"]["rel_l2"] <= 0.05
-    lowered = json.loads(f.read_text())["precision"]["lowered"]
-    assert lowered, "the roofline of this CPU has int8 pay for 512-wide linears"
-    assert 0.5 <= qc["ratio"] <= 2.0, qc
-    # the same plan with a budget its run cannot meet: exit 1
     data = json.loads(f.read_text())
-    data["precision"]["budget_value"] = 1e-9
-    data["precision"]["budget_limit"] = 1e-9
+    pr = data["precision"]
+    assert pr["lowered"], "the roofline of this CPU has int8 pay for 512-wide linears"
+    est = pr["estimated"]["rel_l2"]
+    assert est <= 0.05
+    # the same plan with a budget its run cannot meet (and an estimate that claimed it
+    # would: the checker accepts the file): the report is printed, the exit status is 1
+    pr.update(budget_value=1e-9, budget_limit=1e-9, estimated_error=1e-10)
     tight = tmp_path / "tight.json"
     tight.write_text(json.dumps(data))
-    proc = run("validate", str(tight), "--requests", "2", "--no-baseline")
+    proc = run("validate", str(tight), "--requests", "3", "--no-baseline", "--json")
     assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])
-    assert "BREAKS the budget" in proc.stdout
+    qc = json.loads(proc.stdout)["quality_check"]
+    assert qc["policy"] == "int8" and qc["holds"] is False
+    # the emulated estimate is what the real run measures (within a factor of 2)
+    assert 0.5 <= qc["measured"]["rel_l2"] / est <= 2.0, (qc, est)
+    assert qc["measured"]["rel_l2"] <= 0.05
