@@ -136,7 +136,7 @@ def prepare_onnx(model: ModelProto, file: str, *,
     work.CopyFrom(model)
     env = _bind_inputs(work, file, shapes, batch)
     before = len(work.graph.node)
-    resolved, source, problem = resolve_shapes(work, file)
+    resolved, source, problem = resolve_shapes(work)
     folded, count = fold_constants(resolved)
     return folded, PrepareInfo(dict(env), source, before, count, problem)
 
@@ -186,7 +186,7 @@ def symbolic_values(model: ModelProto) -> list[str]:
     return out
 
 
-def resolve_shapes(model: ModelProto, file: str) -> tuple[ModelProto, str, str]:
+def resolve_shapes(model: ModelProto) -> tuple[ModelProto, str, str]:
     """``model`` with shapes inferred, the way they were found, and why earlier ways fell
     short: ONNX inference; then, when every graph input is concrete but values stay
     symbolic, onnxruntime's symbolic inference; then one onnxruntime run."""
