@@ -228,3 +228,18 @@ def test_check_holds_the_plan_to_its_precision_record() -> None:
         update={"policy": "keep", "estimated_error": 1.0})})
     msgs = [f.message for f in check_plan(bad) if f.check is Check.PRECISION]
     assert any("policy keep" in m for m in msgs) and any("breaks the budget" in m for m in msgs)
+
+
+@pytest.mark.parametrize("policy", [Policy.INT8, Policy.MIXED, Policy.FP16])
+def test_lowering_must_pay(policy: Policy) -> None:
+    """A policy's plan never scores worse than the plan at the model's own precision: a
+    lowered plan that does not beat it gives way to it (and says so)."""
+    problem = _mlp_problem()
+    emu = _Emulator({o.name: 0.001 for o in problem.graph.ops})
+    keep = plan_with_policy(problem, Policy.KEEP, DEFAULT_BUDGET, _search).result
+    out = plan_with_policy(problem, policy, QualityBudget.parse("rel_l2=0.05"), _search,
+                           emulator=lambda: emu, requests=[[0]], quality=_rel)
+    got = out.result.best.score(out.result.objective)
+    assert got <= keep.best.score(keep.objective)
+    if not lowered_of(out.problem, out.result.best.placement):
+        assert got == keep.best.score(keep.objective)

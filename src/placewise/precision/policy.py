@@ -21,7 +21,8 @@ gain per unit of error while the combined estimate (``QualityBudget.combine``) s
 it; the search chooses among the admitted precisions; the chosen assignment is emulated
 again as a whole before the plan is written, and while it breaks the budget the lowered
 vertex with the largest error falls back to its own precision and the search runs again
-(``plan_with_policy``).
+(``plan_with_policy``). A lowered plan that does not beat the plan at the model's own
+precision (searched too) gives way to it: lowering must pay.
 
 >>> parse_policy("Mixed")
 <Policy.MIXED: 'mixed'>
@@ -453,8 +454,25 @@ def plan_with_policy(problem: Problem, policy: Policy, budget: QualityBudget,
             result = search(restricted)
             estimated, est_err, combined = {}, 0.0, 0.0
             break
+    if lowered_of(restricted, result.best.placement):
+        own = problem.restricted(_restriction(problem, Policy.KEEP, []))
+        base = search(own)
+        got, keep = _score(result), _score(base)
+        if keep <= got:
+            for r in rows:
+                if r.chosen:
+                    r.chosen = False
+                    r.reason = "admitted; the plan at the model's own precision is as fast"
+            notes.append(f"lowering did not pay: the plan at the model's own precision "
+                         f"scores {keep:.4g} s, the lowered one {got:.4g} s")
+            result, restricted, estimated, est_err, combined = base, own, {}, 0.0, 0.0
     return Outcome(result, restricted, policy, budget, rows, estimated, est_err,
                    _sig(combined), rechecks, notes)
+
+
+def _score(result: Any) -> float:
+    """A search result's objective value (lower is better)."""
+    return float(result.best.score(result.objective))
 
 
 def precision_json(outcome: Outcome, *, inputs: str = "", input_requests: int = 0,
