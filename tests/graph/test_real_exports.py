@@ -14,7 +14,7 @@ from placewise.graph import onnx_shapes
 from placewise.graph.count import count_graph
 from placewise.graph.ir import Graph, OpKind
 from placewise.graph.load import load_model
-from placewise.graph.onnx_import import load_onnx
+from placewise.graph.onnx_import import load_onnx, read_onnx
 
 pytest.importorskip("transformers")
 onnx = pytest.importorskip("onnx")
@@ -65,6 +65,8 @@ def test_torchscript_exports_fold_their_shape_arithmetic(
     # every Shape node of the file (and what only it fed) is a constant now, not an op
     shape_nodes = [n.name for n in work if n.op_type in ("Shape", "ConstantOfShape")]
     assert shape_nodes and not any(g.has_op(n) for n in shape_nodes)
+    _, info = onnx_shapes.prepare_onnx(read_onnx(path), str(path))
+    assert set(shape_nodes) <= set(info.folded) and len(info.folded) == g.record.folded_nodes
     op_sources = {op.provenance.source for op in g.ops}
     assert op_sources <= {n.name for n in work}
 

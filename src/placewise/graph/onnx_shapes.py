@@ -94,7 +94,9 @@ _NEVER_FOLD = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform",
 @dataclass(frozen=True, slots=True)
 class PrepareInfo:
     """What ``prepare_onnx`` did: the bound symbols, where the shapes came from, the
-    model's node count before folding (``Constant`` nodes included) and how many folded.
+    model's node count before folding (``Constant`` nodes included), how many folded and
+    which (node names, ``Type#index`` for unnamed ones: the provenance of the constants,
+    which keep their output names).
     ``problem`` says why an earlier way of resolving shapes fell short ("" when none)."""
 
     env: Mapping[str, int]
@@ -102,6 +104,7 @@ class PrepareInfo:
     source_nodes: int
     folded_nodes: int
     problem: str = ""
+    folded: tuple[str, ...] = ()
 
 
 @contextlib.contextmanager
@@ -137,8 +140,8 @@ def prepare_onnx(model: ModelProto, file: str, *,
     env = _bind_inputs(work, file, shapes, batch)
     before = len(work.graph.node)
     resolved, source, problem = resolve_shapes(work)
-    folded, count = fold_constants(resolved)
-    return folded, PrepareInfo(dict(env), source, before, count, problem)
+    folded, names = fold_constants(resolved)
+    return folded, PrepareInfo(dict(env), source, before, len(names), problem, tuple(names))
 
 
 # ---- shapes ---------------------------------------------------------------------------------
@@ -492,10 +495,10 @@ def _fits(name: str, value: np.ndarray, values: _Values) -> bool:
     return (elem, tuple(value.shape)) == values.types[name]
 
 
-def fold_constants(model: ModelProto) -> tuple[ModelProto, int]:
+def fold_constants(model: ModelProto) -> tuple[ModelProto, list[str]]:
     """``model`` with every foldable node (see the module docstring) replaced by an
-    initializer of its output's name, and the number folded. Needs the value_info of the
-    outputs (resolved shapes); a node whose evaluation fails or disagrees with its
+    initializer of its output's name, and the folded nodes' names. Needs the value_info
+    of the outputs (resolved shapes); a node whose evaluation fails or disagrees with its
     inferred shape or type is kept."""
     import onnx
     from onnx import numpy_helper
@@ -516,7 +519,8 @@ def fold_constants(model: ModelProto) -> tuple[ModelProto, int]:
         values.arrays.update(_evaluate(pending, values, model))
     kept: list[NodeProto] = []
     new_inits: list[TensorProto] = []
-    for node in model.graph.node:
+    folded: list[str] = []
+    for i, node in enumerate(model.graph.node):
         names = [o for o in node.output if o]
         if node.op_type in _NEVER_FOLD or not names or not all(
                 o in values.arrays and o not in values.protos and
@@ -524,12 +528,12 @@ def fold_constants(model: ModelProto) -> tuple[ModelProto, int]:
             kept.append(node)
             continue
         new_inits.extend(numpy_helper.from_array(values.arrays[o], o) for o in names)
+        folded.append(node.name or f"{node.op_type}#{i}")
     if not new_inits:
-        return model, 0
+        return model, []
     out = onnx.ModelProto()
     out.CopyFrom(model)
     g = out.graph
-    folded = len(model.graph.node) - len(kept)
     del g.node[:]
     g.node.extend(kept)
     done = {t.name for t in new_inits}
