@@ -3,18 +3,33 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.test_cli import assert_bad_input, run
+from tests.test_cli import assert_bad_input, run, run_together
+
+PLAN = ["plan", "zoo:mlp", "--hw", "jetson-agx-orin", "--strategy", "heft", "--time-limit",
+        "5"]
 
 
 @pytest.fixture(scope="module")
-def plan_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    f = tmp_path_factory.mktemp("plan") / "plan.json"
-    proc = run("plan", "zoo:mlp", "--hw", "jetson-agx-orin", "--strategy", "heft",
-               "--time-limit", "5", "--out", str(f), "--json")
+def two_plans(tmp_path_factory: pytest.TempPathFactory
+              ) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
+    """The same plan command twice, in two processes side by side: the first with --json
+    (the plan the tests read), the second for the determinism test."""
+    folder = tmp_path_factory.mktemp("plan")
+    f, again = folder / "plan.json", folder / "again.json"
+    first, second = run_together([*PLAN, "--out", str(f), "--json"],
+                                 [*PLAN, "--out", str(again)])
+    assert second.returncode == 0, second.stderr
+    return first, f, again
+
+
+@pytest.fixture(scope="module")
+def plan_file(two_plans: tuple[subprocess.CompletedProcess[str], Path, Path]) -> Path:
+    proc, f, _ = two_plans
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     for key in ("makespan_s", "throughput_rps", "lower_bound_s", "strategy", "search_time_s",
@@ -34,11 +49,10 @@ def test_plan_file_contents(plan_file: Path) -> None:
     assert data["schedule"]["tasks"]
 
 
-def test_plan_is_deterministic(plan_file: Path, tmp_path: Path) -> None:
-    again = tmp_path / "again.json"
-    proc = run("plan", "zoo:mlp", "--hw", "jetson-agx-orin", "--strategy", "heft",
-               "--time-limit", "5", "--out", str(again))
-    assert proc.returncode == 0, proc.stderr
+def test_plan_is_deterministic(plan_file: Path,
+                               two_plans: tuple[subprocess.CompletedProcess[str], Path, Path]
+                               ) -> None:
+    again = two_plans[2]
     assert again.read_bytes() == plan_file.read_bytes()
 
 

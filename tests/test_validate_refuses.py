@@ -106,11 +106,28 @@ def xdg(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+def _env(xdg: Path) -> dict[str, str]:
+    return dict(os.environ, COLUMNS="120", TERM="dumb", PYTHONHASHSEED="0",
+                XDG_CACHE_HOME=str(xdg))
+
+
 def _run(xdg: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, COLUMNS="120", TERM="dumb", PYTHONHASHSEED="0",
-               XDG_CACHE_HOME=str(xdg))
     return subprocess.run([sys.executable, "-m", "placewise.cli", *args], capture_output=True,
-                          text=True, env=env, timeout=600)
+                          text=True, env=_env(xdg), timeout=600)
+
+
+def _run_together(xdg: Path, commands: list[list[str]]
+                  ) -> list[subprocess.CompletedProcess[str]]:
+    """``_run`` of each command, all started at once (for commands that refuse their input
+    before measuring anything: nothing times itself beside another)."""
+    procs = [(c, subprocess.Popen([sys.executable, "-m", "placewise.cli", *c],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env=_env(xdg))) for c in commands]
+    done = []
+    for c, p in procs:
+        out, err = p.communicate(timeout=600)
+        done.append(subprocess.CompletedProcess(c, p.returncode, out, err))
+    return done
 
 
 @pytest.fixture(scope="module")
@@ -198,15 +215,22 @@ def test_validate_of_a_plan_whose_model_is_hostile(xdg: Path, tmp_path: Path) ->
     save_plan(build_plan(prob, ev, model_ref=str(clean), strategy="single:cpu0"), plan)
     got = _run(xdg, "check", str(plan), "--hw", "local", "--json")  # a sound plan for local
     assert got.returncode == 0 and json.loads(got.stdout)["ok"], got.stdout + got.stderr
-    marker = tmp_path / "MARKER"
-    (tmp_path / "hostile").mkdir()
-    for variant in ("pickle at data/constants/model.pt", "pickle at data/weights/model.pt",
-                    "old-format files at the top", "models/NAME without .json"):
+    variants = ("pickle at data/constants/model.pt", "pickle at data/weights/model.pt",
+                "old-format files at the top", "models/NAME without .json")
+    cases = []
+    for i, variant in enumerate(variants):
         build, entry, _ = VARIANTS[variant]
-        hostile = build(clean, tmp_path / "hostile" / "model.pt2", marker)
+        folder = tmp_path / f"hostile{i}"
+        folder.mkdir()
+        marker = folder / "MARKER"
+        hostile = build(clean, folder / "model.pt2", marker)
         data = json.loads(plan.read_text())
         data["model"] = str(hostile)
-        swapped = tmp_path / "swapped.json"
+        swapped = folder / "swapped.json"
         swapped.write_text(json.dumps(data))
-        assert_bad_input(_run(xdg, "validate", str(swapped)), str(hostile), f"entry {entry!r}")
+        cases.append((hostile, entry, marker, ["validate", str(swapped)]))
+    # the four refusals run at once: each is refused before anything loads or runs
+    for (hostile, entry, marker, _), got in zip(
+            cases, _run_together(xdg, [c[-1] for c in cases]), strict=True):
+        assert_bad_input(got, str(hostile), f"entry {entry!r}")
         assert not marker.exists()
