@@ -33,7 +33,7 @@ __all__ = ["GENERATED", "MAX_INPUT_BYTES", "describe_generated", "load_inputs"]
 MAX_INPUT_BYTES = 2 * 2**30
 #: how generated inputs are made (``runtime.opexec.request_inputs``)
 GENERATED = ("standard normal floats; integers uniform below the size of every table they "
-             "index (else 0/1); booleans true")
+             "index (other integers, such as attention masks, are ones); booleans true")
 
 
 def describe_generated(n: int, seed: int) -> str:

@@ -384,12 +384,14 @@ class FxProgram:
                 out.append(torch.ones(shape, dtype=torch.bool))
             else:
                 high = self._index_bound(name)
-                out.append(torch.randint(0, high, shape, generator=gen, dtype=val.dtype))
+                out.append(torch.randint(0, high, shape, generator=gen, dtype=val.dtype)
+                           if high else torch.ones(shape, dtype=val.dtype))
         return out
 
     def _index_bound(self, name: str) -> int:
         """Below the size of every table the input indexes (through views and casts of
-        it); 2 (values 0 and 1, as a mask takes) when it indexes none."""
+        it); 0 when it indexes none (the input is then all ones: an attention mask that
+        hides nothing; random 0/1 masks hide whole rows, where exporters disagree)."""
         bound = 1 << 30
         todo, seen = [self.nodes[name]], set()
         while todo:
@@ -407,7 +409,7 @@ class FxProgram:
                         and user.args[2] is value:
                     data, dim = user.args[0], int(user.args[1])
                     bound = min(bound, int(self._val_shape(data)[dim]))
-        return bound if bound < (1 << 30) else 2
+        return bound if bound < (1 << 30) else 0
 
     def _val_shape(self, node: Any) -> tuple[int, ...]:
         if node.name in self.params:
@@ -638,13 +640,15 @@ class OnnxProgram:
             elif dtype.kind == "b":
                 feeds[vi.name] = np.ones(shape, dtype=dtype)
             else:
-                feeds[vi.name] = rng.integers(0, self._index_bound(vi.name), size=shape,
-                                              dtype=dtype)
+                high = self._index_bound(vi.name)
+                feeds[vi.name] = (rng.integers(0, high, size=shape, dtype=dtype) if high
+                                  else np.ones(shape, dtype=dtype))
         return feeds
 
     def _index_bound(self, name: str) -> int:
         """Below the size of every table a Gather indexes with the input (through views
-        and casts of it); 2 (values 0 and 1, as a mask takes) when it indexes none."""
+        and casts of it); 0 when it indexes none (the input is then all ones, see
+        ``FxProgram._index_bound``)."""
         bound = 1 << 30
         todo, seen = [name], set()
         while todo:
@@ -663,7 +667,7 @@ class OnnxProgram:
                     dims = self._dims(node.input[0])
                     if dims is not None and -len(dims) <= axis < len(dims) and dims[axis] > 0:
                         bound = min(bound, dims[axis])
-        return bound if bound < (1 << 30) else 2
+        return bound if bound < (1 << 30) else 0
 
     def _dims(self, name: str) -> list[int] | None:
         """The concrete dims of a value: an initializer, a Constant, or its value_info."""
