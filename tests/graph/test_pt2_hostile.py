@@ -14,6 +14,7 @@ import io
 import json
 import os
 import pickle
+import subprocess
 import uuid
 import zipfile
 from collections.abc import Callable, Mapping
@@ -27,7 +28,7 @@ from torch import nn
 from placewise.errors import ModelFormatError
 from placewise.graph import pt2
 from placewise.graph.torch_import import load_pt2, read_pt2
-from tests.test_cli import assert_bad_input, run
+from tests.test_cli import assert_bad_input, run, run_together
 
 
 class _Tiny(nn.Module):
@@ -230,14 +231,33 @@ def test_hostile_archive_is_refused_without_running_it(clean: Path, tmp_path: Pa
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("variant", ["pickle at data/constants/model.pt",
-                                     "old-format files at the top", "models/NAME without .json",
-                                     "sympy expression"])
-def test_cli_inspect_of_a_hostile_archive_exits_2(clean: Path, tmp_path: Path, marker: Path,
+CLI_VARIANTS = ["pickle at data/constants/model.pt", "old-format files at the top",
+                "models/NAME without .json", "sympy expression"]
+Inspected = dict[str, tuple[Path, Path, subprocess.CompletedProcess[str]]]
+
+
+@pytest.fixture(scope="module")
+def cli_inspected(clean: Path, tmp_path_factory: pytest.TempPathFactory) -> Inspected:
+    """``placewise inspect`` of each CLI variant's archive (variant -> archive, its marker,
+    the finished process) and of the clean export (``"clean"``), the processes side by
+    side: each only reads its file and refuses it or counts it."""
+    cases: dict[str, tuple[Path, Path]] = {}
+    for variant in CLI_VARIANTS:
+        folder = tmp_path_factory.mktemp("cli")
+        marker = folder / "MARKER"
+        cases[variant] = (VARIANTS[variant][0](clean, folder / "hostile.pt2", marker), marker)
+    cases["clean"] = (clean, tmp_path_factory.mktemp("cli") / "MARKER")
+    procs = run_together(*[["inspect", str(p), *(["--json"] if v == "clean" else [])]
+                           for v, (p, _) in cases.items()])
+    return {v: (p, m, proc) for (v, (p, m)), proc in zip(cases.items(), procs, strict=True)}
+
+
+@pytest.mark.parametrize("variant", CLI_VARIANTS)
+def test_cli_inspect_of_a_hostile_archive_exits_2(cli_inspected: Inspected,
                                                   variant: str) -> None:
-    build, entry, _ = VARIANTS[variant]
-    path = build(clean, tmp_path / "hostile.pt2", marker)
-    assert_bad_input(run("inspect", str(path)), str(path), f"entry {entry!r}")
+    _, entry, _ = VARIANTS[variant]
+    path, marker, proc = cli_inspected[variant]
+    assert_bad_input(proc, str(path), f"entry {entry!r}")
     assert not marker.exists()
 
 
@@ -373,8 +393,8 @@ def test_a_clean_export_still_loads(clean: Path, dynamic: Path) -> None:
     assert read_pt2(dynamic).module()(torch.randn(3, 6)).shape == (3, 5)
 
 
-def test_cli_inspect_of_a_clean_export(clean: Path) -> None:
-    proc = run("inspect", str(clean), "--json")
+def test_cli_inspect_of_a_clean_export(cli_inspected: Inspected) -> None:
+    proc = cli_inspected["clean"][2]
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["ops"] >= 3
 
