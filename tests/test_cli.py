@@ -55,18 +55,35 @@ def assert_bad_input(proc: subprocess.CompletedProcess[str], *needles: str) -> N
 
 
 # ---- golden inspect ----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def zoo_runs(tmp_path_factory: pytest.TempPathFactory
+             ) -> tuple[dict[str, subprocess.CompletedProcess[str]], Path]:
+    """This module's CLI runs that load zoo models (the inspects below and ``zoo export mlp
+    --format onnx``), side by side: each only reads, counts or writes its own file.
+    Returns the finished processes by name and the exported file."""
+    f = tmp_path_factory.mktemp("zoo") / "mlp.onnx"
+    commands = {"zoo:mlp": ["inspect", "zoo:mlp"], "zoo:bert": ["inspect", "zoo:bert"],
+                "zoo:resnet --json": ["inspect", "zoo:resnet", "--json"],
+                "export": ["zoo", "export", "mlp", "--format", "onnx", "--out", str(f)]}
+    procs = run_together(*commands.values())
+    return dict(zip(commands, procs, strict=True)), f
+
+
 @pytest.mark.parametrize("model,golden", [
     ("zoo:mlp", "inspect_mlp.txt"),
     ("zoo:bert", "inspect_bert.txt"),
 ])
-def test_inspect_golden(model: str, golden: str) -> None:
-    proc = run("inspect", model)
+def test_inspect_golden(zoo_runs: tuple[dict[str, subprocess.CompletedProcess[str]], Path],
+                        model: str, golden: str) -> None:
+    proc = zoo_runs[0][model]
+    assert proc.args == ["inspect", model]
     assert proc.returncode == 0, proc.stderr
     check_golden(golden, proc.stdout)
 
 
-def test_inspect_json_keys() -> None:
-    proc = run("inspect", "zoo:resnet", "--json")
+def test_inspect_json_keys(zoo_runs: tuple[dict[str, subprocess.CompletedProcess[str]], Path]
+                           ) -> None:
+    proc = zoo_runs[0]["zoo:resnet --json"]
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     for key in ("ops", "tensors", "flops", "param_bytes", "activation_bytes", "by_kind",
@@ -78,10 +95,9 @@ def test_inspect_json_keys() -> None:
 
 
 @pytest.fixture(scope="module")
-def exported_mlp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def exported_mlp(zoo_runs: tuple[dict[str, subprocess.CompletedProcess[str]], Path]) -> Path:
     """``placewise zoo export mlp --format onnx``, run once for the tests that read it."""
-    f = tmp_path_factory.mktemp("zoo") / "mlp.onnx"
-    proc = run("zoo", "export", "mlp", "--format", "onnx", "--out", str(f))
+    proc, f = zoo_runs[0]["export"], zoo_runs[1]
     assert proc.returncode == 0, proc.stderr
     assert f.is_file() and f.stat().st_size > 0
     return f
