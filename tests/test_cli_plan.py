@@ -14,22 +14,30 @@ PLAN = ["plan", "zoo:mlp", "--hw", "jetson-agx-orin", "--strategy", "heft", "--t
         "5"]
 
 
+Runs = dict[str, tuple[subprocess.CompletedProcess[str], Path]]
+
+
 @pytest.fixture(scope="module")
-def two_plans(tmp_path_factory: pytest.TempPathFactory
-              ) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
-    """The same plan command twice, in two processes side by side: the first with --json
-    (the plan the tests read), the second for the determinism test."""
+def plan_runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    """This module's plan runs of zoo models, in processes side by side (name -> process,
+    its --out): the plan the tests read (with --json), the same command again for the
+    determinism test, and zoo:bert for throughput."""
     folder = tmp_path_factory.mktemp("plan")
-    f, again = folder / "plan.json", folder / "again.json"
-    first, second = run_together([*PLAN, "--out", str(f), "--json"],
-                                 [*PLAN, "--out", str(again)])
-    assert second.returncode == 0, second.stderr
-    return first, f, again
+    commands = {
+        "plan": ([*PLAN, "--json"], folder / "plan.json"),
+        "again": (PLAN, folder / "again.json"),
+        "throughput": (["plan", "zoo:bert", "--hw", "h100-sxm-server", "--objective",
+                        "throughput", "--strategy", "greedy", "--json"],
+                       folder / "throughput.json"),
+    }
+    procs = run_together(*[[*c, "--out", str(out)] for c, out in commands.values()])
+    return {name: (proc, out) for (name, (_, out)), proc in
+            zip(commands.items(), procs, strict=True)}
 
 
 @pytest.fixture(scope="module")
-def plan_file(two_plans: tuple[subprocess.CompletedProcess[str], Path, Path]) -> Path:
-    proc, f, _ = two_plans
+def plan_file(plan_runs: Runs) -> Path:
+    proc, f = plan_runs["plan"]
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     for key in ("makespan_s", "throughput_rps", "lower_bound_s", "strategy", "search_time_s",
@@ -49,10 +57,9 @@ def test_plan_file_contents(plan_file: Path) -> None:
     assert data["schedule"]["tasks"]
 
 
-def test_plan_is_deterministic(plan_file: Path,
-                               two_plans: tuple[subprocess.CompletedProcess[str], Path, Path]
-                               ) -> None:
-    again = two_plans[2]
+def test_plan_is_deterministic(plan_file: Path, plan_runs: Runs) -> None:
+    proc, again = plan_runs["again"]
+    assert proc.returncode == 0, proc.stderr
     assert again.read_bytes() == plan_file.read_bytes()
 
 
@@ -121,10 +128,8 @@ def test_bad_strategy_and_objective(tmp_path: Path) -> None:
                "--out", str(out)).returncode == 0 and out.exists()
 
 
-def test_throughput_objective(tmp_path: Path) -> None:
-    out = tmp_path / "p.json"
-    proc = run("plan", "zoo:bert", "--hw", "h100-sxm-server", "--objective", "throughput",
-               "--strategy", "greedy", "--out", str(out), "--json")
+def test_throughput_objective(plan_runs: Runs) -> None:
+    proc, out = plan_runs["throughput"]
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
     assert data["objective"] == "throughput"
