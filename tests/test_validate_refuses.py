@@ -140,12 +140,24 @@ def model_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def greedy_plans(xdg: Path, model_file: Path, tmp_path_factory: pytest.TempPathFactory
+                 ) -> dict[str, tuple[subprocess.CompletedProcess[str], Path]]:
+    """``plan MODEL --hw local --strategy greedy`` of the zoo model and of the file, the two
+    processes side by side (planning measures nothing)."""
+    folder = tmp_path_factory.mktemp("plan")
+    models = {"zoo": BIG_MLP, "file": str(model_file)}
+    outs = {k: folder / f"greedy-{k}.json" for k in models}
+    procs = _run_together(xdg, [["plan", m, "--hw", "local", "--strategy", "greedy", "--out",
+                                 str(outs[k])] for k, m in models.items()])
+    return {k: (proc, outs[k]) for k, proc in zip(models, procs, strict=True)}
+
+
 @pytest.fixture(scope="module", params=["zoo", "file"])
-def greedy_plan(request: pytest.FixtureRequest, xdg: Path, model_file: Path,
-                tmp_path_factory: pytest.TempPathFactory) -> Path:
-    model = BIG_MLP if request.param == "zoo" else str(model_file)
-    out = tmp_path_factory.mktemp("plan") / "greedy.json"
-    proc = _run(xdg, "plan", model, "--hw", "local", "--strategy", "greedy", "--out", str(out))
+def greedy_plan(request: pytest.FixtureRequest,
+                greedy_plans: dict[str, tuple[subprocess.CompletedProcess[str], Path]]
+                ) -> Path:
+    proc, out = greedy_plans[request.param]
     assert proc.returncode == 0, proc.stderr
     return out
 
