@@ -29,6 +29,7 @@ import datetime as dt
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -54,7 +55,8 @@ def _cli(*args: str, timeout: float = 900.0) -> tuple[str, float, Any]:
         return f"timeout after {timeout:.0f} s", time.perf_counter() - t0, None
     seconds = time.perf_counter() - t0
     if proc.returncode != 0:
-        lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+        lines = [ln for ln in proc.stderr.strip().splitlines()
+                 if ln.strip() and not re.match(r"[WIEF]\d{4} ", ln)]  # not torch's logs
         return f"exit {proc.returncode}: {lines[-1] if lines else ''}"[:300], seconds, None
     data = None
     if "--json" in args:

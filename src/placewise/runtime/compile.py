@@ -297,6 +297,8 @@ def _name_outputs(model: Any, want: Sequence[str]) -> None:
     g = model.graph
     if len(g.output) != len(want):
         return  # _check_boundary reports it
+    for n in [n for n in g.node if n.op_type == "Identity" and list(n.output) == list(n.input)]:
+        g.node.remove(n)  # the exporter can copy a graph input onto its own name: a no-op
     taken = {o for n in g.node for o in n.output} | {i.name for i in g.input} | \
         {i.name for i in g.initializer}
 
