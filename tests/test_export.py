@@ -45,7 +45,7 @@ from placewise.runtime.opexec import ModelSource, load_source
 from placewise.schedule import Assignment, Placement, Problem, evaluate
 from placewise.units import DType
 from tests.runtime.helpers import local_machine, tiny_plan, tiny_source
-from tests.test_cli import assert_bad_input
+from tests.test_cli import assert_bad_input, run_together
 
 ROOT = Path(__file__).parents[1]
 SCHEMA_FILE = ROOT / "src" / "placewise" / "schemas" / "manifest.schema.json"
@@ -277,11 +277,14 @@ def test_pt2_plan_from_the_command_line(tmp_path: Path) -> None:
     plan_file = tmp_path / "plan.json"
     save_plan(plan, plan_file)
     hw = write_machine_yaml(local_machine(), tmp_path / "machine.yaml")
-    out = tmp_path / "export"
-    # the plan's machine is a spec file: without it, export says what to give
-    assert_bad_input(cli("export", str(plan_file), "--out", str(out)), "--hw")
-    assert not out.exists()
-    proc = cli("export", str(plan_file), "--out", str(out), "--hw", str(hw), "--json")
+    out, refused_out = tmp_path / "export", tmp_path / "refused"
+    # the plan's machine is a spec file: without it, export says what to give (the two
+    # runs side by side, each with its own folder)
+    refused, proc = run_together(["export", str(plan_file), "--out", str(refused_out)],
+                                 ["export", str(plan_file), "--out", str(out), "--hw", str(hw),
+                                  "--json"])
+    assert_bad_input(refused, "--hw")
+    assert not refused_out.exists()
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     manifest = load_manifest(out / MANIFEST_FILE)
@@ -297,33 +300,55 @@ def test_pt2_plan_from_the_command_line(tmp_path: Path) -> None:
         assert rel_l2(g, w) <= 1e-5
 
 
-@pytest.mark.parametrize("preset,devices,dla", [
+PRESETS = [
     ("h100-sxm-server", ["cpu", "gpu0", "gpu1"], False),
     ("laptop-soc", ["cpu", "gpu"], False),
     ("jetson-agx-orin", ["cpu", "gpu"], True),
-])
-def test_preset_plan_records_the_providers_of_its_hardware(tmp_path: Path, preset: str,
-                                                           devices: list[str], dla: bool,
-                                                           onnx_of: OnnxOf) -> None:
+]
+
+
+@pytest.fixture(scope="module")
+def preset_exports(tmp_path_factory: pytest.TempPathFactory, onnx_of: OnnxOf
+                   ) -> dict[str, dict[str, Any]]:
+    """Each preset's plan of bert exported by ``placewise export`` (preset -> its source,
+    machine, model file, export folder and finished process): ONNX bert on h100 and
+    laptop-soc; zoo bert (torch: DLAs run its linears) on Orin. The three export processes
+    run side by side (exporting measures nothing)."""
+    cases: dict[str, dict[str, Any]] = {}
+    for preset, devices, dla in PRESETS:
+        tmp = tmp_path_factory.mktemp(preset)
+        model = tmp / "bert.onnx"
+        if not dla:
+            onnx_of("bert", BERT, model)
+        ref = "zoo:bert?" + "&".join(f"{k}={v}" for k, v in BERT.items()) if dla else str(model)
+        src = load_source(ref, batch=1)
+        m = load_machine(preset)
+        assert src.graph is not None
+        prob = Problem(src.graph, None, m, load_cost_model(m, None))
+        assign = {v: (d, DType.FP32) for v, d in thirds(prob.vertex_names, devices).items()}
+        if dla:  # one linear on a DLA core, in int8 (DLAs run int8 and fp16 only)
+            lin = [v.name for v in prob.vertices if v.ops[0].kind.value == "linear"]
+            assert lin
+            assign[lin[len(lin) // 2]] = ("dla1", DType.INT8)
+        plan = plan_on(m, src, assign, (devices[0], DType.FP32), ref)
+        plan_file = tmp / "plan.json"
+        save_plan(plan, plan_file)
+        cases[preset] = {"src": src, "machine": m, "model": model, "plan": plan_file,
+                         "out": tmp / "export"}
+    procs = run_together(*[["export", str(c["plan"]), "--out", str(c["out"])]
+                           for c in cases.values()])
+    for c, proc in zip(cases.values(), procs, strict=True):
+        c["proc"] = proc
+    return cases
+
+
+@pytest.mark.parametrize("preset,devices,dla", PRESETS)
+def test_preset_plan_records_the_providers_of_its_hardware(
+        preset_exports: dict[str, dict[str, Any]], preset: str, devices: list[str],
+        dla: bool) -> None:
     """ONNX bert on h100 and laptop-soc; zoo bert (torch: DLAs run its linears) on Orin."""
-    model = tmp_path / "bert.onnx"
-    if not dla:
-        onnx_of("bert", BERT, model)
-    ref = "zoo:bert?" + "&".join(f"{k}={v}" for k, v in BERT.items()) if dla else str(model)
-    src = load_source(ref, batch=1)
-    m = load_machine(preset)
-    assert src.graph is not None
-    prob = Problem(src.graph, None, m, load_cost_model(m, None))
-    assign = {v: (d, DType.FP32) for v, d in thirds(prob.vertex_names, devices).items()}
-    if dla:  # one linear on a DLA core, in int8 (DLAs run int8 and fp16 only)
-        lin = [v.name for v in prob.vertices if v.ops[0].kind.value == "linear"]
-        assert lin
-        assign[lin[len(lin) // 2]] = ("dla1", DType.INT8)
-    plan = plan_on(m, src, assign, (devices[0], DType.FP32), ref)
-    plan_file = tmp_path / "plan.json"
-    save_plan(plan, plan_file)
-    out = tmp_path / "export"
-    proc = cli("export", str(plan_file), "--out", str(out))
+    case = preset_exports[preset]
+    src, m, model, out, proc = (case[k] for k in ("src", "machine", "model", "out", "proc"))
     assert proc.returncode == 0, proc.stderr
     text = " ".join(proc.stdout.split())  # rich wraps long lines
     assert f"for {preset}:" in text and "partitions, in execution order" in text
