@@ -32,11 +32,28 @@ from placewise.io import (
 ROOT = os.geteuid() == 0
 
 
-def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def _env() -> dict[str, str]:
     env = dict(os.environ, COLUMNS="120", TERM="dumb", PYTHONHASHSEED="0")
     env.pop("PLACEWISE_DEBUG", None)
+    return env
+
+
+def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "placewise.cli", *args], capture_output=True,
-                          text=True, env=env, timeout=timeout)
+                          text=True, env=_env(), timeout=timeout)
+
+
+def run_together(*commands: list[str], timeout: float = 300
+                 ) -> list[subprocess.CompletedProcess[str]]:
+    """``run`` of each command, all started at once (each refuses its own input)."""
+    procs = [(c, subprocess.Popen([sys.executable, "-m", "placewise.cli", *c], text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env()))
+             for c in commands]
+    done = []
+    for c, p in procs:
+        out, err = p.communicate(timeout=timeout)
+        done.append(subprocess.CompletedProcess(c, p.returncode, out, err))
+    return done
 
 
 def assert_bad_input(proc: subprocess.CompletedProcess[str], *needles: str) -> str:
@@ -192,9 +209,10 @@ def test_deeply_nested_machine_spec(tmp_path: Path, style: str) -> None:
 def test_deeply_nested_plan(tmp_path: Path) -> None:
     f = tmp_path / "deep.json"
     f.write_text('{"schema_version": 1, "model": ' + "[" * 200_000 + "]" * 200_000 + "}")
-    for command in ("explain", "check"):
-        assert_bad_input(run(command, str(f)), str(f), "nested more than 64 levels")
-    proc = run("trace", str(f), "--out", str(tmp_path / "t.json"))
+    explain, check, proc = run_together(["explain", str(f)], ["check", str(f)],
+                                        ["trace", str(f), "--out", str(tmp_path / "t.json")])
+    for got in (explain, check):
+        assert_bad_input(got, str(f), "nested more than 64 levels")
     assert_bad_input(proc, "nested")
     assert not (tmp_path / "t.json").exists()
 
@@ -202,21 +220,24 @@ def test_deeply_nested_plan(tmp_path: Path) -> None:
 def test_onnx_names_that_are_not_utf8(tmp_path: Path) -> None:
     f = save_onnx(onnx_model(names={"node": "node_AAAA"}), tmp_path / "names.onnx",
                   replace=(b"node_AAAA", b"node_\xff\xfeAA"))
-    line = assert_bad_input(run("inspect", str(f)), str(f), "not UTF-8")
-    assert "graph.node[0].name" in line
-    f = save_onnx(onnx_model(names={"y": "out_AAAA"}), tmp_path / "tensor.onnx",
+    g = save_onnx(onnx_model(names={"y": "out_AAAA"}), tmp_path / "tensor.onnx",
                   replace=(b"out_AAAA", b"out_\xc3\x28AA"))
-    assert_bad_input(run("inspect", str(f)), str(f), "not UTF-8")
+    node, tensor = run_together(["inspect", str(f)], ["inspect", str(g)])
+    line = assert_bad_input(node, str(f), "not UTF-8")
+    assert "graph.node[0].name" in line
+    assert_bad_input(tensor, str(g), "not UTF-8")
 
 
 def test_capacity_of_10_to_the_400(tmp_path: Path, task_graph: Path) -> None:
     f = write_machine(tmp_path / "m.yaml", ("capacity_bytes: 17179869184",
                                             "capacity_bytes: 1" + "0" * 400))
-    line = assert_bad_input(run("hw", "show", str(f)), str(f), "capacity_bytes")
-    assert "devices[0](cpu).memory[0](dram).capacity_bytes" in line and "0" * 100 not in line
     out = tmp_path / "p.json"
-    assert_bad_input(run("plan", str(task_graph), "--hw", str(f), "--strategy", "greedy",
-                         "--out", str(out)), "capacity_bytes")
+    show, plan = run_together(["hw", "show", str(f)],
+                              ["plan", str(task_graph), "--hw", str(f), "--strategy", "greedy",
+                               "--out", str(out)])
+    line = assert_bad_input(show, str(f), "capacity_bytes")
+    assert "devices[0](cpu).memory[0](dram).capacity_bytes" in line and "0" * 100 not in line
+    assert_bad_input(plan, "capacity_bytes")
     assert not out.exists()
 
 
@@ -234,19 +255,22 @@ def test_non_finite_or_absurd_spec_numbers_are_refused_at_load(tmp_path: Path,
                                                                place: str,
                                                                task_graph: Path) -> None:
     f = write_machine(tmp_path / "m.yaml", edit)
-    assert_bad_input(run("hw", "show", str(f)), str(f), place)
     out = tmp_path / "p.json"
-    assert_bad_input(run("plan", str(task_graph), "--hw", str(f), "--out", str(out)), place)
+    show, plan = run_together(["hw", "show", str(f)],
+                              ["plan", str(task_graph), "--hw", str(f), "--out", str(out)])
+    assert_bad_input(show, str(f), place)
+    assert_bad_input(plan, place)
     assert not out.exists()
 
 
 def test_zoo_option_asking_for_terabytes(tmp_path: Path) -> None:
     ref = "zoo:mlp?hidden=1048576&layers=1000"
-    line = assert_bad_input(run("inspect", ref), "zoo:mlp", "hidden=1048576", "TiB", "GiB")
-    assert "more than the 16.00 GiB" in line
     out = tmp_path / "m.onnx"
-    assert_bad_input(run("zoo", "export", "gpt?seq=1048576", "--format", "onnx", "--out",
-                         str(out)), "seq=1048576")
+    inspect, export = run_together(["inspect", ref], ["zoo", "export", "gpt?seq=1048576",
+                                                      "--format", "onnx", "--out", str(out)])
+    line = assert_bad_input(inspect, "zoo:mlp", "hidden=1048576", "TiB", "GiB")
+    assert "more than the 16.00 GiB" in line
+    assert_bad_input(export, "seq=1048576")
     assert not out.exists()
 
 
