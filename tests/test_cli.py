@@ -21,18 +21,29 @@ def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]
                           text=True, cwd=cwd, env=env, timeout=600)
 
 
-def run_together(*commands: list[str]) -> list[subprocess.CompletedProcess[str]]:
-    """``run`` of each command (same environment), all started at once: for commands that
-    measure nothing, so that one waits for its interpreter while another computes."""
-    env = dict(os.environ, COLUMNS="120", TERM="dumb", PYTHONHASHSEED="0")
-    procs = [(c, subprocess.Popen([sys.executable, "-m", "placewise.cli", *c], text=True,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env))
-             for c in commands]
-    done = []
-    for c, p in procs:
-        out, err = p.communicate(timeout=600)
-        done.append(subprocess.CompletedProcess(c, p.returncode, out, err))
-    return done
+def run_together(*commands: list[str], env: dict[str, str] | None = None,
+                 timeout: float = 600) -> list[subprocess.CompletedProcess[str]]:
+    """``run`` of each command (``env``: the environment, ``run``'s by default), all
+    started at once: for commands that measure nothing, so that one computes while another
+    waits for its interpreter. Every process is gone when this returns or raises."""
+    if env is None:
+        env = dict(os.environ, COLUMNS="120", TERM="dumb", PYTHONHASHSEED="0")
+    procs: list[tuple[list[str], subprocess.Popen[str]]] = []
+    try:
+        for c in commands:
+            procs.append((c, subprocess.Popen([sys.executable, "-m", "placewise.cli", *c],
+                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                              text=True, env=env)))
+        done = []
+        for c, p in procs:
+            out, err = p.communicate(timeout=timeout)
+            done.append(subprocess.CompletedProcess(c, p.returncode, out, err))
+        return done
+    finally:
+        for _, p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
 
 
 def check_golden(name: str, text: str) -> None:

@@ -28,6 +28,7 @@ from placewise.io import (
     read_file_bytes,
     read_text,
 )
+from tests.test_cli import run_together as cli_run_together
 
 ROOT = os.geteuid() == 0
 
@@ -46,14 +47,7 @@ def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
 def run_together(*commands: list[str], timeout: float = 300
                  ) -> list[subprocess.CompletedProcess[str]]:
     """``run`` of each command, all started at once (each refuses its own input)."""
-    procs = [(c, subprocess.Popen([sys.executable, "-m", "placewise.cli", *c], text=True,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env()))
-             for c in commands]
-    done = []
-    for c, p in procs:
-        out, err = p.communicate(timeout=timeout)
-        done.append(subprocess.CompletedProcess(c, p.returncode, out, err))
-    return done
+    return cli_run_together(*commands, env=_env(), timeout=timeout)
 
 
 def assert_bad_input(proc: subprocess.CompletedProcess[str], *needles: str) -> str:

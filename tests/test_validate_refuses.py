@@ -30,7 +30,7 @@ from placewise.plan import Plan, build_plan, save_plan
 from placewise.units import DType
 from placewise.validate import validate_plan
 from tests.runtime.helpers import local_machine, tiny_plan, tiny_source
-from tests.test_cli import assert_bad_input
+from tests.test_cli import assert_bad_input, run_together
 
 BIG_MLP = "zoo:mlp?layers=2&hidden=1024&in_features=1024&out_features=1024"
 
@@ -118,16 +118,9 @@ def _run(xdg: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def _run_together(xdg: Path, commands: list[list[str]]
                   ) -> list[subprocess.CompletedProcess[str]]:
-    """``_run`` of each command, all started at once (for commands that refuse their input
-    before measuring anything: nothing times itself beside another)."""
-    procs = [(c, subprocess.Popen([sys.executable, "-m", "placewise.cli", *c],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                  env=_env(xdg))) for c in commands]
-    done = []
-    for c, p in procs:
-        out, err = p.communicate(timeout=600)
-        done.append(subprocess.CompletedProcess(c, p.returncode, out, err))
-    return done
+    """``_run`` of each command, all started at once (for commands that measure nothing:
+    nothing times itself beside another)."""
+    return run_together(*commands, env=_env(xdg))
 
 
 @pytest.fixture(scope="module")
