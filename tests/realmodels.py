@@ -22,16 +22,14 @@ at the fixed example shapes below. ``MODELS`` lists the names:
 
 from __future__ import annotations
 
-import contextlib
-import io
-import logging
 import os
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from placewise.io import quiet
 
 MODELS = ("bert", "gpt2", "vit", "t5")
 FORMATS = ("ts", "dynamo", "pt2")
@@ -108,21 +106,8 @@ def build(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
     return _LastHidden(model.eval(), names).eval(), example_inputs(name)
 
 
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "onnxscript",
-                                              "transformers")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
-                contextlib.redirect_stderr(io.StringIO()):
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for lg, lv in zip(loggers, levels, strict=True):
-            lg.setLevel(lv)
+def _quiet() -> Any:
+    return quiet("torch.onnx", "torch.export", "onnxscript", "transformers")
 
 
 def export(name: str, fmt: str, folder: str | os.PathLike[str]) -> Path:

@@ -34,14 +34,18 @@ created or written is an ``InputError`` naming the path, never a raw ``OSError``
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import logging
 import math
 import os
 import re
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -63,6 +67,7 @@ __all__ = [
     "load_yaml",
     "parse_json",
     "parse_yaml",
+    "quiet",
     "read_file_bytes",
     "read_file_range",
     "read_text",
@@ -604,3 +609,28 @@ def validate_record(cls: Any, obj: Any, *, file: str | None,
         problem = first["msg"] + (f" (and {more} more problem{'s' if more > 1 else ''})"
                                   if more > 0 else "")
         raise error(problem, file=file, place=place_of(first["loc"])) from None
+
+
+@contextlib.contextmanager
+def quiet(*loggers: str, level: int = logging.ERROR) -> Iterator[None]:
+    """Silence third-party chatter while the block runs: warnings, anything printed to
+    stdout/stderr, and the named loggers below ``level`` (the root logger when none is
+    named). The library never prints; exporters, quantizers and shape inference do.
+
+    >>> with quiet():
+    ...     print("not shown")
+    """
+    names = list(loggers) or [""]
+    logs = [logging.getLogger(n) if n else logging.getLogger() for n in names]
+    levels = [lg.level for lg in logs]
+    sink = io.StringIO()
+    try:
+        for lg in logs:
+            lg.setLevel(level)
+        with warnings.catch_warnings(), contextlib.redirect_stdout(sink), \
+                contextlib.redirect_stderr(sink):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, lv in zip(logs, levels, strict=True):
+            lg.setLevel(lv)

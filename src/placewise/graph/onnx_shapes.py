@@ -44,16 +44,16 @@ array([ 3, -1])
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import math
 import tempfile
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from placewise.errors import GraphError
+from placewise.io import quiet
 
 if TYPE_CHECKING:
     import numpy as np
@@ -107,19 +107,9 @@ class PrepareInfo:
     folded: tuple[str, ...] = ()
 
 
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
+def _quiet() -> Any:
     """onnxruntime's symbolic inference logs warnings and prints; the library never prints."""
-    logger = logging.getLogger("onnxruntime.tools.symbolic_shape_infer")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
-                contextlib.redirect_stderr(io.StringIO()):
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        logger.setLevel(level)
+    return quiet("onnxruntime.tools.symbolic_shape_infer", level=logging.CRITICAL)
 
 
 def prepare_onnx(model: ModelProto, file: str, *,

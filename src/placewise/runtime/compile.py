@@ -23,16 +23,14 @@ stay fp32, and the plan's conversion tasks at its boundary run beside it.
 from __future__ import annotations
 
 import contextlib
-import io
-import logging
 import os
 import tempfile
-import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from placewise.errors import UnsupportedError
 from placewise.graph.ir import Graph
+from placewise.io import quiet
 from placewise.runtime.program import Partition
 from placewise.units import DType
 
@@ -43,21 +41,9 @@ __all__ = ["ONNX_OPSET", "QUANTIZED_OP_TYPES", "compile_partition", "compile_par
 ONNX_OPSET = 18
 
 
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
+def _quiet() -> Any:
     """Silence the exporters' progress lines and warnings (the library never prints)."""
-    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "onnxscript")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
-                contextlib.redirect_stderr(io.StringIO()):
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for lg, lv in zip(loggers, levels, strict=True):
-            lg.setLevel(lv)
+    return quiet("torch.onnx", "torch.export", "onnxscript")
 
 
 def compile_partitions(source: Any, partitions: Sequence[Partition], graph: Graph, *,

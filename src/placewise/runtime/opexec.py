@@ -38,14 +38,11 @@ so that profiling and the executor run the same code.
 from __future__ import annotations
 
 import contextlib
-import io
-import logging
 import math
 import operator
 import os
 import tempfile
-import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -57,6 +54,7 @@ import torch
 from placewise.cost.model import Representation
 from placewise.errors import InputError, UnsupportedError
 from placewise.graph.ir import INT8_KINDS, Graph, Op
+from placewise.io import quiet
 from placewise.units import DType, Layout
 
 __all__ = [
@@ -280,20 +278,9 @@ class OpRunner:
     keepalive: tuple[Any, ...] = field(default=(), repr=False)  # inputs, sessions, files
 
 
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
+def _quiet() -> Any:
     """Silence library chatter (exporters, quantizer) - library code never prints."""
-    sink = io.StringIO()
-    root = logging.getLogger()
-    level = root.level
-    try:
-        root.setLevel(logging.ERROR)
-        with warnings.catch_warnings(), contextlib.redirect_stdout(sink), \
-                contextlib.redirect_stderr(sink):
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        root.setLevel(level)
+    return quiet()
 
 
 def _ort_session(model: Any, threads: int) -> Any:
