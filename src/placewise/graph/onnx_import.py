@@ -514,17 +514,10 @@ def _constant_node_info(node: NodeProto) -> _TypeInfo | None:
 
 
 def _constant_node_value(node: NodeProto) -> TensorProto | None:
-    from onnx import TensorProto, helper
+    """The tensor a Constant node holds (``onnx_shapes.constant_tensor``)."""
+    from placewise.graph.onnx_shapes import constant_tensor
 
-    for attr in node.attribute:
-        if attr.name == "value":
-            return attr.t
-        if attr.name == "value_int":
-            return helper.make_tensor("v", TensorProto.INT64, (), [attr.i])
-        if attr.name == "value_ints":
-            return helper.make_tensor("v", TensorProto.INT64, (len(attr.ints),),
-                                      list(attr.ints))
-    return None
+    return constant_tensor(node)
 
 
 

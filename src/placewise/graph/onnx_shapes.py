@@ -312,7 +312,7 @@ class _Values:
         for node in g.node:
             if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and \
                     len(node.output) == 1:
-                t = _constant_tensor(node)
+                t = constant_tensor(node)
                 if t is not None:
                     self.protos[node.output[0]] = t
         self.arrays: dict[str, np.ndarray] = {}
@@ -348,7 +348,8 @@ class _Values:
         return itemsize * math.prod(info[1])
 
 
-def _constant_tensor(node: NodeProto) -> TensorProto | None:
+def constant_tensor(node: NodeProto) -> TensorProto | None:
+    """The tensor a Constant node holds (any of its value attributes), or None."""
     from onnx import TensorProto, helper
 
     for attr in node.attribute:
