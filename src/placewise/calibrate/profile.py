@@ -435,8 +435,9 @@ def _onnx_feeds(program: Any, shapes: dict[str, list[int]]) -> dict[str, Any]:
         elif dtype.kind == "b":
             feeds[vi.name] = np.ones(shape, dtype=dtype)
         else:
-            feeds[vi.name] = rng.integers(0, program._index_bound(vi.name), size=shape,
-                                          dtype=dtype)
+            high = program._index_bound(vi.name)  # 0: indexes no table (a mask): ones
+            feeds[vi.name] = (rng.integers(0, high, size=shape, dtype=dtype) if high
+                              else np.ones(shape, dtype=dtype))
     return feeds
 
 
