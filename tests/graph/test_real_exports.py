@@ -155,3 +155,41 @@ def test_unresolvable_shapes_name_the_value_and_the_reason(tmp_path: Path) -> No
     msg = str(e.value)
     assert "tensor 'y'" in msg and "although every input is concrete" in msg
     assert "onnxruntime run failed" in msg and "--shape" not in msg
+
+
+def _shape_chain_model() -> object:
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+             helper.make_node("Unsqueeze", ["n", "axes"], ["n1"]),
+             helper.make_node("Concat", ["n1", "minus1"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(0, np.int64), "zero"),
+             numpy_helper.from_array(np.array([0], np.int64), "axes"),
+             numpy_helper.from_array(np.array([-1], np.int64), "minus1")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                     ["N", 4, 2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("broken", ["none", "onnxruntime"])
+def test_folding_evaluates_with_onnxruntime_else_onnx_reference(
+        monkeypatch: pytest.MonkeyPatch, broken: str) -> None:
+    from onnx import numpy_helper
+
+    if broken == "onnxruntime":
+        def fail(*args: object) -> object:
+            raise RuntimeError("no onnxruntime")
+
+        monkeypatch.setattr(onnx_shapes, "_run_fold", fail)
+    model, info = onnx_shapes.prepare_onnx(_shape_chain_model(), "m.onnx", batch=3)
+    assert [n.op_type for n in model.graph.node] == ["Reshape"]
+    assert info.folded == ("Shape#0", "Gather#1", "Unsqueeze#2", "Concat#3")
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    assert set(inits) == {"target"}  # the constants only folded nodes read are dropped
+    assert inits["target"].tolist() == [3, -1]
+    # nothing folds while the batch is unbound: the Shape has no numbers to give
+    _, unbound = onnx_shapes.prepare_onnx(_shape_chain_model(), "m.onnx")
+    assert unbound.folded == ()

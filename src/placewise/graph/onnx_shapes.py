@@ -436,18 +436,18 @@ def _run_fold(nodes: Sequence[NodeProto], values: _Values, model: ModelProto
         return dict(zip(names, (np.asarray(v) for v in sess.run(names, {})), strict=True))
 
 
-def _reference_fold(node: NodeProto, values: _Values, model: ModelProto
+def _reference_fold(nodes: Sequence[NodeProto], values: _Values, model: ModelProto
                     ) -> dict[str, np.ndarray]:
-    """The outputs of one node (constant inputs only) by ``onnx.reference``."""
+    """The outputs of ``nodes`` (constant inputs only) by ``onnx.reference``."""
     import numpy as np
     from onnx.reference import ReferenceEvaluator
 
-    one = _fold_model([node], values, model)
+    sub = _fold_model(nodes, values, model)
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        outs = ReferenceEvaluator(one).run(None, {})
-    return dict(zip([o for o in node.output if o], (np.asarray(v) for v in outs),
-                    strict=True))
+        outs = ReferenceEvaluator(sub).run(None, {})
+    names = [o.name for o in sub.graph.output]
+    return dict(zip(names, (np.asarray(v) for v in outs), strict=True))
 
 
 def _evaluate(nodes: Sequence[NodeProto], values: _Values, model: ModelProto
@@ -465,8 +465,7 @@ def _evaluate(nodes: Sequence[NodeProto], values: _Values, model: ModelProto
             continue  # an input failed to fold
         for way in (_run_fold, _reference_fold):
             try:
-                res = way([node], values, model) if way is _run_fold else \
-                    _reference_fold(node, values, model)
+                res = way([node], values, model)
             except Exception:
                 continue
             got.update(res)
