@@ -136,13 +136,16 @@ def model_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def greedy_plans(xdg: Path, model_file: Path, tmp_path_factory: pytest.TempPathFactory
                  ) -> dict[str, tuple[subprocess.CompletedProcess[str], Path]]:
-    """``plan MODEL --hw local --strategy greedy`` of the zoo model and of the file, the two
+    """``plan MODEL --hw local --strategy greedy --precision int8`` of the zoo model and of
+    the file, the two
     processes side by side (planning measures nothing)."""
     folder = tmp_path_factory.mktemp("plan")
     models = {"zoo": BIG_MLP, "file": str(model_file)}
     outs = {k: folder / f"greedy-{k}.json" for k in models}
-    procs = _run_together(xdg, [["plan", m, "--hw", "local", "--strategy", "greedy", "--out",
-                                 str(outs[k])] for k, m in models.items()])
+    # int8 allowed where it pays, with a budget that holds anything (rel_l2 <= 1)
+    procs = _run_together(xdg, [["plan", m, "--hw", "local", "--strategy", "greedy",
+                                 "--precision", "int8", "--quality-budget", "rel_l2=1",
+                                 "--out", str(outs[k])] for k, m in models.items()])
     return {k: (proc, outs[k]) for k, proc in zip(models, procs, strict=True)}
 
 
