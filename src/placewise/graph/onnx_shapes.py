@@ -259,25 +259,10 @@ def _ort_run(model: ModelProto) -> ModelProto:
     on zero inputs of the bound shapes (ORT's graph optimizations off, so every value
     exists as the file names it)."""
     import onnx
-    import onnxruntime as ort
     from onnx import helper
 
     feeds = _zeros_feeds(model)
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    have = {o.name for o in probe.graph.output}
-    for node in probe.graph.node:
-        for o in node.output:
-            if o and o not in have:
-                probe.graph.output.append(onnx.ValueInfoProto(name=o))
-                have.add(o)
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    opts.intra_op_num_threads = 1
-    opts.inter_op_num_threads = 1
-    sess = ort.InferenceSession(probe.SerializeToString(), sess_options=opts,
-                                providers=["CPUExecutionProvider"])
+    sess = plain_session(every_value_an_output(model))
     names = [o.name for o in sess.get_outputs()]
     values = sess.run(names, feeds)
     out = onnx.ModelProto()
@@ -346,6 +331,36 @@ class _Values:
         except Exception:
             return None
         return itemsize * math.prod(info[1])
+
+
+def every_value_an_output(model: ModelProto) -> ModelProto:
+    """A copy of ``model`` whose outputs also hold every value a node makes (to read
+    intermediate shapes and values in one run)."""
+    import onnx
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    have = {o.name for o in out.graph.output}
+    for node in out.graph.node:
+        for o in node.output:
+            if o and o not in have:
+                out.graph.output.append(onnx.ValueInfoProto(name=o))
+                have.add(o)
+    return out
+
+
+def plain_session(model: ModelProto) -> Any:
+    """A CPU onnxruntime session of ``model`` exactly as written: no graph optimizations,
+    one thread, quiet."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), sess_options=opts,
+                                providers=["CPUExecutionProvider"])
 
 
 def constant_tensor(node: NodeProto) -> TensorProto | None:
@@ -421,16 +436,8 @@ def _run_fold(nodes: Sequence[NodeProto], values: _Values, model: ModelProto
               ) -> dict[str, np.ndarray]:
     """The outputs of ``nodes`` (constant inputs only) by onnxruntime."""
     import numpy as np
-    import onnxruntime as ort
 
-    one = _fold_model(nodes, values, model)
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    opts.intra_op_num_threads = 1
-    opts.inter_op_num_threads = 1
-    sess = ort.InferenceSession(one.SerializeToString(), sess_options=opts,
-                                providers=["CPUExecutionProvider"])
+    sess = plain_session(_fold_model(nodes, values, model))
     names = [o.name for o in sess.get_outputs()]
     with np.errstate(all="ignore"):
         return dict(zip(names, (np.asarray(v) for v in sess.run(names, {})), strict=True))

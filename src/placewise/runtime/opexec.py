@@ -674,17 +674,9 @@ class OnnxProgram:
     def reference(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         """Run the whole model once with every node output fetched; keep integer/boolean
         values and the (shape, dtype) of floating-point ones."""
-        import onnx
+        from placewise.graph.onnx_shapes import every_value_an_output
 
-        model = onnx.ModelProto()
-        model.CopyFrom(self.model)
-        have = {o.name for o in model.graph.output}
-        for node in model.graph.node:
-            for o in node.output:
-                if o and o not in have:
-                    model.graph.output.append(onnx.ValueInfoProto(name=o))
-                    have.add(o)
-        sess = _ort_session(model, 1)
+        sess = _ort_session(every_value_an_output(self.model), 1)
         names = [o.name for o in sess.get_outputs()]
         values = sess.run(names, dict(feeds))
         captured: dict[str, Any] = {}
