@@ -1,0 +1,545 @@
+"""The plan file's records: every part of a ``Plan`` as a typed, frozen pydantic model
+(``placewise.plan`` builds, writes and reads them; see its docstring for what each holds).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from placewise.cost.model import Bottleneck, Source, Term
+from placewise.graph.ir import OpKind, Role
+from placewise.schedule.evaluate import Objective
+from placewise.schedule.placement import (
+    Assignment,
+    Placement,
+)
+from placewise.schedule.simulate import ResourceKind, TaskKind
+from placewise.units import DType, Layout
+
+__all__ = [
+    "AlternativeRecord",
+    "Breakdown",
+    "CandidateRecord",
+    "CrossingRecord",
+    "DeviceInfo",
+    "Fingerprints",
+    "KeptRecord",
+    "LinkInfo",
+    "LowerBoundRecord",
+    "MachineInfo",
+    "MemoryRecord",
+    "OccupantRecord",
+    "OpRecord",
+    "Plan",
+    "PoolRecord",
+    "PrecisionDecisionRecord",
+    "PrecisionRecord",
+    "RegionRecord",
+    "RequestRecord",
+    "ResourceRecord",
+    "ScheduleRecord",
+    "SearchRecord",
+    "SharedInfo",
+    "SuggestionRecord",
+    "TaskRecord",
+    "TensorRecord",
+    "ThroughputRecord",
+    "TierInfo",
+    "TierRecord",
+    "ViolationRecord",
+]
+
+
+# ---- the records ---------------------------------------------------------------------------
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class Fingerprints(_Record):
+    """What the plan was made for: ``Graph.fingerprint()``, ``Machine.fingerprint()`` and
+    ``CostModel.fingerprint()`` (the calibration, or ``roofline/v1``)."""
+
+    graph: str
+    machine: str
+    calibration: str
+
+
+class TierInfo(_Record):
+    name: str
+    capacity_bytes: int
+    bandwidth_bytes_per_s: float
+    shared_with: str | None = None
+
+
+class DeviceInfo(_Record):
+    name: str
+    kind: str
+    model: str = ""
+    lanes: int
+    dtypes: tuple[DType, ...]
+    tiers: tuple[TierInfo, ...]
+
+
+class LinkInfo(_Record):
+    name: str
+    endpoints: tuple[str, str]
+    bandwidth_bytes_per_s: float
+    latency_s: float
+    duplex: bool
+    resource: str
+
+
+class SharedInfo(_Record):
+    name: str
+    kind: str
+    bandwidth_bytes_per_s: float
+
+
+class MachineInfo(_Record):
+    """A summary of the machine (the fingerprint identifies it; this is for reading)."""
+
+    name: str
+    devices: tuple[DeviceInfo, ...]
+    links: tuple[LinkInfo, ...] = ()
+    shared_resources: tuple[SharedInfo, ...] = ()
+
+
+class AlternativeRecord(_Record):
+    """The cheapest way to run a vertex on one device: its dtype and uncontended cost,
+    or why it cannot run there (``reason``)."""
+
+    device: str
+    dtype: DType | None = None
+    total_s: float | None = None
+    low_s: float | None = None
+    high_s: float | None = None
+    reason: str | None = None
+
+
+class RegionRecord(_Record):
+    """A vertex: its ops (topological order), fusion pattern (``single`` for one op),
+    the tensors it reads from other vertices or graph inputs, the weights it reads, the
+    tensors it produces for others and those that never leave it; per device, the cheapest
+    alternative (empty when not recorded)."""
+
+    ops: tuple[str, ...]
+    pattern: str
+    inputs: tuple[str, ...] = ()
+    params: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
+    internal: tuple[str, ...] = ()
+    scratch_bytes: int = 0
+    alternatives: tuple[AlternativeRecord, ...] = ()
+
+
+class OpRecord(_Record):
+    """An op: the vertex that holds it, its kind, and where it came from."""
+
+    vertex: str
+    kind: OpKind
+    where: str = ""
+
+
+class TensorRecord(_Record):
+    shape: tuple[int, ...]
+    dtype: DType
+    layout: Layout = Layout.ROW_MAJOR
+    role: Role
+    nbytes: int
+
+
+class TaskRecord(_Record):
+    """One scheduled task (see ``placewise.schedule.simulate.Task``).
+
+    ``terms_s``: the predicted terms, contention included (``sum == end_s - start_s``);
+    ``low_s``/``high_s``: the interval of the task's duration (the cost model's interval
+    plus the contention the scheduler added); ``src_rep``/``dst_rep``: representations as
+    ``dtype/layout`` (a transfer moves ``src_rep``; a conversion goes from one to the other);
+    ``cores``: the CPU cores the task ran on, for devices pinned to cores (absent otherwise).
+    """
+
+    name: str
+    kind: TaskKind
+    resource: str
+    lane: int
+    device: str
+    dst_device: str | None = None
+    vertex: str | None = None
+    tensor: str | None = None
+    link: str | None = None
+    src_rep: str | None = None
+    dst_rep: str | None = None
+    nbytes: int = 0
+    start_s: float
+    end_s: float
+    deps: tuple[str, ...] = ()
+    terms_s: dict[Term, float]
+    contention_s: float = 0.0
+    low_s: float
+    high_s: float
+    source: Source
+    bottleneck: Bottleneck
+    assumptions: dict[str, float | str] = {}
+    memory_bytes: int = 0
+    buffer_bytes: int = 0
+    cores: tuple[int, ...] | None = None
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
+
+    def term(self, term: Term) -> float:
+        return self.terms_s.get(term, 0.0)
+
+
+class ResourceRecord(_Record):
+    """A resource the schedule used (see ``placewise.schedule.simulate.ResourceUse``)."""
+
+    name: str
+    kind: ResourceKind
+    lanes: int
+    busy_s: float
+    work_s: float
+    tasks: int
+    device: str | None = None
+    link: str | None = None
+    bandwidth_bytes_per_s: float = 0.0
+    bytes: int = 0
+
+    @property
+    def exclusive(self) -> bool:
+        return self.kind is not ResourceKind.SHARED
+
+
+class ScheduleRecord(_Record):
+    """Tasks sorted by start time; ``critical_path``: task names from first to last."""
+
+    tasks: tuple[TaskRecord, ...]
+    resources: tuple[ResourceRecord, ...]
+    critical_path: tuple[str, ...]
+
+
+class LowerBoundRecord(_Record):
+    """A lower bound and its parts (``placewise.schedule.bounds.LowerBound``)."""
+
+    value_s: float
+    critical_path_s: float
+    work_s: float
+    binding: str
+    per_resource_s: tuple[tuple[str, float], ...]
+    critical_path: tuple[str, ...]
+
+
+class ThroughputRecord(_Record):
+    """Steady-state pipelined rate: ``requests_per_s`` is None when unbounded (no work)."""
+
+    requests_per_s: float | None = None
+    period_s: float
+    bottleneck_resource: str
+    occupancy_s: tuple[tuple[str, float], ...]
+
+
+class RequestRecord(_Record):
+    """A request's hand-off between the client and the workers, outside the schedule: the
+    client writes the graph's inputs to ``device`` (the host) and reads its outputs back
+    there. ``latency_s`` (interval ``low_s``..``high_s``) adds to the makespan; ``busy_s`` is
+    the host's own time per request in it (its input and output steps)."""
+
+    device: str
+    latency_s: float
+    low_s: float
+    high_s: float
+    busy_s: float = 0.0
+    terms_s: dict[Term, float] = {}
+    source: Source
+    assumptions: dict[str, float | str] = {}
+
+
+class Breakdown(_Record):
+    weights: int = 0
+    activations: int = 0
+    scratch: int = 0
+    transfer_buffers: int = 0
+    conversion_buffers: int = 0
+
+    @property
+    def total(self) -> int:
+        return (self.weights + self.activations + self.scratch + self.transfer_buffers
+                + self.conversion_buffers)
+
+
+class OccupantRecord(_Record):
+    label: str
+    category: str
+    device: str
+    nbytes: int
+
+
+class TierRecord(_Record):
+    """One device's tier. ``timeline``: (time_s, bytes from then on), decimated to an upper
+    envelope of at most ``MAX_TIMELINE_POINTS`` points (``timeline_points``: how many the
+    full timeline had); ``checked``: whether this usage decides feasibility (False for a
+    device's share of a pool); ``final_bytes``: the level at the end (0 when balanced)."""
+
+    capacity_bytes: int
+    peak_bytes: int
+    peak_time_s: float
+    breakdown: Breakdown
+    occupants: tuple[OccupantRecord, ...] = ()
+    timeline: tuple[tuple[float, int], ...]
+    timeline_points: int
+    checked: bool = True
+    final_bytes: int = 0
+
+    @property
+    def headroom_bytes(self) -> int:
+        return self.capacity_bytes - self.peak_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_bytes <= self.capacity_bytes
+
+
+class PoolRecord(TierRecord):
+    """Tiers of several devices that are one physical memory (``members``: device, tier)."""
+
+    resource: str
+    members: tuple[tuple[str, str], ...]
+
+
+class ViolationRecord(_Record):
+    devices: tuple[str, ...]
+    tier: str
+    time_s: float
+    need_bytes: int
+    capacity_bytes: int
+    description: str
+
+
+class SuggestionRecord(_Record):
+    kind: str
+    devices: tuple[str, ...]
+    tier: str
+    micro_batches: int = 0
+    possible: bool = True
+    spill_tier: str | None = None
+    spill_bytes: int = 0
+    extra_s: float = 0.0
+    note: str = ""
+
+
+class MemoryRecord(_Record):
+    """``devices``: device -> tier -> usage; ``feasible`` iff every checked usage fits."""
+
+    feasible: bool
+    devices: dict[str, dict[str, TierRecord]]
+    pools: tuple[PoolRecord, ...] = ()
+    violations: tuple[ViolationRecord, ...] = ()
+    suggestions: tuple[SuggestionRecord, ...] = ()
+
+
+class KeptRecord(_Record):
+    """What keeping a crossing on one device would have cost: ``vertex`` (the consumer, or
+    the producer of a graph output) run on ``device`` in ``dtype`` costs ``cost_s`` instead
+    of its own ``own_cost_s`` (``delta_s = cost_s - own_cost_s``, uncontended). ``reason``
+    when it cannot run there."""
+
+    vertex: str
+    device: str
+    dtype: DType | None = None
+    cost_s: float | None = None
+    own_cost_s: float
+    delta_s: float | None = None
+    reason: str | None = None
+
+
+class CrossingRecord(_Record):
+    """A tensor going from its producer (``src_vertex``; None for a graph input, on the
+    host) to a consumer (``dst_vertex``; None for a graph output delivered to the host) on
+    another device or in another representation. ``tasks``: the transfer and conversion
+    tasks that move it, in order; the ``*_s`` figures sum their terms (``total_s`` is the
+    time from the first task's start to the last one's end); ``shared_with``: other
+    consumers served by some of the same tasks (a tensor sent once is reused)."""
+
+    tensor: str
+    src_vertex: str | None = None
+    src_device: str
+    src_rep: str
+    dst_vertex: str | None = None
+    dst_device: str
+    dst_rep: str
+    nbytes: int
+    links: tuple[str, ...] = ()
+    tasks: tuple[str, ...] = ()
+    transfer_s: float = 0.0
+    conversion_s: float = 0.0
+    sync_s: float = 0.0
+    launch_s: float = 0.0
+    contention_s: float = 0.0
+    total_s: float = 0.0
+    shared_with: tuple[str, ...] = ()
+    kept: KeptRecord | None = None
+
+    @property
+    def key(self) -> str:
+        """``tensor: src -> dst`` with vertex names (``input``/``output`` at the host)."""
+        return (f"{self.tensor}: {self.src_vertex or 'input'} -> "
+                f"{self.dst_vertex or 'output'}")
+
+
+class CandidateRecord(_Record):
+    """A placement the search tried, or a baseline: its label, objective value in seconds
+    (makespan for latency, pipeline period for throughput; None when it does not fit or
+    is unbounded), memory verdict, and when known its makespan, period and throughput."""
+
+    label: str
+    objective_s: float | None = None
+    feasible: bool
+    makespan_s: float | None = None
+    period_s: float | None = None
+    throughput_rps: float | None = None
+    note: str = ""
+
+
+class SearchRecord(_Record):
+    """What the search did (``placewise.search.result.SearchResult``), never its wall-clock
+    time (see the module docstring): the strategy and the step it ``chose``; how many
+    candidates the scheduler evaluated and how many cheaper ``estimates`` were made; the
+    assignments ``pruned`` before evaluation (reason -> count, with examples); every
+    labelled ``alternatives`` tried and the ``baselines``, with their objective; the
+    search's ``lower_bound_s`` for the objective; the ``dtypes`` searched; CP-SAT's proven
+    bound, status and ``gap`` when it ran; and the search's ``notes``."""
+
+    strategy: str
+    chosen: str | None = None
+    candidates_evaluated: int | None = None
+    estimates: int | None = None
+    pruned: dict[str, int] = {}
+    pruned_examples: dict[str, tuple[str, ...]] = {}
+    alternatives: tuple[CandidateRecord, ...] = ()
+    baselines: tuple[CandidateRecord, ...] = ()
+    lower_bound_s: float | None = None
+    dtypes: tuple[str, ...] = ()
+    cpsat_bound_s: float | None = None
+    cpsat_status: str | None = None
+    gap: float | None = None
+    notes: tuple[str, ...] = ()
+
+
+class PrecisionDecisionRecord(_Record):
+    """One row of the precision sensitivity table (``placewise.precision.policy.Decision``)."""
+
+    vertex: str
+    dtype: DType
+    natural: DType
+    ops: tuple[str, ...] = ()
+    gain_s: float | None = None
+    quality: dict[str, float] = {}
+    error: float | None = None
+    admitted: bool = False
+    chosen: bool = False
+    fallback: bool = False
+    reason: str = ""
+
+
+class PrecisionRecord(_Record):
+    """The precision policy of a plan and its quality evidence: the ``policy``, the
+    ``budget`` (metric, value, whether it is the default), the ``inputs`` the evidence ran
+    on, the emulation ``schemes``, the sensitivity table (``decisions``: every vertex a
+    device computes faster at a lower precision, lowered alone), the ``estimated`` quality
+    of the chosen assignment emulated as a whole (empty: nothing lowered, the outputs are
+    the model's own), its error in the budget metric, the combined estimate from the table,
+    the number of whole-assignment re-checks, and ``fallback``: the vertices kept at their
+    own precision because the assignment broke the budget."""
+
+    policy: str
+    budget_metric: str
+    budget_value: float
+    budget_default: bool = False
+    budget_limit: float
+    inputs: str = ""
+    input_requests: int = 0
+    schemes: dict[str, str] = {}
+    decisions: tuple[PrecisionDecisionRecord, ...] = ()
+    lowered: dict[str, str] = {}
+    estimated: dict[str, float] = {}
+    estimated_error: float = 0.0
+    combined_estimate: float = 0.0
+    rechecks: int = 0
+    fallback: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+class Plan(_Record):
+    """A plan file's content; see the module docstring. Build with ``build_plan``, write
+    with ``save_plan``, read with ``load_plan``."""
+
+    schema_version: Literal[1] = 1
+    created_by: str
+    model: str
+    graph_name: str
+    fingerprints: Fingerprints
+    objective: Objective
+    objective_value: float | None = None
+    batch: int
+    strategy: str
+    seed: int | None = None
+    host: str
+    outputs_to_host: bool = True
+    machine: MachineInfo
+    placement: dict[str, dict[str, str]]
+    regions: dict[str, RegionRecord]
+    ops: dict[str, OpRecord]
+    tensors: dict[str, TensorRecord]
+    graph_inputs: tuple[str, ...]
+    graph_outputs: tuple[str, ...]
+    schedule: ScheduleRecord
+    makespan_s: float
+    latency_s: float | None = None
+    request: RequestRecord | None = None
+    exact: bool
+    notes: tuple[str, ...] = ()
+    throughput_rps: float | None = None
+    bottleneck_resource: str
+    throughput: ThroughputRecord
+    lower_bound_s: float
+    bounds: LowerBoundRecord
+    any_placement_bound: LowerBoundRecord | None = None
+    memory: MemoryRecord
+    crossings: tuple[CrossingRecord, ...] = ()
+    search: SearchRecord | None = None
+    precision: PrecisionRecord | None = None
+
+    @property
+    def predicted_latency_s(self) -> float:
+        """One request end to end: ``latency_s`` when the request hand-off was measured,
+        else the makespan."""
+        return self.latency_s if self.latency_s is not None else self.makespan_s
+
+    # -- lookups --
+    def assignment(self, vertex: str) -> Assignment:
+        """The device and dtype of a vertex."""
+        a = self.placement[vertex]
+        return Assignment(a["device"], DType.parse(a["dtype"]))
+
+    def placement_obj(self) -> Placement:
+        """The placement as a ``Placement`` (to re-evaluate it)."""
+        return Placement.from_json(self.placement)
+
+    def task_index(self) -> dict[str, TaskRecord]:
+        """Task name -> task (built on each call)."""
+        return {t.name: t for t in self.schedule.tasks}
+
+    def vertex_of(self, name: str) -> str | None:
+        """The vertex an op or vertex name belongs to, or None."""
+        if name in self.regions:
+            return name
+        rec = self.ops.get(name)
+        return rec.vertex if rec is not None else None
+
+    def devices_used(self) -> list[str]:
+        """Devices holding at least one vertex, in machine order."""
+        used = {a["device"] for a in self.placement.values()}
+        return [d.name for d in self.machine.devices if d.name in used]
