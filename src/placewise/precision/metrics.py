@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from placewise.validate.records import OutputQuality
 
 __all__ = ["METRICS", "Comparison", "compare", "looks_like_logits", "output_quality",
-           "quality_of"]
+           "quality_of", "worst_quality"]
 
 #: the metric names, as budgets and plan files spell them
 METRICS = ("rel_l2", "cosine", "max_abs", "top1")
@@ -157,16 +157,30 @@ def quality_of(got: Sequence[Sequence[np.ndarray[Any, Any]]],
     """
     if len(got) != len(ref):
         raise PlacewiseError(f"{len(got)} requests' outputs against {len(ref)} references")
-    out: dict[str, float] = {"rel_l2": 0.0, "cosine": 1.0, "max_abs": 0.0}
-    top1: list[float] = []
+    per_output = []
     for j, name in enumerate(graph.outputs):
         c = compare([r[j] for r in got], [r[j] for r in ref],
                     logits=looks_like_logits(graph, name), name=name)
-        out["rel_l2"] = max(out["rel_l2"], c.rel_l2_max)
-        out["cosine"] = min(out["cosine"], c.cosine_min)
-        out["max_abs"] = max(out["max_abs"], c.max_abs)
-        if c.top1 is not None:
-            top1.append(c.top1)
+        per_output.append((c.rel_l2_max, c.cosine_min, c.max_abs, c.top1))
+    return worst_quality(per_output)
+
+
+def worst_quality(per_output: Iterable[tuple[float, float, float, float | None]]
+                  ) -> dict[str, float]:
+    """The worst output's figures from ``(rel_l2 max, cosine min, max_abs, top1 or None)``
+    per output, named as quality budgets name them (``top1`` only when some output has it).
+
+    >>> worst_quality([(0.1, 0.99, 2.0, None), (0.2, 0.999, 1.0, 0.9)])
+    {'rel_l2': 0.2, 'cosine': 0.99, 'max_abs': 2.0, 'top1': 0.9}
+    """
+    out: dict[str, float] = {"rel_l2": 0.0, "cosine": 1.0, "max_abs": 0.0}
+    top1: list[float] = []
+    for rel, cos, mx, t1 in per_output:
+        out["rel_l2"] = max(out["rel_l2"], rel)
+        out["cosine"] = min(out["cosine"], cos)
+        out["max_abs"] = max(out["max_abs"], mx)
+        if t1 is not None:
+            top1.append(t1)
     if top1:
         out["top1"] = min(top1)
     return out

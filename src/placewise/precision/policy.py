@@ -299,12 +299,13 @@ def _candidates(problem: Problem, policy: Policy) -> list[Decision]:
 def sensitivity_table(problem: Problem, policy: Policy, budget: QualityBudget,
                       emulator: EmulatorLike, requests: Sequence[Sequence[Any]],
                       reference: Sequence[Sequence[Any]], quality: QualityFn,
-                      progress: Progress | None = None) -> list[Decision]:
+                      progress: Progress | None = None,
+                      rows: list[Decision] | None = None) -> list[Decision]:
     """The per-vertex sensitivity table: each candidate lowered alone and emulated (only
     those some device computes faster; the rest say why not), then the admission: rows
     within the budget, greedily by gain per unit of error while the combined estimate
-    holds."""
-    rows = _candidates(problem, policy)
+    holds. ``rows``: the candidates when the caller has them already."""
+    rows = _candidates(problem, policy) if rows is None else rows
     todo = []
     for r in rows:
         if r.reason or not r.ops:
@@ -413,7 +414,7 @@ def plan_with_policy(problem: Problem, policy: Policy, budget: QualityBudget,
         emu = emulator()
         reference = emu.outputs(requests, {})
         rows = sensitivity_table(problem, policy, budget, emu, requests, reference, quality,
-                                 progress)
+                                 progress, rows)
     else:
         _admit(rows, budget)
     by_key = {(r.vertex, r.dtype): r for r in rows}
@@ -482,7 +483,7 @@ def precision_json(outcome: Outcome, *, inputs: str = "", input_requests: int = 
     emulated."""
     b = outcome.budget
     lowered = lowered_of(outcome.problem, outcome.result.best.placement)
-    rows = [r for r in outcome.decisions]
+    rows = outcome.decisions
     return {
         "policy": outcome.policy.value,
         "budget_metric": b.metric, "budget_value": b.value, "budget_default": b.default,

@@ -265,12 +265,9 @@ def _load_note(tags: Mapping[str, str]) -> str:
 
 def _worst(quality: Sequence[OutputQuality]) -> dict[str, float]:
     """The worst output's figures, named as quality budgets name them."""
+    from placewise.precision.metrics import worst_quality
+
     if not quality:
         return {}
-    out = {"rel_l2": max(q.rel_l2_max for q in quality),
-           "max_abs": max(q.max_abs for q in quality),
-           "cosine": min(q.cosine_min for q in quality)}
-    top = [q.top1_agreement for q in quality if q.top1_agreement is not None]
-    if top:
-        out["top1"] = min(top)
-    return out
+    return worst_quality((q.rel_l2_max, q.cosine_min, q.max_abs, q.top1_agreement)
+                         for q in quality)
