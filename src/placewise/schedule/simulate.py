@@ -131,6 +131,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -587,12 +588,33 @@ class Schedule:
             return []
         tol = max(self.makespan_s, 1e-30) * 1e-9
         last = max(range(len(tasks)), key=lambda i: (tasks[i].end_s, i))
+        # per lane, and per (core, device), the tasks by end time: the task that held a
+        # lane or core when ``cur`` started is found by bisection, not by a scan
         on_lane: dict[tuple[str, int], list[Task]] = {}
-        on_core: dict[int, list[Task]] = {}
+        on_core: dict[int, dict[str, list[Task]]] = {}
         for t in tasks:
             on_lane.setdefault((t.resource, t.lane), []).append(t)
             for c in t.cores:
-                on_core.setdefault(c, []).append(t)
+                on_core.setdefault(c, {}).setdefault(t.device, []).append(t)
+        ends: dict[int, list[float]] = {}
+
+        def latest(group: list[Task], before: float, seen: set[str]) -> Task | None:
+            """The task of ``group`` ending last at or before ``before``, not in ``seen``."""
+            key = id(group)
+            if key not in ends:
+                group.sort(key=lambda t: t.end_s)
+                ends[key] = [t.end_s for t in group]
+            k = bisect_right(ends[key], before)
+            best: Task | None = None
+            while k > 0:  # of equal ends, the one that started first (as ``max`` picks)
+                k -= 1
+                t = group[k]
+                if best is not None and t.end_s != best.end_s:
+                    break
+                if t.name not in seen:
+                    best = t
+            return best
+
         exclusive = {r.name for r in self.resources if r.exclusive}
         chain = [tasks[last]]
         seen = {tasks[last].name}
@@ -604,16 +626,13 @@ class Schedule:
                 if dep.end_s >= cur.start_s - tol:
                     nxt = dep
             if nxt is None and cur.resource in exclusive:
-                prev = [t for t in on_lane[(cur.resource, cur.lane)]
-                        if t.end_s <= cur.start_s + tol and t.name not in seen]
-                if prev:
-                    cand = max(prev, key=lambda t: t.end_s)
-                    if cand.end_s >= cur.start_s - tol and cand.end_s > 0:
-                        nxt = cand
+                cand = latest(on_lane[(cur.resource, cur.lane)], cur.start_s + tol, seen)
+                if cand is not None and cand.end_s >= cur.start_s - tol and cand.end_s > 0:
+                    nxt = cand
             if nxt is None and cur.cores:  # waited for a core another device held
-                held = [t for c in cur.cores for t in on_core[c]
-                        if t.device != cur.device and t.end_s <= cur.start_s + tol
-                        and t.name not in seen]
+                held = [t for c in cur.cores for dev, group in on_core[c].items()
+                        if dev != cur.device
+                        for t in (latest(group, cur.start_s + tol, seen),) if t is not None]
                 if held:
                     cand = max(held, key=lambda t: t.end_s)
                     if cand.end_s >= cur.start_s - tol and cand.end_s > 0:
