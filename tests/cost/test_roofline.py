@@ -306,3 +306,28 @@ def test_intervals_contain_their_centre(kind: OpKind, m: int, n: int, preset: st
 
 def test_fingerprint_names_the_model() -> None:
     assert RooflineModel(H100).fingerprint() == "roofline/v1"
+
+
+def test_region_of_given_times_costs_their_sum() -> None:
+    """Given task times are exact and hold their own launch: two 100 us tasks fused on a
+    GPU cost 200 us, not 200 us less a launch (issue 13); a task costed from its hint
+    still pays one launch for the region."""
+    x = _t("x", (4,), Role.INPUT)
+    h = _t("h", (4,))
+    y = _t("y", (4,), Role.OUTPUT)
+    given = TaskHint(device_times_s=(("gpu0", 1e-4),))
+    ops = [Op("a", OpKind.TASK, ("x",), ("h",), hint=given),
+           Op("b", OpKind.TASK, ("h",), ("y",), hint=given)]
+    g = Graph.build("g", [x, h, y], ops)
+    model = RooflineModel(H100)
+    r = model.region_cost(g, ops, "gpu0", DType.FP32)
+    assert r.total_s == pytest.approx(2e-4, rel=1e-12)
+    assert r.source is Source.GIVEN
+    hinted = [Op("a", OpKind.TASK, ("x",), ("h",), hint=TaskHint(flops=1e9)),
+              Op("b", OpKind.TASK, ("h",), ("y",), hint=TaskHint(flops=1e9))]
+    g2 = Graph.build("g2", [x, h, y], hinted)
+    one = model.op_cost(g2, hinted[0], "gpu0", DType.FP32)
+    launch = one.term(Term.LAUNCH)
+    assert launch > 0
+    fused = model.region_cost(g2, hinted, "gpu0", DType.FP32)
+    assert fused.total_s == pytest.approx(2 * one.total_s - launch, rel=1e-9)
