@@ -21,7 +21,9 @@ A ``Plan`` is everything the scheduler said about one placement, written down so
   its terms and interval; ``latency_s`` = ``makespan_s`` + that hand-off, what one request
   is predicted to take end to end (``predicted_latency_s`` falls back to the makespan);
   when the cost model measured the executor's own work per pipelined request (each
-  worker's, the client's), the throughput's occupancy includes it (``_throughput_json``);
+  worker's, the client's), the throughput's occupancy includes it. Every one of these
+  figures is the evaluator's (``placewise.schedule.evaluate.Evaluation``), serialised:
+  the plan derives none of them, so it reports exactly what the search ranked by;
 - ``memory``: device -> tier -> peak, capacity, breakdown at the peak, the largest occupants
   and a timeline decimated to at most ``MAX_TIMELINE_POINTS`` points (an upper envelope:
   each kept point holds the highest level of the points it replaces, so the peak survives);
@@ -295,67 +297,29 @@ def _task_json(t: Task) -> dict[str, Any]:
     }
 
 
-#: the pseudo-resource of every CPU core of the machine together (see ``_throughput_json``)
-ALL_CORES = "cores (all)"
-
-
 def _throughput_json(problem: Problem, ev: Evaluation) -> dict[str, Any]:
-    """``throughput_rps``, ``bottleneck_resource`` and ``throughput``: the scheduler's
-    pipelined occupancy, plus what the cost model measured of the executor's own work per
-    pipelined request (``request_busy_s``: each used device's worker, the host's always;
-    ``client_busy_s``: the client process) when it did. The client is not pinned: its
-    time counts against every core together (``ALL_CORES``: the devices' work on their
-    cores plus the client's, over the number of cores), which binds when every core is
-    busy."""
+    """``throughput_rps``, ``bottleneck_resource`` and ``throughput``: the evaluator's
+    pipelined occupancy (the executor's per-request work included, see
+    ``placewise.schedule.pipeline``), serialised."""
     tp = ev.pipeline
-    cm = problem.cost_model
-    busy_fn = getattr(cm, "request_busy_s", None)
-    client_fn = getattr(cm, "client_busy_s", None)
-    occ = dict(tp.occupancy_s)
-    devices = {d.name: d for d in problem.machine.devices}
-    used = sorted({a.device for a in ev.placement.values()} | {problem.host})
-    added = False
-    if busy_fn is not None:
-        for d in used:
-            b = busy_fn(d)
-            if not b:
-                continue
-            added = True
-            occ[d] = occ.get(d, 0.0) + b
-            for c in devices[d].cores or ():
-                if f"core:{c}" in occ:
-                    occ[f"core:{c}"] += b
-    client = client_fn() if client_fn is not None else None
-    cores = sorted({c for d in used for c in (devices[d].cores or ())})
-    if (added or client) and cores:
-        work = sum(occ.get(d, 0.0) * len(devices[d].cores or ()) for d in used)
-        occ[ALL_CORES] = (work + (client or 0.0)) / len(cores)
-    # busiest first, as ``placewise.schedule.pipeline`` ranks them (unchanged when nothing
-    # was added)
-    ranked = sorted(occ.items(), key=lambda kv: (-kv[1], kv[0]))
-    name, period = ranked[0] if ranked and ranked[0][1] > 0 else ("", 0.0)
-    rps = problem.batch / period if period > 0 else None
-    return {"throughput_rps": _finite(rps), "bottleneck_resource": name,
-            "throughput": {"requests_per_s": _finite(rps), "period_s": period,
-                           "bottleneck_resource": name,
-                           "occupancy_s": [list(x) for x in ranked]}}
+    rps = tp.requests_per_s if tp.period_s > 0 else None
+    return {"throughput_rps": _finite(rps), "bottleneck_resource": tp.bottleneck_resource,
+            "throughput": {"requests_per_s": _finite(rps), "period_s": tp.period_s,
+                           "bottleneck_resource": tp.bottleneck_resource,
+                           "occupancy_s": [list(x) for x in tp.occupancy_s]}}
 
 
-def _request_json(problem: Problem, makespan_s: float, used: Sequence[str] = ()
-                  ) -> dict[str, Any]:
-    """``request`` and ``latency_s`` when the cost model knows the request hand-off."""
-    fn = getattr(problem.cost_model, "request_cost", None)
-    cost = fn(problem.host, used) if fn is not None else None
+def _request_json(problem: Problem, ev: Evaluation) -> dict[str, Any]:
+    """``request`` and ``latency_s`` when the evaluator has a request hand-off."""
+    cost = ev.request
     if cost is None:
         return {}
-    busy_fn = getattr(problem.cost_model, "request_busy_s", None)
-    busy = busy_fn(problem.host) if busy_fn is not None else None
+    busy = dict(ev.work.busy_s).get(problem.host, 0.0) if ev.work is not None else 0.0
     return {"request": {"device": problem.host, "latency_s": cost.total_s,
-                        "low_s": cost.low_s, "high_s": cost.high_s,
-                        "busy_s": float(busy) if busy is not None else 0.0,
+                        "low_s": cost.low_s, "high_s": cost.high_s, "busy_s": busy,
                         "terms_s": {k.value: v for k, v in cost.terms},
                         "source": cost.source.value, "assumptions": dict(cost.assumptions)},
-            "latency_s": makespan_s + cost.total_s}
+            "latency_s": ev.latency_s}
 
 
 def _bound_json(b: LowerBound) -> dict[str, Any]:
@@ -692,8 +656,7 @@ def build_plan(problem: Problem, result: SearchLike | Evaluation, *, model_ref: 
             "critical_path": [t.name for t in s.critical_path()],
         },
         "makespan_s": s.makespan_s,
-        **_request_json(problem, s.makespan_s,
-                        sorted({a.device for a in ev.placement.values()})),
+        **_request_json(problem, ev),
         "exact": s.exact,
         "notes": list(s.notes),
         **_throughput_json(problem, ev),

@@ -168,6 +168,22 @@ class CostModel(Protocol):
         ``transfer_cost`` answers for a polling receiver."""
         ...
 
+    def request_cost(self, host: str, devices: Sequence[str] = ()) -> Cost | None:
+        """A request's hand-off outside the schedule when ``host`` holds the graph's inputs
+        and outputs and ``devices`` are the placement's (inputs written -> graph starts,
+        graph ends -> outputs ready): the evaluator adds it to the makespan
+        (``placewise.schedule.evaluate``). None when nothing is known."""
+        ...
+
+    def request_busy_s(self, device: str) -> float | None:
+        """Seconds of ``device``'s worker per pipelined request beyond its tasks (None: not
+        known); the evaluator adds it to the throughput occupancy."""
+        ...
+
+    def client_busy_s(self) -> float | None:
+        """Seconds of the client process per pipelined request (None: not known)."""
+        ...
+
     def fingerprint(self) -> str:
         """Identifies the calibration (or 'roofline') for plan files."""
         ...

@@ -631,6 +631,18 @@ class RooflineModel:
         calibration (``placewise.calibrate.corun``), not of the hardware spec."""
         return 0.0
 
+    def request_cost(self, host: str, devices: Sequence[str] = ()) -> Cost | None:
+        """None: the request hand-off is the runtime's, measured by calibration."""
+        return None
+
+    def request_busy_s(self, device: str) -> float | None:
+        """None: per-request worker time is the runtime's, measured by calibration."""
+        return None
+
+    def client_busy_s(self) -> float | None:
+        """None: the client's time is the runtime's, measured by calibration."""
+        return None
+
     def fingerprint(self) -> str:
         return "roofline/v1"
 

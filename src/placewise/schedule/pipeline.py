@@ -23,6 +23,15 @@ throughput while one request still takes the makespan.
 
 Each run processes ``batch`` requests: ``requests_per_s = batch / period_s``.
 
+**Per-request work** (``RequestWork``: what a calibrated cost model measured of the
+executor's own work per pipelined request, outside the schedule's tasks) adds to the
+occupancy: each used device's worker time (the host's always) to that device and to the
+``core:N`` resources of its cores; and since the client process is not pinned, its time
+counts against every core of the used devices together (``ALL_CORES``: the devices' work
+on their cores plus the client's, over the number of cores), which binds when every core
+is busy. The evaluator (``placewise.schedule.evaluate``) builds it from the cost model, so
+the search ranks by the period the plan reports.
+
 >>> from placewise.graph.ir import Graph, Op, OpKind, Role, Tensor
 >>> from placewise.schedule.placement import Assignment, Placement, Problem
 >>> from placewise.schedule.simulate import schedule
@@ -49,7 +58,26 @@ from dataclasses import dataclass
 
 from placewise.schedule.simulate import Schedule
 
-__all__ = ["Throughput", "throughput"]
+__all__ = ["ALL_CORES", "RequestWork", "Throughput", "throughput"]
+
+#: the pseudo-resource of every core of the used devices together (see the module docstring)
+ALL_CORES = "cores (all)"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestWork:
+    """The executor's own work per pipelined request beyond the schedule's tasks:
+    ``busy_s``, device -> its worker's seconds per request (devices with none left out);
+    ``client_s``, the client process's seconds per request (0: not measured);
+    ``cores``, every used device (the host included) -> the CPU cores it runs on."""
+
+    busy_s: tuple[tuple[str, float], ...] = ()
+    client_s: float = 0.0
+    cores: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not self.busy_s and not self.client_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,12 +93,25 @@ class Throughput:
     batch: int
 
 
-def throughput(schedule: Schedule, *, batch: int = 1) -> Throughput:
-    """The pipelined throughput of ``schedule``'s placement (see the module docstring)."""
+def throughput(schedule: Schedule, *, batch: int = 1, work: RequestWork | None = None
+               ) -> Throughput:
+    """The pipelined throughput of ``schedule``'s placement, with the per-request ``work``
+    when given (see the module docstring)."""
     occ: dict[str, float] = {}
     for r in schedule.resources:
         occ[r.name] = r.work_s / r.lanes if r.exclusive else min(r.work_s, schedule.makespan_s)
     occ.update(schedule.core_occupancy_s())
+    if work is not None and not work.empty:
+        cores = dict(work.cores)
+        for d, b in work.busy_s:
+            occ[d] = occ.get(d, 0.0) + b
+            for c in cores.get(d, ()):
+                if f"core:{c}" in occ:
+                    occ[f"core:{c}"] += b
+        every = sorted({c for cs in cores.values() for c in cs})
+        if every:
+            total = sum(occ.get(d, 0.0) * len(cs) for d, cs in cores.items())
+            occ[ALL_CORES] = (total + work.client_s) / len(every)
     ranked = tuple(sorted(occ.items(), key=lambda kv: (-kv[1], kv[0])))
     if not ranked or ranked[0][1] <= 0.0:
         return Throughput(math.inf, math.inf, 0.0, "", ranked, batch)

@@ -98,6 +98,15 @@ class ToyCostModel:
     def wake_s(self, device: str) -> float:
         return self.wake.get(device, 0.0)
 
+    def request_cost(self, host: str, devices: Sequence[str] = ()) -> Cost | None:
+        return None
+
+    def request_busy_s(self, device: str) -> float | None:
+        return None
+
+    def client_busy_s(self) -> float | None:
+        return None
+
     def _check(self, op: Op, device: str, dtype: DType) -> None:
         try:
             dev = self.machine.device(device)

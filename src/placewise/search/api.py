@@ -68,7 +68,7 @@ from dataclasses import dataclass
 import psutil
 
 from placewise.errors import InputError, MemoryInfeasible, UnsupportedError
-from placewise.schedule.evaluate import Objective
+from placewise.schedule.evaluate import Objective, request_floor_s
 from placewise.schedule.placement import Problem
 from placewise.search.auto import Context, auto
 from placewise.search.result import Progress, SearchResult, Tracker
@@ -381,6 +381,8 @@ def plan_search(problem: Problem, *, strategy: str = "auto",
                      f"stopped or cut short a step: the result may differ between runs")
     objective_s = ev.score(obj)
     lb = max([space.lower_bound_s(throughput=obj is Objective.THROUGHPUT), *ctx.bounds])
+    if obj is Objective.LATENCY:  # the bounds are of the makespan; latency adds the hand-off
+        lb += request_floor_s(problem)
     lb = min(lb, objective_s)
     gap = None
     if ctx.cpsat_bound_s is not None and objective_s > 0 and math.isfinite(objective_s):
