@@ -267,6 +267,7 @@ class Problem:
         "partition",
         "precision",
         "preds",
+        "release_s",
         "rep_bits",
         "reps",
         "succs",
@@ -333,6 +334,7 @@ class Problem:
         self._corun: dict[tuple[int, str, DType, frozenset[str]], float] = {}
         self._wake: dict[str, float] = {}
         self.precision: dict[int, frozenset[DType]] = {}
+        self.release_s: dict[str, float] = {}  # vertex -> earliest start (``released``)
         for name, dts in (precision or {}).items():
             if name not in self.vertex_index:
                 raise InputError(f"the precision restriction names vertex {name!r}, which "
@@ -359,6 +361,25 @@ class Problem:
                 raise InputError(f"the precision restriction names vertex {name!r}, which "
                                  f"the problem does not have", place="precision")
             p.precision[self.vertex_index[name]] = frozenset(dts)
+        return p
+
+    def released(self, release_s: Mapping[str, float]) -> Problem:
+        """This problem with release times: vertex name -> the earliest time (seconds) its
+        compute task may start (the scheduler holds it until then; see
+        ``placewise.schedule.simulate``). The memo tables are shared. Raises ``InputError``
+        for an unknown vertex or a time that is negative or not finite."""
+        for name, t in release_s.items():
+            if name not in self.vertex_index:
+                raise InputError("a release time names a vertex the problem does not have",
+                                 place=f"vertex {name!r}")
+            if not math.isfinite(t) or t < 0:
+                raise InputError(f"a release time must be finite and >= 0, got {t!r}",
+                                 place=f"vertex {name!r}")
+        p = Problem.__new__(Problem)
+        for slot in Problem.__slots__:
+            if hasattr(self, slot):
+                object.__setattr__(p, slot, getattr(self, slot))
+        p.release_s = {k: float(v) for k, v in release_s.items()}
         return p
 
     # ---- construction ----------------------------------------------------------------

@@ -97,6 +97,15 @@ hold-and-wait, so no deadlock), and lower-ranked tasks never keep a waiting task
 cores once the holders end (no starvation of a task on many cores by tasks on few: only
 higher-ranked tasks go first). The same inputs always give the same schedule.
 
+**Release times.** A problem with release times (``Problem.released``: vertex -> seconds)
+holds each named vertex's compute task until its release time even when its inputs are
+there and a lane is free; everything else is scheduled as above. Giving the start times
+of a schedule made elsewhere (HEFT's insertion schedule, ``placewise.search.heft``)
+replays it: where that schedule is valid under this model, every task starts exactly at
+its given time; where it is not (a link or lane it did not account for is busy), tasks
+start later, never earlier, and the result is still a valid schedule of this model. The
+schedule's ``notes`` say that release times were applied.
+
 **Output.** A ``Schedule``: ``makespan_s``, ``exact``, per-resource use, and the tasks
 (``Task``: name, kind, resource, lane, device, start/end, cost terms plus contention,
 dependencies, cores) and tensor copies (``TensorCopy``: where each tensor lives, in which
@@ -1152,23 +1161,33 @@ def schedule(problem: Problem, placement: Placement, *, lanes: Mapping[str, int]
     tl = b.tl
     gate = b.res_gate + [()] * (len(tl.res_name) - len(b.res_gate))
     co = _corun_of(problem, placement, tl)
+    release: list[float] | None = None
+    notes: tuple[str, ...] = ()
+    if problem.release_s:
+        given = problem.release_s
+        release = [given.get(v, 0.0) if v is not None and k is TaskKind.COMPUTE else 0.0
+                   for v, k in zip(tl.vertex, tl.kind, strict=True)]
+        notes = (f"release times held {sum(1 for r in release if r > 0.0)} compute tasks "
+                 f"until their given start (a given schedule replayed)",)
     _simulate(tl, contention, gate if any(gate) else None,
-              co if co is not None and (contention or co.any_wake) else None)
+              co if co is not None and (contention or co.any_wake) else None, release)
     if co is not None:
         co.settle(tl)
     return _assemble(problem, placement, tl, contention,
-                     corun_off=co is not None and not contention and any(co.sens))
+                     corun_off=co is not None and not contention and any(co.sens),
+                     extra_notes=notes)
 
 
 def _simulate(tl: Timeline, contention: bool,
               gate: Sequence[tuple[int, ...]] | None = None,
-              co: _CoRun | None = None) -> None:
+              co: _CoRun | None = None, release: Sequence[float] | None = None) -> None:
     """Run the event-driven list scheduler; fills ``tl.start``, ``tl.end``, ``tl.lane``.
 
     ``gate``: per resource, the shared cores its tasks must hold (``None``: no core is
     shared, every resource is scheduled on its own lanes). ``co``: co-run slowdowns and
     wake-ups (``None``: neither applies; see the module docstring); co-run slowdowns only
-    with ``contention``.
+    with ``contention``. ``release``: per task, the time before which it may not start
+    (``None``: none; see **Release times**).
     """
     n = len(tl.name)
     nres = len(tl.res_name)
@@ -1251,6 +1270,17 @@ def _simulate(tl: Timeline, contention: bool,
             if lj != t:
                 rem[j] -= (t - lj) * fac[j] / dur[j]
                 last[j] = t
+
+    def make_ready(s: int, t: float) -> None:
+        """Task ``s`` has its inputs at ``t``: ready now, or at its release time."""
+        nonlocal seq
+        if release is not None and release[s] > t:
+            seq += 1
+            push(events, (release[s], seq, s, -1))  # version -1: a release, not an end
+            return
+        rs = res[s]
+        push(ready[rs], (-rank[s], s))
+        touched[rs] = None
 
     def busy_changed(x: int, t: float) -> None:
         """Device ``x`` started or stopped computing: the co-run factor of every running
@@ -1405,9 +1435,7 @@ def _simulate(tl: Timeline, contention: bool,
         for s in succs[i]:
             indeg[s] -= 1
             if indeg[s] == 0:
-                rs = res[s]
-                push(ready[rs], (-rank[s], s))
-                touched[rs] = None
+                make_ready(s, t)
 
     def rebalance(t: float) -> None:
         nonlocal seq
@@ -1442,19 +1470,24 @@ def _simulate(tl: Timeline, contention: bool,
 
     for i in range(n):
         if indeg[i] == 0:
-            push(ready[res[i]], (-rank[i], i))
-            touched[res[i]] = None
+            make_ready(i, 0.0)
     dispatch(0.0)
     if dirty or cdirty:
         rebalance(0.0)
     while events:
         t, _, i, vv = pop(events)
-        if vv != ver[i] or done[i]:
+        if vv == -1:  # a release: the task joins its resource's ready tasks
+            make_ready(i, t)
+            batch = []
+        elif vv != ver[i] or done[i]:
             continue
-        batch = [i]
+        else:
+            batch = [i]
         while events and events[0][0] <= t:
             _, _, j, vj = pop(events)
-            if vj == ver[j] and not done[j]:
+            if vj == -1:
+                make_ready(j, t)
+            elif vj == ver[j] and not done[j]:
                 batch.append(j)
         for j in batch:
             if wake is not None and wake[j] > 0.0 and not woken[j]:
@@ -1482,7 +1515,8 @@ def _simulate(tl: Timeline, contention: bool,
 
 
 def _assemble(problem: Problem, placement: Placement, tl: Timeline,
-              contention: bool, *, corun_off: bool = False) -> Schedule:
+              contention: bool, *, corun_off: bool = False,
+              extra_notes: Sequence[str] = ()) -> Schedule:
     n = len(tl.name)
     start, end, dur = tl.start, tl.end, tl.dur
     nres = len(tl.res_name)
@@ -1544,7 +1578,7 @@ def _assemble(problem: Problem, placement: Placement, tl: Timeline,
             resources.append(ResourceUse(tl.res_name[r], kind, tl.res_lanes[r], busy[r],
                                          work[r], count[r], device=tl.res_device[r],
                                          link=tl.res_link[r]))
-    notes: list[str] = []
+    notes: list[str] = list(extra_notes)
     exact = True
     if not contention and any(shared_bytes):
         exact = False

@@ -35,12 +35,12 @@ from collections.abc import Sequence
 
 from placewise.errors import UnsupportedError
 from placewise.schedule.evaluate import Evaluation, Objective, request_floor_s
-from placewise.schedule.placement import Placement
+from placewise.schedule.placement import Placement, Problem
 from placewise.search.baselines import greedy_choice, single_choice
 from placewise.search.cpsat import BUILD_TERM_S, cpsat_search
 from placewise.search.dp import dp_search, graph_shape
 from placewise.search.exhaustive import ExhaustiveOutcome, exhaustive_search
-from placewise.search.heft import heft_choice
+from placewise.search.heft import heft_schedule, replay_late
 from placewise.search.local import EXACT_MAX, local_search
 from placewise.search.result import RankKey, Tracker
 from placewise.search.space import (
@@ -88,15 +88,19 @@ class Context:
         self._queries = 0
 
     # -- helpers ---------------------------------------------------------------------------
-    def score(self, label: str, choice: Sequence[int], note: str = "") -> RankKey:
+    def score(self, label: str, choice: Sequence[int], note: str = "",
+              problem: Problem | None = None) -> tuple[RankKey, Evaluation | None]:
+        """Score a plan under ``label`` (on ``problem``, a variant of the search's, if
+        given: see ``Tracker.evaluate``); its rank key and evaluation (None: memoized)."""
         self.tracker.phase = label
-        key, ev = self.tracker.evaluate(self.space.placement(choice), label=label, note=note)
+        key, ev = self.tracker.evaluate(self.space.placement(choice), label=label, note=note,
+                                        problem=problem)
         old = self.labelled.get(label)
         if old is None or key < old[0]:
             self.labelled[label] = (key, tuple(choice))
             if label == self.keep and ev is not None:
                 self.kept = ev
-        return key
+        return key, ev
 
     def starts(self) -> list[tuple[str, tuple[int, ...], RankKey]]:
         """Labelled plans so far with their rank keys, best first (ties: label order)."""
@@ -163,7 +167,7 @@ class Context:
             if scored and not tr.can_evaluate():
                 skipped.append(label)
                 continue
-            key = self.score(label, choice, note)
+            key, _ = self.score(label, choice, note)
             scored[label] = tr.score_of(key)
             if note:
                 tr.note(f"{label}: {note}")
@@ -179,7 +183,10 @@ class Context:
         self._queries = q
 
     def heft(self) -> tuple[int, ...] | None:
-        """HEFT's plan, scored; ``None`` (noted) when it does not fit in the budget."""
+        """HEFT's plan, scored on HEFT's own schedule (replayed with its start times as
+        release times) when that schedule is valid under the scheduler's resource model,
+        else also rescheduled by the list scheduler, the better kept (noted; see
+        ``placewise.search.heft``); ``None`` (noted) when it does not fit in the budget."""
         sp = self.space
         ed = self.model.edges
         tr = self.tracker
@@ -192,8 +199,8 @@ class Context:
             self.skip("heft", est + tr.eval_work_s)
             return None
         try:
-            choice = heft_choice(self.model, throughput=self.throughput,
-                                 stop=self.budget.stop_at(tr.eval_wall_s()))
+            out = heft_schedule(self.model, throughput=self.throughput,
+                                stop=self.budget.stop_at(tr.eval_wall_s()))
         except SearchStopped as exc:
             self.charge_queries()
             self.stopped("heft", exc)
@@ -201,8 +208,29 @@ class Context:
         self.budget.charge(HEFT_UNIT_S * work)
         self.charge_queries()
         tr.estimates += work
-        self.score("heft", choice)
-        return tuple(choice)
+        prob = sp.problem
+        replay = prob.released(out.release_s(prob.vertex_names))
+        key, ev = self.score("heft", out.choice, "HEFT's own insertion schedule", replay)
+        assert ev is not None  # a variant problem is never memoized
+        late = replay_late(out, ev.schedule, prob.vertex_index)
+        if not late:
+            tr.note(f"heft: HEFT's own insertion schedule kept (makespan "
+                    f"{ev.makespan_s:.6g} s, every task at HEFT's start time)")
+        elif not tr.can_evaluate():
+            tr.note(f"heft: HEFT's own schedule is not valid under the machine's resource "
+                    f"model ({late} of {sp.n} compute tasks start later than HEFT says); "
+                    f"kept as the scheduler replays it: no time left to reschedule")
+        else:
+            key2, _ = self.score("heft", out.choice, "rescheduled by the list scheduler",
+                                 prob)
+            which = ("the rescheduled one" if key2 < key else
+                     "HEFT's, as the scheduler replays it")
+            tr.note(f"heft: HEFT's own schedule is not valid under the machine's resource "
+                    f"model ({late} of {sp.n} compute tasks start later than HEFT says: "
+                    f"exclusive links, conversions on compute lanes or shared bandwidth); "
+                    f"rescheduled by the list scheduler: kept {which} (replayed "
+                    f"{tr.score_of(key):.6g} s, rescheduled {tr.score_of(key2):.6g} s)")
+        return tuple(out.choice)
 
     def dp(self) -> tuple[int, ...] | None:
         """The DP's plan, scored; ``None`` (noted) when it does not fit in the budget.

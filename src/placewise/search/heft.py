@@ -1,23 +1,42 @@
-"""HEFT (Heterogeneous Earliest Finish Time) with insertion, over devices and precisions.
+"""HEFT (Heterogeneous Earliest Finish Time) as published, over devices and precisions.
 
-Topcuoglu, Hariri and Wu (2002): rank every vertex by its *upward rank* — its mean cost
-over its candidates plus the longest chain of (mean crossing cost + rank) after it — then,
-highest rank first among the vertices whose predecessors are placed, give each vertex the
-candidate (device, precision) where it *finishes earliest*: its inputs arrive (producer's
-finish + the crossing's conversion and transfer time under the scheduler's policy, graph
-inputs from the host at 0), then the earliest gap long enough on one of the device's lanes
-(insertion policy). A vertex that delivers graph outputs counts their trip to the host.
-Ties go to the candidate listed first.
+Topcuoglu, Hariri and Wu, "Performance-effective and low-complexity task scheduling for
+heterogeneous computing", IEEE TPDS 13(3), 2002:
 
-The mean crossing cost of an edge (for ranks only) is ``(D - 1) / D`` times the mean, over
-the other devices, of a linear fit (latency + bytes / bandwidth) of the cost model's
-transfer times from the producer's fastest device. Finish times use the exact crossing
-times; a candidate whose finish, with half the fitted crossing times and a free lane,
-already loses is not costed exactly (this saves most cost-model queries on large graphs).
-Lanes keep at most 64 gaps each for insertion. Links are not reserved (transfers run
-whenever data is ready) and conversions are delays: HEFT *estimates*, the scheduler scores
-its result. ``stop`` (a deadline check, see ``Budget.stop_at``) is called every 256
-vertices; when it returns true HEFT is abandoned with ``SearchStopped``.
+1. **Upward rank.** ``rank(i) = w(i) + max over successors j of (c(i, j) + rank(j))``
+   (``w(i)`` alone for an exit vertex). ``w(i)`` is the mean, over the devices that can
+   run vertex ``i``, of its computation cost there (on each device its fastest candidate
+   precision). ``c(i, j) = L + bytes / B``: ``L`` is the mean latency and ``B`` the mean
+   bandwidth over the ordered pairs of distinct devices (each pair's latency and
+   bandwidth a linear fit of the cost model's transfer times for a 1 MiB and a 64 MiB
+   tensor), ``bytes`` the tensor's bytes in its own representation. A graph output the
+   vertex delivers counts as an edge of that cost to an exit of rank 0 (the host).
+2. **Processor selection with insertion.** Highest rank first (among the vertices whose
+   predecessors are placed: the paper's list sorted by decreasing rank, with ties in
+   vertex order), each vertex takes the candidate (device, precision) where it *finishes
+   earliest*: its inputs arrive (the producer's finish plus the crossing's conversion and
+   transfer time under the scheduler's policy, ``Model.delay``; graph inputs from the host
+   at 0), then it starts in the earliest idle gap long enough on one of the device's
+   lanes, between tasks already placed or after the last one. A vertex that delivers
+   graph outputs adds their trip to the host to its finish for this comparison. Ties go to
+   the candidate listed first.
+
+``heft_schedule`` returns the placement *and HEFT's own schedule*: every vertex's start,
+finish and lane, and the makespan HEFT estimates. HEFT's model is the paper's: transfers
+start as soon as their data is ready and never wait for a link (contention-free links),
+conversions are delays. The ``heft`` strategy (``placewise.search.auto``) scores the plan
+*on that schedule*: the scheduler replays it with HEFT's start times as release times
+(``Problem.released``), so every task starts at HEFT's time wherever the machine's
+resource model agrees. Where it does not (exclusive links queueing transfers, conversions
+taking compute lanes, shared bandwidth slowing tasks), ``replay_late`` counts the tasks
+that started late; the strategy then also reschedules the placement with the list
+scheduler, keeps the better of the two and says so in its notes.
+
+A candidate whose finish, with half the fitted crossing times and a free lane, already
+loses is not costed exactly (this saves most cost-model queries on large graphs; the
+fitted times are exact for the roofline model, so this never changes the choice there).
+``stop`` (a deadline check, see ``Budget.stop_at``) is called every 256 vertices; when it
+returns true HEFT is abandoned with ``SearchStopped``.
 
 With ``throughput=True`` each vertex instead takes the candidate that keeps the busiest
 resource's occupancy lowest (device lanes, link directions, shared controllers), finish
@@ -35,30 +54,56 @@ time breaking ties — a list-scheduling form of load balancing for pipelined ru
 >>> m = toy_machine()
 >>> cm = ToyCostModel(m, {("o0", "cpu"): 1.0, ("o1", "cpu"): 1.0, ("o0", "gpu"): 1.0,
 ...                       ("o1", "gpu"): 1.0})
->>> pl = heft_placement(Model(SearchSpace(Problem(g, None, m, cm), [DType.FP32])))
->>> sorted(a.device for a in pl.values())
+>>> out = heft_schedule(Model(SearchSpace(Problem(g, None, m, cm), [DType.FP32])))
+>>> sorted(a.device for a in out.placement.values())
 ['cpu', 'gpu']
+>>> [round(s, 3) for s in out.start_s], out.makespan_s > 1.0
+([0.0, 0.0], True)
 """
 
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_right
-from collections.abc import Callable
+import math
+from bisect import bisect_right, insort
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from placewise.cost.model import Representation
 from placewise.errors import UnsupportedError
 from placewise.graph.ir import Tensor
 from placewise.schedule.placement import Placement
+from placewise.schedule.simulate import Schedule, TaskKind
 from placewise.search.space import Model, SearchStopped
 from placewise.units import DType
 
-__all__ = ["heft_choice", "heft_placement", "upward_ranks"]
+__all__ = ["HeftSchedule", "heft_choice", "heft_placement", "heft_schedule", "replay_late",
+           "upward_ranks"]
+
+
+@dataclass(frozen=True, slots=True)
+class HeftSchedule:
+    """HEFT's placement and its own schedule (see the module docstring): per vertex (in
+    the problem's vertex order) the candidate index, the start and finish of its compute
+    task and the lane of its device it runs on; ``makespan_s``: when the last vertex ends
+    and its graph outputs reach the host, in HEFT's model."""
+
+    choice: list[int]
+    start_s: list[float]
+    finish_s: list[float]
+    lane: list[int]
+    makespan_s: float
+    placement: Placement
+
+    def release_s(self, names: list[str]) -> dict[str, float]:
+        """Vertex name -> HEFT's start time: release times that replay this schedule
+        (``Problem.released``); ``names`` are the problem's vertex names in order."""
+        return dict(zip(names, self.start_s, strict=True))
 
 
 def _pair_fit(model: Model) -> dict[tuple[str, str], tuple[float, float]]:
-    """Per ordered device pair: (seconds, seconds per byte) of a transfer, fitted to the
-    cost model's answers for a 1 MiB and a 64 MiB tensor (for ranks only)."""
+    """Per ordered pair of distinct devices: (seconds, seconds per byte) of a transfer,
+    fitted to the cost model's answers for a 1 MiB and a 64 MiB tensor."""
     cm = model.problem.cost_model
     rep = Representation(DType.UINT8)
     small = Tensor("heft-probe-small", (1 << 20,), DType.UINT8)
@@ -79,79 +124,137 @@ def _pair_fit(model: Model) -> dict[tuple[str, str], tuple[float, float]]:
     return out
 
 
-def upward_ranks(model: Model, fit: dict[tuple[str, str], tuple[float, float]] | None = None
+def _mean_link(fit: Mapping[tuple[str, str], tuple[float, float]]) -> tuple[float, float]:
+    """The paper's mean link: (mean latency L, seconds per byte 1 / B) with B the mean
+    bandwidth over the fitted pairs (a pair with no per-byte cost has an infinite one)."""
+    if not fit:
+        return 0.0, 0.0
+    lat = sum(x for x, _ in fit.values()) / len(fit)
+    rates = [1.0 / y if y > 0.0 else math.inf for _, y in fit.values()]
+    mean_rate = sum(rates) / len(rates)
+    return lat, (1.0 / mean_rate if mean_rate > 0.0 else 0.0)
+
+
+def upward_ranks(model: Model, fit: Mapping[tuple[str, str], tuple[float, float]] | None = None
                  ) -> list[float]:
-    """HEFT's upward rank of every vertex (see the module docstring). The mean crossing
-    cost of an edge is ``(D - 1) / D`` times the mean, over the other devices, of a linear
-    fit of the cost model's transfer time from the producer's fastest device."""
+    """HEFT's upward rank of every vertex, as published (see the module docstring)."""
     sp = model.space
     ed = model.edges
     p = model.problem
-    n = sp.n
-    fit = fit if fit is not None else _pair_fit(model)
-    devs = sp.devices
-    nd = len(devs)
-    share = (nd - 1) / nd if nd > 1 else 0.0
-    mean_fit: dict[str, tuple[float, float]] = {}
-    for a in devs:
-        pairs = [fit[(a, b)] for b in devs if b != a and (a, b) in fit]
-        mean_fit[a] = ((sum(x for x, _ in pairs) / len(pairs), sum(y for _, y in pairs)
-                        / len(pairs)) if pairs else (0.0, 0.0))
-    rank = [0.0] * n
-    for i in range(n - 1, -1, -1):
-        costs = sp.cost_s[i]
-        k_count = len(costs)
-        mean = sum(costs) / k_count
-        base, per_byte = mean_fit[sp.cands[i][sp.best_k[i]].device]
+    lat, per_byte = _mean_link(fit if fit is not None else _pair_fit(model))
+    rank = [0.0] * sp.n
+    for i in range(sp.n - 1, -1, -1):
+        fastest: dict[int, float] = {}
+        for k, c in enumerate(sp.cost_s[i]):
+            d = sp.cand_dev[i][k]
+            if c < fastest.get(d, math.inf):
+                fastest[d] = c
         best = 0.0
         for t in ed.delivers[i]:
-            best = max(best, share * (base + per_byte * p.copy_bytes(t, p.natural_rid[t])))
+            best = max(best, lat + per_byte * p.copy_bytes(t, p.natural_rid[t]))
         for e in ed.e_out[i]:
-            v = ed.dst[e]
             t = ed.tensor[e]
-            c = share * (base + per_byte * p.copy_bytes(t, p.natural_rid[t]))
-            if c + rank[v] > best:
-                best = c + rank[v]
-        rank[i] = mean + best
+            c = lat + per_byte * p.copy_bytes(t, p.natural_rid[t]) + rank[ed.dst[e]]
+            if c > best:
+                best = c
+        rank[i] = sum(fastest.values()) / len(fastest) + best
     return rank
 
 
-_SCAN = 64  # gaps examined per lane before a task is appended after the lane's last one
+class _Lane:
+    """The busy intervals of one device lane, sorted and disjoint, in blocks of at most
+    ``2 * _BLOCK`` with each block's longest idle gap (the gap before its first interval
+    included), so that the earliest gap that fits is found without a scan of the lane."""
+
+    __slots__ = ("blocks", "firsts", "gaps")
+
+    def __init__(self) -> None:
+        self.blocks: list[tuple[list[float], list[float]]] = []  # (starts, ends)
+        self.firsts: list[float] = []  # each block's first start
+        self.gaps: list[float] = []  # each block's longest gap
+
+    def _gap_of(self, b: int) -> float:
+        st, en = self.blocks[b]
+        prev = self.blocks[b - 1][1][-1] if b > 0 else 0.0
+        g = st[0] - prev
+        for j in range(1, len(st)):
+            x = st[j] - en[j - 1]
+            if x > g:
+                g = x
+        return g
+
+    def slot(self, ready: float, dur: float) -> float:
+        """The earliest start >= ``ready`` of a ``dur``-long task on this lane."""
+        blocks = self.blocks
+        if not blocks:
+            return ready
+        b = bisect_right(self.firsts, ready) - 1
+        if b < 0:
+            b = 0
+        t = ready
+        # inside the block holding ``ready``: scan from the first interval ending after it
+        st, en = blocks[b]
+        j = bisect_right(en, t)
+        while j < len(st):
+            if st[j] - t >= dur:
+                return t
+            if en[j] > t:
+                t = en[j]
+            j += 1
+        # later blocks: skip those whose longest gap is too short
+        gaps = self.gaps
+        for b2 in range(b + 1, len(blocks)):
+            if gaps[b2] < dur:
+                t = max(t, blocks[b2][1][-1])
+                continue
+            st, en = blocks[b2]
+            for j in range(len(st)):
+                if st[j] - t >= dur:
+                    return t
+                if en[j] > t:
+                    t = en[j]
+        return t
+
+    def add(self, start: float, end: float) -> None:
+        blocks = self.blocks
+        if not blocks:
+            blocks.append(([start], [end]))
+            self.firsts.append(start)
+            self.gaps.append(start)
+            return
+        b = max(0, bisect_right(self.firsts, start) - 1)
+        st, en = blocks[b]
+        insort(st, start)
+        insort(en, end)
+        self.firsts[b] = st[0]
+        if len(st) > 2 * _BLOCK:
+            half = len(st) // 2
+            blocks.insert(b + 1, (st[half:], en[half:]))
+            blocks[b] = (st[:half], en[:half])
+            self.firsts.insert(b + 1, st[half])
+            self.gaps.insert(b + 1, 0.0)
+            self.gaps[b + 1] = self._gap_of(b + 1)
+        self.gaps[b] = self._gap_of(b)
+        if b + 1 < len(blocks):
+            self.gaps[b + 1] = self._gap_of(b + 1)
 
 
-def _slot(starts: list[float], ends: list[float], ready: float, dur: float
-          ) -> tuple[float, int]:
-    """Earliest start >= ``ready`` of a ``dur``-long task on a lane whose busy intervals
-    are ``starts``/``ends`` (sorted, disjoint), and the index to insert it at. At most
-    ``_SCAN`` gaps are examined; past them the task goes after the lane's last interval."""
-    i = bisect_right(ends, ready)
-    t = ready
-    n = len(starts)
-    stop = min(n, i + _SCAN)
-    while i < stop:
-        if starts[i] - t >= dur:
-            return t, i
-        if ends[i] > t:
-            t = ends[i]
-        i += 1
-    if i < n:
-        return max(t, ends[-1]), n
-    return t, n
+_BLOCK = 64  # busy intervals per block of a lane (between _BLOCK and 2 * _BLOCK)
 
 
-def heft_choice(model: Model, *, throughput: bool = False,
-                stop: Callable[[], bool] | None = None) -> list[int]:
-    """Candidate indexes HEFT picks (see the module docstring)."""
+def heft_schedule(model: Model, *, throughput: bool = False,
+                  stop: Callable[[], bool] | None = None) -> HeftSchedule:
+    """HEFT's placement and its own schedule (see the module docstring)."""
     sp = model.space
     ed = model.edges
     comm = model.comm
+    p = model.problem
     n = sp.n
     fit = _pair_fit(model)
     rank = upward_ranks(model, fit)
     # a conservative estimate of each edge's crossing time between two devices (half the
     # fitted time at the tensor's smallest representation): a candidate whose finish is
     # already lost with these delays is not costed exactly
-    p = model.problem
     min_bits = min(dt.bits for dt in sp.dtypes)
     small = []
     for e in range(len(ed.src)):
@@ -159,17 +262,20 @@ def heft_choice(model: Model, *, throughput: bool = False,
         nat = p.reps[p.natural_rid[tname]]
         bits = min(min_bits, nat.dtype.bits) if nat.dtype.is_float else nat.dtype.bits
         small.append((p.numel[tname] * bits + 7) // 8)
-    lanes: list[list[tuple[list[float], list[float]]]] = [
-        [([], []) for _ in range(max(1, nl))] for nl in sp.lanes]
+    lanes = [[_Lane() for _ in range(max(1, nl))] for nl in sp.lanes]
     choice = [-1] * n
+    start_s = [0.0] * n
     fin = [0.0] * n
+    lane_of = [0] * n
+    span = 0.0
     load = [0.0] * comm.n_resources
     res_lanes = comm.res_lanes
     peak = 0.0
-    indeg = [len(model.problem.preds[i]) for i in range(n)]
+    preds = p.preds
+    indeg = [len(preds[i]) for i in range(n)]
     ready_q = [(-rank[i], i) for i in range(n) if indeg[i] == 0]
     heapq.heapify(ready_q)
-    succs = model.problem.succs
+    succs = p.succs
     placed = 0
     while ready_q:
         if stop is not None and not placed % 256 and stop():
@@ -178,10 +284,11 @@ def heft_choice(model: Model, *, throughput: bool = False,
         _, i = heapq.heappop(ready_q)
         costs = sp.cost_s[i]
         best: tuple[float, float, int] | None = None
-        best_slot: tuple[int, float, int] = (0, 0.0, 0)
+        best_slot: tuple[int, float] = (0, 0.0)
         best_parts: list[tuple[int, float]] = []
+        best_end = 0.0
         floor = 0.0
-        for u in model.problem.preds[i]:
+        for u in preds[i]:
             if fin[u] > floor:
                 floor = fin[u]
         cand_dev = sp.cand_dev[i]
@@ -210,12 +317,12 @@ def heft_choice(model: Model, *, throughput: bool = False,
                 if t > ready:
                     ready = t
             dur = costs[k]
-            di = sp.cand_dev[i][k]
-            start, lane, pos = float("inf"), 0, 0
-            for ln, (st, en) in enumerate(lanes[di]):
-                s, at = _slot(st, en, ready, dur)
+            di = cand_dev[k]
+            start, lane = math.inf, 0
+            for ln, lane_k in enumerate(lanes[di]):
+                s = lane_k.slot(ready, dur)
                 if s < start:
-                    start, lane, pos = s, ln, at
+                    start, lane = s, ln
             finish = start + dur + model.tail(i, k)
             if throughput:
                 parts = model.io_parts(i, k)
@@ -235,17 +342,19 @@ def heft_choice(model: Model, *, throughput: bool = False,
                 key = (finish, 0.0, k)
             if best is None or key < best:
                 best = key
-                best_slot = (lane, start, pos)
+                best_slot = (lane, start)
                 best_parts = parts
+                best_end = finish
         assert best is not None
         k = best[2]
-        lane, start, pos = best_slot
-        di = sp.cand_dev[i][k]
-        st, en = lanes[di][lane]
-        st.insert(pos, start)
-        en.insert(pos, start + costs[k])
+        lane, start = best_slot
+        lanes[cand_dev[k]][lane].add(start, start + costs[k])
+        start_s[i] = start
         fin[i] = start + costs[k]
+        lane_of[i] = lane
         choice[i] = k
+        if best_end > span:
+            span = best_end
         if throughput:
             for r, s in best_parts:
                 load[r] += s
@@ -256,9 +365,29 @@ def heft_choice(model: Model, *, throughput: bool = False,
             indeg[s] -= 1
             if indeg[s] == 0:
                 heapq.heappush(ready_q, (-rank[s], s))
-    return choice
+    return HeftSchedule(choice, start_s, fin, lane_of, span, sp.placement(choice))
+
+
+def heft_choice(model: Model, *, throughput: bool = False,
+                stop: Callable[[], bool] | None = None) -> list[int]:
+    """Candidate indexes HEFT picks (see the module docstring)."""
+    return heft_schedule(model, throughput=throughput, stop=stop).choice
 
 
 def heft_placement(model: Model, *, throughput: bool = False) -> Placement:
     """The placement HEFT picks (see the module docstring)."""
-    return model.space.placement(heft_choice(model, throughput=throughput))
+    return heft_schedule(model, throughput=throughput).placement
+
+
+def replay_late(out: HeftSchedule, sched: Schedule, vertex_index: Mapping[str, int]) -> int:
+    """How many compute tasks of ``sched`` (the scheduler's replay of ``out`` with HEFT's
+    start times as release times) started later than HEFT's schedule says: 0 when HEFT's
+    own schedule is valid under the scheduler's resource model and was kept as it is."""
+    tl = sched.timeline
+    tol = 1e-9 * max(out.makespan_s, sched.makespan_s, 1e-12)
+    late = 0
+    compute = TaskKind.COMPUTE
+    for v, kind, s in zip(tl.vertex, tl.kind, tl.start, strict=True):
+        if v is not None and kind is compute and s > out.start_s[vertex_index[v]] + tol:
+            late += 1
+    return late

@@ -203,6 +203,8 @@ class Tracker:
     ``evaluate(placement, label=None)`` returns ``(rank key, Evaluation)``; a placement
     seen before (memoized for graphs up to ``memo_max`` vertices) returns its key and
     ``None`` without evaluating again. A ``label`` records the plan as an alternative.
+    ``problem`` scores it on a variant of the tracker's problem instead (e.g. with release
+    times that replay HEFT's own schedule, ``Problem.released``): never memoized.
 
     An evaluation cannot be interrupted: ``can_evaluate()`` says whether one still fits in
     the budget (work clock and wall-clock deadline), its wall time estimated by
@@ -261,9 +263,9 @@ class Tracker:
         return Alternative(label, ev.score(self.objective), ev.feasible, ev.makespan_s,
                            ev.pipeline.period_s, ev.throughput_rps, note)
 
-    def evaluate(self, placement: Placement, *, label: str | None = None, note: str = ""
-                 ) -> tuple[RankKey, Evaluation | None]:
-        memo = self._memo
+    def evaluate(self, placement: Placement, *, label: str | None = None, note: str = "",
+                 problem: Problem | None = None) -> tuple[RankKey, Evaluation | None]:
+        memo = self._memo if problem is None else None
         if memo is not None:
             got = memo.get(placement)
             if got is not None:
@@ -273,14 +275,14 @@ class Tracker:
                                                          a.makespan_s, a.period_s,
                                                          a.throughput_rps, note))
                 return got[0], None
-        elif self.best is not None and self.best.placement == placement:
+        elif problem is None and self.best is not None and self.best.placement == placement:
             # too large to memoize, but the best so far is kept: no need to evaluate again
             if label is not None:
                 self.alternatives.append(self._summary(label, self.best, note))
             return self.best_key, None
         clock = self.budget.clock
         t0 = clock()
-        ev = evaluate(self.problem, placement)
+        ev = evaluate(self.problem if problem is None else problem, placement)
         took = clock() - t0
         if took > self._eval_wall_s:
             self._eval_wall_s = took
