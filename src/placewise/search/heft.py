@@ -66,7 +66,7 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_right, insort
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from placewise.cost.model import Representation
@@ -243,15 +243,18 @@ _BLOCK = 64  # busy intervals per block of a lane (between _BLOCK and 2 * _BLOCK
 
 
 def heft_schedule(model: Model, *, throughput: bool = False,
-                  stop: Callable[[], bool] | None = None) -> HeftSchedule:
-    """HEFT's placement and its own schedule (see the module docstring)."""
+                  stop: Callable[[], bool] | None = None,
+                  ranks: Sequence[float] | None = None) -> HeftSchedule:
+    """HEFT's placement and its own schedule (see the module docstring). ``ranks``: the
+    priority of every vertex instead of its upward rank (e.g. another library's rank, to
+    compare; among the vertices whose predecessors are placed, the highest goes first)."""
     sp = model.space
     ed = model.edges
     comm = model.comm
     p = model.problem
     n = sp.n
     fit = _pair_fit(model)
-    rank = upward_ranks(model, fit)
+    rank = list(ranks) if ranks is not None else upward_ranks(model, fit)
     # a conservative estimate of each edge's crossing time between two devices (half the
     # fitted time at the tensor's smallest representation): a candidate whose finish is
     # already lost with these delays is not costed exactly
