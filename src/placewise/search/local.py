@@ -73,6 +73,8 @@ from placewise.search.space import MOVE_BASE_S, MOVE_VERTEX_S, Model
 __all__ = ["Estimator", "LocalOutcome", "WeightGuard", "local_search"]
 
 EXACT_MAX = 300  # vertices up to which every move is scored by the scheduler
+TIE = 0.01  # weight of the mean exclusive occupancy in the estimated walk's score
+GUIDED = 0.3  # share of the estimated walk's moves aimed at the critical path or busiest device
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,156 +96,420 @@ class LocalOutcome:
 
 
 class Estimator:
-    """Incremental contention-free estimate of a placement (see the module docstring).
+    """Incremental contention-free estimate of a placement, and a bound on it that scores
+    most moves without touching the timeline (see the module docstring).
 
-    ``value()`` is, for latency, the larger of the longest path (``Model.makespan_s``) and
-    the busiest exclusive resource; for throughput, the busiest resource (``Model.loads``).
+    ``value()`` is, for latency, the larger of the longest path (``Model.makespan_s``:
+    ``span``) and the busiest exclusive resource; for throughput, the busiest resource.
+    Occupancy counts every tensor copy once per (tensor, source, representation,
+    destination, representation), as the scheduler sends a copy once to every device that
+    reads it; so, where no copy shares a route's first hops or a conversion with another
+    (one hop per route, one precision per tensor), ``value()`` never exceeds the scheduler's
+    makespan (checked by the tests). ``fin``/``endt``: each vertex's finish and end (its
+    outputs on the host); ``bl``: its bottom level (from its start to the end of the
+    longest path through it), refreshed lazily.
+
     ``apply({vertex: candidate})`` returns ``(value, undo)``; ``revert(undo)`` restores.
+    ``propose(moves, limit)`` returns ``(score, applied)``: the move is applied (and kept)
+    only if its value is at most ``limit``; else ``score`` is its value or a lower bound of
+    it above ``limit``, and nothing changes. A move of one vertex off the longest paths is
+    scored exactly from its neighbours (``through``); a move on them, or of several vertices,
+    first by its occupancy (a bound), then by re-timing downstream of it, stopping where
+    finish times do not change.
     """
 
     def __init__(self, model: Model, choice: Sequence[int], *, throughput: bool) -> None:
         self.m = model
         self.throughput = throughput
         self.touched = 0
+        self.full_scores = 0  # moves re-timed (the rest were scored from neighbours)
         self.reset(choice)
+
+    # -- building blocks -------------------------------------------------------------------
+    def _edge_info(self, e: int, ku: int, kv: int
+                   ) -> tuple[tuple[str, str, int, str, int], float]:
+        """Edge ``e``'s copy key and delay with its ends as candidates ``ku`` and ``kv``."""
+        key = (e, ku, kv)
+        got = self._einfo.get(key)
+        if got is None:
+            m = self.m
+            ed = m.edges
+            t = ed.tensor[e]
+            d0, r0 = m._src(ed.src[e], ku, t)
+            d1, r1 = m._src(ed.dst[e], kv, t)
+            got = ((t, d0, r0, d1, r1), m.comm.copy_s(t, d0, r0, d1, r1))
+            self._einfo[key] = got
+        return got
+
+    def _own(self, i: int, k: int, sign: float) -> None:
+        """Add (``sign`` +1) or remove (-1) vertex ``i``'s compute task and the trips of
+        its graph inputs and outputs, as candidate ``k``."""
+        m = self.m
+        sp = m.space
+        comm = m.comm
+        load = self.load
+        for r, s in comm.vertex_parts(sp.cands[i][k].device, sp.cost_s[i][k],
+                                      sp.mem_bytes[i][k]):
+            load[r] += sign * s
+        p = m.problem
+        ed = m.edges
+        for t in ed.reads[i]:
+            d1, r1 = m._src(i, k, t)
+            self._copy((t, p.host, p.natural_rid[t], d1, r1), sign)
+        for t in ed.delivers[i]:
+            d0, r0 = m._src(i, k, t)
+            self._copy((t, d0, r0, p.host, p.natural_rid[t]), sign)
+
+    def _edge(self, e: int, sign: float) -> None:
+        ed = self.m.edges
+        u, v = ed.src[e], ed.dst[e]
+        ch = self.choice
+        self._copy(self._edge_info(e, ch[u], ch[v])[0], sign)
+
+    def _copy(self, key: tuple[str, str, int, str, int], sign: float) -> None:
+        if key[1] == key[3] and key[2] == key[4]:
+            return
+        refs = self.refs
+        n = refs.get(key, 0)
+        if sign > 0:
+            refs[key] = n + 1
+            if n:
+                return
+        else:
+            if n > 1:
+                refs[key] = n - 1
+                return
+            del refs[key]
+        load = self.load
+        for r, s in self.m.comm.copy(*key)[1]:
+            load[r] += sign * s
+
+    def _move_loads(self, moves: dict[int, int]) -> dict[int, int]:
+        """Set the moved vertices' candidates, updating occupancy; returns the old ones."""
+        ed = self.m.edges
+        ch = self.choice
+        edges: dict[int, None] = {}
+        for v in moves:
+            for e in ed.e_in[v]:
+                edges[e] = None
+            for e in ed.e_out[v]:
+                edges[e] = None
+        old = {v: ch[v] for v in moves}
+        for v in moves:
+            self._own(v, ch[v], -1.0)
+        for e in edges:
+            self._edge(e, -1.0)
+        m = self.m
+        cost = m.space.cost_s
+        for v, k in moves.items():
+            ch[v] = k
+            self.rel[v] = m.release(v, k)
+            self.tl[v] = m.tail(v, k)
+            self.cst[v] = cost[v][k]
+        for v, k in moves.items():
+            self._own(v, k, 1.0)
+        dly = self.dly
+        for e in edges:
+            self._edge(e, 1.0)
+            dly[e] = self._edge_info(e, ch[ed.src[e]], ch[ed.dst[e]])[1]
+        self.touched += len(moves) + len(edges)
+        return old
 
     def reset(self, choice: Sequence[int]) -> None:
         m = self.m
-        sp = m.space
         ed = m.edges
         self.choice = list(choice)
-        n = sp.n
+        n = m.space.n
+        ch = self.choice
+        self.rel = [m.release(i, ch[i]) for i in range(n)]
+        self.tl = [m.tail(i, ch[i]) for i in range(n)]
+        self.cst = [m.space.cost_s[i][ch[i]] for i in range(n)]
+        self._einfo: dict[tuple[int, int, int], tuple[tuple[str, str, int, str, int], float]] = (
+            getattr(self, "_einfo", {}))
+        self.dly = [self._edge_info(e, ch[ed.src[e]], ch[ed.dst[e]])[1]
+                    for e in range(len(ed.src))]
         self.fin = [0.0] * n
         self.endt = [0.0] * n
         for i in range(n):
             self._finish(i)
-        lanes = m.comm.res_lanes
-        load = [0.0] * m.comm.n_resources
+        self.span = max(self.endt, default=0.0)
+        self.bl = [0.0] * n
+        for i in range(n - 1, -1, -1):
+            self.bl[i] = self._bottom(i)
+        self._stale: set[int] = set()
+        self.load = [0.0] * m.comm.n_resources
+        self.refs: dict[tuple[str, str, int, str, int], int] = {}
         for i in range(n):
-            for r, s in m.io_parts(i, self.choice[i]):
-                load[r] += s
+            self._own(i, self.choice[i], 1.0)
         for e in range(len(ed.src)):
-            for r, s in m.delay_parts(e, self.choice[ed.src[e]], self.choice[ed.dst[e]]):
-                load[r] += s
-        self.load = load
-        self.lanes = lanes
-        self.touched += n + len(ed.src)
+            self._edge(e, 1.0)
+        self.lanes = m.comm.res_lanes
+        self.touched += 3 * n + 2 * len(ed.src)
 
     def _finish(self, i: int) -> bool:
-        m = self.m
-        ed = m.edges
-        k = self.choice[i]
-        s = m.release(i, k)
+        ed = self.m.edges
+        s = self.rel[i]
         fin = self.fin
-        ch = self.choice
+        dly = self.dly
+        src = ed.src
         for e in ed.e_in[i]:
-            u = ed.src[e]
-            t = fin[u] + m.delay(e, ch[u], k)
+            t = fin[src[e]] + dly[e]
             if t > s:
                 s = t
-        f = s + m.space.cost_s[i][k]
+        f = s + self.cst[i]
         changed = f != fin[i]
         fin[i] = f
-        self.endt[i] = f + m.tail(i, k)
+        self.endt[i] = f + self.tl[i]
         return changed
 
-    def value(self) -> float:
+    def _bottom(self, i: int) -> float:
+        ed = self.m.edges
+        b = self.tl[i]
+        bl = self.bl
+        dly = self.dly
+        dst = ed.dst
+        for e in ed.e_out[i]:
+            t = dly[e] + bl[dst[e]]
+            if t > b:
+                b = t
+        return self.cst[i] + b
+
+    def _refresh(self) -> None:
+        """Bring the bottom levels up to date (from the vertices moved since)."""
+        if not self._stale:
+            return
+        preds = self.m.problem.preds
+        heap = [-i for i in self._stale]
+        heapq.heapify(heap)
+        seen = set(self._stale)
+        forced = self._stale
+        bl, tl, cst, dly = self.bl, self.tl, self.cst, self.dly
+        ed = self.m.edges
+        e_out, dst = ed.e_out, ed.dst
+        pop, push = heapq.heappop, heapq.heappush
+        touched = 0
+        while heap:
+            i = -pop(heap)
+            b = tl[i]
+            outs = e_out[i]
+            for e in outs:
+                t = dly[e] + bl[dst[e]]
+                if t > b:
+                    b = t
+            b += cst[i]
+            touched += 1 + len(outs)
+            if b != bl[i] or i in forced:
+                bl[i] = b
+                for q in preds[i]:
+                    if q not in seen:
+                        seen.add(q)
+                        push(heap, -q)
+        self._stale = set()
+        self.touched += touched
+
+    def _seed(self, moves: dict[int, int]) -> None:
+        preds = self.m.problem.preds
+        for v in moves:
+            self._stale.add(v)
+            self._stale.update(preds[v])
+
+    def load_value(self, *, exclusive_only: bool) -> float:
         comm = self.m.comm
-        if self.throughput:
-            return max(x / self.lanes[r] for r, x in enumerate(self.load))
         worst = 0.0
+        lanes = self.lanes
+        for r, x in enumerate(self.load):
+            if exclusive_only and not comm.res_exclusive[r]:
+                continue
+            v = x / lanes[r]
+            if v > worst:
+                worst = v
+        return worst
+
+    def value(self) -> float:
+        if self.throughput:
+            return self.load_value(exclusive_only=False)
+        return max(self.load_value(exclusive_only=True), self.span)
+
+    def score(self) -> float:
+        """What the walk minimizes: ``value()`` plus ``TIE`` times the mean occupancy of
+        the exclusive resources (total busy time: less communication, faster devices), so
+        that among placements of equal value the one doing less work wins; most moves off
+        the longest path leave the value unchanged, and without this they would all be
+        taken (each re-timing its downstream)."""
+        if self.throughput:
+            return self.value()
+        return self.value() + self._tie()
+
+    def _tie(self) -> float:
+        comm = self.m.comm
+        tot = 0.0
+        cnt = 0
         for r, x in enumerate(self.load):
             if comm.res_exclusive[r]:
-                v = x / self.lanes[r]
-                if v > worst:
-                    worst = v
-        return max(worst, max(self.endt, default=0.0))
+                tot += x / self.lanes[r]
+                cnt += 1
+        return TIE * tot / max(1, cnt)
 
-    def apply(self, moves: dict[int, int]) -> tuple[float, list[tuple[int, ...]]]:
+    def through(self, v: int, k: int) -> float:
+        """The longest path through vertex ``v`` given candidate ``k`` (the rest as now)."""
         m = self.m
         ed = m.edges
         ch = self.choice
-        load = self.load
-        undo: list[tuple[int, ...]] = []
-        edges: dict[int, None] = {}
-        for v in moves:
-            for e in ed.e_in[v]:
-                edges[e] = None
-            for e in ed.e_out[v]:
-                edges[e] = None
-        for v in moves:
-            for r, s in m.io_parts(v, ch[v]):
-                load[r] -= s
-        for e in edges:
-            for r, s in m.delay_parts(e, ch[ed.src[e]], ch[ed.dst[e]]):
-                load[r] -= s
-        for v, k in moves.items():
-            undo.append((0, v, ch[v]))
-            ch[v] = k
-        for v in moves:
-            for r, s in m.io_parts(v, ch[v]):
-                load[r] += s
-        for e in edges:
-            for r, s in m.delay_parts(e, ch[ed.src[e]], ch[ed.dst[e]]):
-                load[r] += s
-        undo.append((1, *moves.keys()))
-        # finish times downstream, in topological (index) order, cut where unchanged
-        succs = m.problem.succs
+        fin = self.fin
+        bl = self.bl
+        s = m.release(v, k)
+        for e in ed.e_in[v]:
+            u = ed.src[e]
+            t = fin[u] + self._edge_info(e, ch[u], k)[1]
+            if t > s:
+                s = t
+        b = m.tail(v, k)
+        for e in ed.e_out[v]:
+            w = ed.dst[e]
+            t = self._edge_info(e, k, ch[w])[1] + bl[w]
+            if t > b:
+                b = t
+        self.touched += 1 + len(ed.e_in[v]) + len(ed.e_out[v])
+        return s + m.space.cost_s[v][k] + b
+
+    # -- moves -----------------------------------------------------------------------------
+    def _retime(self, moves: dict[int, int], undo: list[tuple[int, ...]]) -> None:
+        """Finish times downstream of the moved vertices, in topological (index) order, cut
+        where unchanged; the span updated."""
+        succs = self.m.problem.succs
         heap = list(moves)
         heapq.heapify(heap)
         seen = set(heap)
         fin, endt = self.fin, self.endt
+        rel, tl, cst, dly = self.rel, self.tl, self.cst, self.dly
+        ed = self.m.edges
+        e_in, src = ed.e_in, ed.src
+        pop, push = heapq.heappop, heapq.heappush
+        span = self.span
+        lost = False  # a vertex that ended at the span now ends earlier
+        top = 0.0
         touched = 0
-        e_in = ed.e_in
         while heap:
-            i = heapq.heappop(heap)
-            touched += 1 + len(e_in[i])  # the vertex and the edges its finish reads
+            i = pop(heap)
+            ins = e_in[i]
+            touched += 1 + len(ins)
             old_f, old_e = fin[i], endt[i]
-            changed = self._finish(i)
-            if changed or endt[i] != old_e:
+            st = rel[i]
+            for e in ins:
+                t = fin[src[e]] + dly[e]
+                if t > st:
+                    st = t
+            f = st + cst[i]
+            en = f + tl[i]
+            changed = f != old_f
+            if changed or en != old_e:
+                fin[i] = f
+                endt[i] = en
                 undo.append((2, i, old_f, old_e))  # type: ignore[arg-type]
+                if old_e >= span and en < old_e:
+                    lost = True
+                if en > top:
+                    top = en
             if changed or i in moves:
-                for s in succs[i]:
-                    if s not in seen:
-                        seen.add(s)
-                        heapq.heappush(heap, s)
-        self.touched += touched + len(edges)
+                for x in succs[i]:
+                    if x not in seen:
+                        seen.add(x)
+                        push(heap, x)
+        undo.append((3, span))  # type: ignore[arg-type]
+        self.span = max(endt, default=0.0) if lost else max(span, top)
+        self.touched += touched + (len(endt) if lost else 0)
+        self.full_scores += 1
+
+    def apply(self, moves: dict[int, int]) -> tuple[float, list[tuple[int, ...]]]:
+        old = self._move_loads(moves)
+        undo: list[tuple[int, ...]] = [(0, v, k) for v, k in old.items()]
+        self._retime(moves, undo)
+        self._seed(moves)
         return self.value(), undo
 
     def revert(self, undo: list[tuple[int, ...]]) -> None:
-        m = self.m
-        ed = m.edges
-        ch = self.choice
-        load = self.load
-        moved: tuple[int, ...] = ()
-        for item in undo:
-            if item[0] == 1:
-                moved = item[1:]
-        edges: dict[int, None] = {}
-        for v in moved:
-            for e in ed.e_in[v]:
-                edges[e] = None
-            for e in ed.e_out[v]:
-                edges[e] = None
-        for v in moved:
-            for r, s in m.io_parts(v, ch[v]):
-                load[r] -= s
-        for e in edges:
-            for r, s in m.delay_parts(e, ch[ed.src[e]], ch[ed.dst[e]]):
-                load[r] -= s
-        for item in undo:
-            if item[0] == 0:
-                ch[item[1]] = item[2]
-        for v in moved:
-            for r, s in m.io_parts(v, ch[v]):
-                load[r] += s
-        for e in edges:
-            for r, s in m.delay_parts(e, ch[ed.src[e]], ch[ed.dst[e]]):
-                load[r] += s
+        old = {item[1]: item[2] for item in undo if item[0] == 0}
+        self._move_loads(old)
+        self._seed(old)
         for item in reversed(undo):
             if item[0] == 2:
                 self.fin[item[1]] = item[2]
                 self.endt[item[1]] = item[3]
+            elif item[0] == 3:
+                self.span = item[1]
+
+    def propose(self, moves: dict[int, int], limit: float) -> tuple[float, bool]:
+        """Score a move against ``limit`` (see the class docstring)."""
+        self._refresh()
+        if self.throughput:
+            old = self._move_loads(moves)
+            val = self.load_value(exclusive_only=False)
+            if val > limit:
+                self._move_loads(old)
+                return val, False
+            undo: list[tuple[int, ...]] = []
+            self._retime(moves, undo)
+            self._seed(moves)
+            return val, True
+        single = len(moves) == 1
+        off_path = False
+        thr = 0.0
+        if single:
+            ((v, k),) = moves.items()
+            span = self.span
+            thr = self.through(v, k)
+            # the longest path through v now: its start plus its bottom level
+            off_path = (self.fin[v] - self.cst[v] + self.bl[v]) < span * (1.0 - 1e-12)
+            if thr > limit:
+                return thr, False
+        old = self._move_loads(moves)
+        lv = self.load_value(exclusive_only=True)
+        tie = self._tie()
+        if off_path:
+            val = max(lv, self.span, thr) + tie  # exact: the paths avoiding v keep the span
+            if val > limit:
+                self._move_loads(old)
+                return val, False
+            undo = []
+            self._retime(moves, undo)
+            self._seed(moves)
+            self.full_scores -= 1
+            return self.score(), True
+        if lv + tie > limit:
+            self._move_loads(old)
+            return lv + tie, False
+        undo = [(0, v, k) for v, k in old.items()]
+        self._retime(moves, undo)
+        val = self.value() + tie
+        if val > limit:
+            self.revert(undo)
+            return val, False
+        self._seed(moves)
+        return val, True
+
+    def critical_path(self) -> list[int]:
+        """The vertices of one longest path (contention-free), last first."""
+        ed = self.m.edges
+        fin, endt = self.fin, self.endt
+        if not endt:
+            return []
+        i = endt.index(max(endt))
+        path = [i]
+        tol = 1e-12 * max(self.span, 1e-30)
+        while True:
+            start = fin[i] - self.cst[i]
+            nxt = -1
+            for e in ed.e_in[i]:
+                u = ed.src[e]
+                if fin[u] + self.dly[e] >= start - tol:
+                    nxt = u
+                    break
+            if nxt < 0:
+                break
+            path.append(nxt)
+            i = nxt
+        self.touched += 3 * len(path)
+        return path
 
 
 class WeightGuard:
@@ -429,6 +695,38 @@ class _Moves:
         return "random", {v: k}
 
 
+def _guided(est: Estimator, rng: random.Random, path: list[int]) -> tuple[str, dict[int, int]]:
+    """A move aimed at what bounds the estimate: when the busiest exclusive resource is a
+    device above the longest path, a vertex off it (to the candidate elsewhere with the
+    shortest path through it); else a vertex of the longest path to its candidate with the
+    shortest path through it."""
+    m = est.m
+    sp = m.space
+    ch = est.choice
+    n_dev = len(sp.devices)
+    worst, busiest = -1.0, -1
+    for r in range(n_dev):
+        x = est.load[r] / est.lanes[r]
+        if x > worst:
+            worst, busiest = x, r
+    if worst > est.span:
+        for _ in range(16):
+            v = rng.randrange(sp.n)
+            if sp.cand_dev[v][ch[v]] == busiest and len(sp.cands[v]) > 1:
+                ks = [k for k, d in enumerate(sp.cand_dev[v]) if d != busiest]
+                if ks:
+                    k = min(ks, key=lambda k: (est.through(v, k), k))
+                    return "balance", {v: k}
+        return "none-guided", {}
+    cands = [v for v in path if len(sp.cands[v]) > 1]
+    if not cands:
+        return "none-guided", {}
+    v = rng.choice(cands)
+    ks = [k for k in range(len(sp.cands[v])) if k != ch[v]]
+    k = min(ks, key=lambda k: (est.through(v, k), k))
+    return "critical", {v: k}
+
+
 def _worse(new: RankKey, cur: RankKey) -> float:
     """Relative worsening of ``new`` against ``cur`` (<= 0: not worse)."""
     if new[0] != cur[0]:
@@ -442,7 +740,8 @@ def local_search(model: Model, tracker: Tracker,
                  starts: Sequence[tuple[str, Sequence[int]] | tuple[str, Sequence[int], RankKey]],
                  *, seed: int = 0, exact_max: int = EXACT_MAX, check_every: int = 200,
                  patience: int | None = None, t_start: float = 0.02, t_end: float = 1e-4,
-                 max_stale: int = 3) -> LocalOutcome:
+                 max_stale: int = 3, guided: float = GUIDED, check_share: float = 1.0
+                 ) -> LocalOutcome:
     """Run the walk from ``starts`` ((label, candidate indexes[, rank key if already
     scored]), best first) until the tracker's budget is spent (see the module docstring)."""
     sp = model.space
@@ -469,7 +768,7 @@ def local_search(model: Model, tracker: Tracker,
     est = None if exact else Estimator(model, cur, throughput=throughput)
     guard = WeightGuard(model, cur)
     rejected_memory = 0
-    est_val = est.value() if est else 0.0
+    est_val = est.score() if est else 0.0
     since_best = 0
     since_check = 0
     next_start = 1
@@ -478,11 +777,18 @@ def local_search(model: Model, tracker: Tracker,
     converged = False
     last_touched = 0  # the estimator's construction is charged with the first move
     clock = budget.clock
+    path: list[int] | None = None  # the estimator's critical path (None: to recompute)
+    check_spent = budget.spent_s()
     move_wall = 0.0  # the slowest estimated move so far (wall seconds; it cannot be cut)
     while not budget.exhausted():
         frac = min(1.0, (budget.spent_s() - start_used) / span)
         temp = t_start * (t_end / t_start) ** frac
-        kind, mv = moves.draw(cur)
+        if est is not None and moves.movable and rng.random() < guided:
+            if path is None:
+                path = est.critical_path()
+            kind, mv = _guided(est, rng, path)
+        else:
+            kind, mv = moves.draw(cur)
         if not mv:
             budget.charge(MOVE_VERTEX_S)
             if kind == "none":
@@ -521,29 +827,33 @@ def local_search(model: Model, tracker: Tracker,
                 since_best += 1
         else:
             assert est is not None
-            before = {v: est.choice[v] for v in mv}
             t_move = clock()
-            val, undo = est.apply(mv)
+            # accepted iff its relative worsening w satisfies w <= -T ln u (u uniform): the
+            # Metropolis rule, decided against a limit so that the estimator can stop early
+            u = rng.random()
+            limit = est_val * (1.0 - temp * math.log(u)) if u > 0.0 else math.inf
+            val, ok = est.propose(mv, limit)
             took = clock() - t_move
             if took > move_wall:
                 move_wall = took
             tracker.estimates += 1
-            budget.charge(MOVE_BASE_S + 1e-8 * sp.n
-                          + MOVE_VERTEX_S * (est.touched - last_touched))
+            budget.charge(MOVE_BASE_S + MOVE_VERTEX_S * (est.touched - last_touched))
             last_touched = est.touched
-            w = (val - est_val) / est_val if est_val > 0 else (0.0 if val <= est_val else 1.0)
-            if w <= 0.0 or rng.random() < math.exp(-w / temp):
+            if ok:
                 accepted += 1
                 est_val = val
                 cur = est.choice
+                path = None
             else:
-                est.revert(undo)
-                guard.undo(est.choice, {v: k for v, k in mv.items() if before[v] != k})
+                guard.undo(est.choice, mv)
             since_check += 1
             since_best += 1
-            if since_check >= check_every:
+            if since_check >= check_every and (
+                    budget.spent_s() - check_spent >= check_share * tracker.eval_work_s):
                 since_check = 0
                 key, _ = tracker.evaluate(sp.placement(est.choice))
+                check_spent = budget.spent_s()
+                path = None
                 evals += 1
                 if key < best_key:
                     best_key, best = key, tuple(est.choice)
@@ -551,7 +861,8 @@ def local_search(model: Model, tracker: Tracker,
                 elif _worse(key, best_key) > 0.0:
                     est.reset(best)
                     guard.reset(best)
-                    est_val = est.value()
+                    path = None
+                    est_val = est.score()
                     budget.charge(MOVE_VERTEX_S * (est.touched - last_touched))
                     last_touched = est.touched
                 cur = est.choice
@@ -576,7 +887,8 @@ def local_search(model: Model, tracker: Tracker,
             else:
                 assert est is not None
                 est.reset(cur)
-                est_val = est.value()
+                path = None
+                est_val = est.score()
                 budget.charge(MOVE_VERTEX_S * (est.touched - last_touched))
                 last_touched = est.touched
                 cur = est.choice

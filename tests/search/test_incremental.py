@@ -1,0 +1,126 @@
+"""Incremental evaluation in local search: the estimator's moves agree with a full
+recompute, its bound holds against the scheduler, and search never returns worse than its
+starts."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from placewise.schedule import Objective, evaluate
+from placewise.search import plan_search
+from placewise.search.local import Estimator, local_search
+from placewise.search.result import Tracker
+from placewise.search.space import Budget, Model, SearchSpace
+from placewise.units import DType
+from tests.search.helpers import task_problem, three_devices
+
+F32 = [DType.FP32]
+_FAST = settings(max_examples=12, deadline=None,
+                 suppress_health_check=[HealthCheck.too_slow])
+
+
+def _model(kind: str, n: int, seed: int, dtypes: list[DType] | None = None) -> Model:
+    return Model(SearchSpace(task_problem(kind, n, seed, three_devices()), dtypes))
+
+
+def _same(est: Estimator, throughput: bool) -> None:
+    """``est`` agrees with an estimator built from scratch on its placement."""
+    full = Estimator(est.m, est.choice, throughput=throughput)
+    est._refresh()
+    assert est.value() == pytest.approx(full.value(), rel=1e-9)
+    assert est.score() == pytest.approx(full.score(), rel=1e-9)
+    assert est.span == pytest.approx(full.span, rel=1e-9)
+    assert est.fin == pytest.approx(full.fin, rel=1e-9)
+    assert est.bl == pytest.approx(full.bl, rel=1e-9)
+    assert est.load == pytest.approx(full.load, rel=1e-9, abs=1e-12)
+    assert est.refs == full.refs
+
+
+@_FAST
+@given(kind=st.sampled_from(["layered", "fork-join", "chain"]), n=st.integers(3, 24),
+       seed=st.integers(0, 10_000), throughput=st.booleans())
+def test_proposed_moves_agree_with_a_full_recompute(kind: str, n: int, seed: int,
+                                                    throughput: bool) -> None:
+    model = _model(kind, n, seed)
+    sp = model.space
+    rng = random.Random(seed)
+    est = Estimator(model, [rng.randrange(len(c)) for c in sp.cands], throughput=throughput)
+    for _ in range(25):
+        size = 1 if rng.random() < 0.6 else rng.randint(2, 4)
+        mv = {v: rng.randrange(len(sp.cands[v]))
+              for v in rng.sample(range(sp.n), min(size, sp.n))}
+        mv = {v: k for v, k in mv.items() if k != est.choice[v]}
+        if not mv:
+            continue
+        moved = list(est.choice)
+        for v, k in mv.items():
+            moved[v] = k
+        truth = Estimator(model, moved, throughput=throughput).score()
+        before = list(est.choice)
+        limit = rng.choice([math.inf, est.score(), est.score() * (1 + rng.random() * 0.05),
+                            est.score() * 0.97])
+        score, applied = est.propose(mv, limit)
+        if applied:
+            assert est.choice == moved and score <= limit
+            assert score == pytest.approx(truth, rel=1e-9)
+        else:
+            # a rejection is decided by the exact score or by a lower bound of it
+            assert est.choice == before and score > limit
+            assert score <= truth * (1 + 1e-9)
+        _same(est, throughput)
+        if rng.random() < 0.3:  # the older apply/revert pair agrees too
+            _val, undo = est.apply(mv) if not applied else est.apply(
+                {v: before[v] for v in mv})
+            _same(est, throughput)
+            est.revert(undo)
+            _same(est, throughput)
+
+
+@_FAST
+@given(kind=st.sampled_from(["layered", "fork-join"]), n=st.integers(2, 20),
+       seed=st.integers(0, 10_000))
+def test_the_estimate_bounds_the_scheduler(kind: str, n: int, seed: int) -> None:
+    # one precision per tensor and one hop per route: every copy is counted once, so the
+    # estimate (longest path, busiest exclusive resource) is a lower bound of the makespan
+    model = _model(kind, n, seed, F32)
+    sp = model.space
+    prob = sp.problem
+    rng = random.Random(seed)
+    for _ in range(4):
+        ch = [rng.randrange(len(c)) for c in sp.cands]
+        est = Estimator(model, ch, throughput=False)
+        ev = evaluate(prob, sp.placement(ch))
+        assert est.value() <= ev.schedule.makespan_s * (1 + 1e-9)
+        assert est.span == pytest.approx(model.makespan_s(ch), rel=1e-9)
+
+
+@_FAST
+@given(kind=st.sampled_from(["layered", "fork-join"]), n=st.integers(4, 30),
+       seed=st.integers(0, 10_000), guided=st.sampled_from([0.0, 0.3, 1.0]))
+def test_estimated_search_never_returns_worse_than_its_starts(kind: str, n: int, seed: int,
+                                                              guided: float) -> None:
+    model = _model(kind, n, seed)
+    sp = model.space
+    prob = sp.problem
+    tr = Tracker(prob, Objective.LATENCY, Budget(0.05))
+    rng = random.Random(seed)
+    starts = [(f"s{i}", [rng.randrange(len(c)) for c in sp.cands]) for i in range(2)]
+    keys = [tr.evaluate(sp.placement(ch))[0] for _, ch in starts]
+    out = local_search(model, tr, starts, seed=seed, exact_max=0, check_every=5,
+                       guided=guided)
+    assert out.key <= min(keys)
+    assert tr.evaluate(sp.placement(out.choice))[0] == out.key  # a scheduler score
+
+
+def test_auto_keeps_heft_as_a_start_on_a_graph_searched_by_estimate() -> None:
+    prob = task_problem("layered", 320, 1, three_devices(), edge_bytes=3e6)
+    r = plan_search(prob, strategy="auto", time_limit_s=6.0, seed=0, dtypes=["fp32"])
+    heft = [a.objective_s for a in r.alternatives if a.label == "heft"]
+    assert heft, "HEFT was scored"
+    assert r.objective_s <= min(heft)
+    assert any(a.label == "local" for a in r.alternatives)
