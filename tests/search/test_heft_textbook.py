@@ -7,12 +7,12 @@ import random
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from placewise.check import Severity, check_plan
 from placewise.cost.roofline import RooflineModel
-from placewise.errors import InputError
+from placewise.errors import Infeasible, InputError
 from placewise.graph.taskgraph import parse_taskgraph
 from placewise.hardware.spec import Machine
 from placewise.plan import build_plan
@@ -21,7 +21,8 @@ from placewise.search import plan_search
 from placewise.search.heft import _Lane, heft_schedule, replay_late, upward_ranks
 from placewise.search.space import Model, SearchSpace
 from placewise.units import DType
-from tests.schedule.helpers import check_schedule
+from tests.schedule.helpers import check_schedule, random_machines
+from tests.search.helpers import task_problem
 
 # the paper's Fig. 2: computation cost of each task on P1, P2, P3, and the edges' costs
 W = {1: (14, 16, 9), 2: (13, 19, 18), 3: (11, 13, 19), 4: (13, 8, 17), 5: (12, 13, 10),
@@ -105,7 +106,7 @@ def test_exclusive_links_make_heft_reschedule_and_say_so() -> None:
     model = Model(SearchSpace(prob, [DType.FP32]))
     out = heft_schedule(model)
     replayed = evaluate(prob.released(out.release_s(prob.vertex_names)), out.placement)
-    assert replay_late(out, replayed.schedule, prob.vertex_index) > 0
+    assert replay_late(out, replayed.schedule, prob.vertex_index)[0] > 0
     check_schedule(prob, replayed.schedule)  # late, but a valid schedule of this model
     plain = evaluate(prob, out.placement)
     r = plan_search(prob, strategy="heft", time_limit_s=30.0)
@@ -148,3 +149,24 @@ def test_lane_insertion_finds_the_earliest_gap_like_a_full_scan(seed: int, count
         assert got == t
         lane.add(got, got + dur)
         busy.append((got, got + dur))
+
+
+@settings(max_examples=10, deadline=None)
+@given(random_machines(), st.integers(0, 1000), st.sampled_from(["layered", "fork-join"]))
+def test_the_replay_of_heft_is_a_valid_schedule_never_early(m: Machine, seed: int,
+                                                            kind: str) -> None:
+    prob = task_problem(kind, 12, seed, m, edge_bytes=3e3)
+    try:
+        model = Model(SearchSpace(prob))
+    except Infeasible:  # a machine whose memory is too small for some vertex anywhere
+        assume(False)
+        return
+    out = heft_schedule(model)
+    released = prob.released(out.release_s(prob.vertex_names))
+    s = evaluate(released, out.placement).schedule
+    check_schedule(released, s)
+    for v in prob.vertices:
+        assert s.task(v.name).start_s >= out.start_s[v.index] * (1 - 1e-12)
+    late, over = replay_late(out, s, prob.vertex_index)
+    if not late and not over:
+        assert s.makespan_s == pytest.approx(out.makespan_s, rel=1e-9)

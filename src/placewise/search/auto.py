@@ -212,23 +212,25 @@ class Context:
         replay = prob.released(out.release_s(prob.vertex_names))
         key, ev = self.score("heft", out.choice, "HEFT's own insertion schedule", replay)
         assert ev is not None  # a variant problem is never memoized
-        late = replay_late(out, ev.schedule, prob.vertex_index)
-        if not late:
+        late, over = replay_late(out, ev.schedule, prob.vertex_index)
+        if not late and not over:
             tr.note(f"heft: HEFT's own insertion schedule kept (makespan "
                     f"{ev.makespan_s:.6g} s, every task at HEFT's start time)")
-        elif not tr.can_evaluate():
+            return tuple(out.choice)
+        why = (f"{late} of {sp.n} compute tasks start later than HEFT says" if late else
+               "graph outputs reach the host later than HEFT says")
+        if not tr.can_evaluate():
             tr.note(f"heft: HEFT's own schedule is not valid under the machine's resource "
-                    f"model ({late} of {sp.n} compute tasks start later than HEFT says); "
-                    f"kept as the scheduler replays it: no time left to reschedule")
+                    f"model ({why}); kept as the scheduler replays it: no time left to "
+                    f"reschedule")
         else:
             key2, _ = self.score("heft", out.choice, "rescheduled by the list scheduler",
                                  prob)
             which = ("the rescheduled one" if key2 < key else
                      "HEFT's, as the scheduler replays it")
             tr.note(f"heft: HEFT's own schedule is not valid under the machine's resource "
-                    f"model ({late} of {sp.n} compute tasks start later than HEFT says: "
-                    f"exclusive links, conversions on compute lanes or shared bandwidth); "
-                    f"rescheduled by the list scheduler: kept {which} (replayed "
+                    f"model ({why}: exclusive links, conversions on compute lanes or shared "
+                    f"bandwidth); rescheduled by the list scheduler: kept {which} (replayed "
                     f"{tr.score_of(key):.6g} s, rescheduled {tr.score_of(key2):.6g} s)")
         return tuple(out.choice)
 

@@ -29,7 +29,7 @@ conversions are delays. The ``heft`` strategy (``placewise.search.auto``) scores
 (``Problem.released``), so every task starts at HEFT's time wherever the machine's
 resource model agrees. Where it does not (exclusive links queueing transfers, conversions
 taking compute lanes, shared bandwidth slowing tasks), ``replay_late`` counts the tasks
-that started late; the strategy then also reschedules the placement with the list
+that started late (and says whether the run ended after HEFT's makespan); the strategy then also reschedules the placement with the list
 scheduler, keeps the better of the two and says so in its notes.
 
 A candidate whose finish, with half the fitted crossing times and a free lane, already
@@ -382,10 +382,13 @@ def heft_placement(model: Model, *, throughput: bool = False) -> Placement:
     return heft_schedule(model, throughput=throughput).placement
 
 
-def replay_late(out: HeftSchedule, sched: Schedule, vertex_index: Mapping[str, int]) -> int:
-    """How many compute tasks of ``sched`` (the scheduler's replay of ``out`` with HEFT's
-    start times as release times) started later than HEFT's schedule says: 0 when HEFT's
-    own schedule is valid under the scheduler's resource model and was kept as it is."""
+def replay_late(out: HeftSchedule, sched: Schedule, vertex_index: Mapping[str, int]
+                ) -> tuple[int, bool]:
+    """How ``sched`` (the scheduler's replay of ``out`` with HEFT's start times as release
+    times) departs from HEFT's own schedule: the number of compute tasks that started later
+    than HEFT says, and whether the run ended later than HEFT's makespan (graph outputs
+    reaching the host late). ``(0, False)``: HEFT's schedule is valid under the scheduler's
+    resource model and was kept as it is."""
     tl = sched.timeline
     tol = 1e-9 * max(out.makespan_s, sched.makespan_s, 1e-12)
     late = 0
@@ -393,4 +396,4 @@ def replay_late(out: HeftSchedule, sched: Schedule, vertex_index: Mapping[str, i
     for v, kind, s in zip(tl.vertex, tl.kind, tl.start, strict=True):
         if v is not None and kind is compute and s > out.start_s[vertex_index[v]] + tol:
             late += 1
-    return late
+    return late, sched.makespan_s > out.makespan_s + tol
