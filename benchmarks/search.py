@@ -11,6 +11,8 @@ Suites (``--suite``):
   CPU, which computes only in fp32).
 - ``dags``: generated task graphs (chain, fork-join, layered, transformer) of 10, 30, 100
   and 1,000 ops on every preset and ``local``.
+- ``cli``: the wall time of the real ``placewise plan`` command at 1k-100k ops, against its
+  time limit (``benchmarks/search_cli.py``; results in ``benchmarks/results/search_cli.json``).
 - ``scale``: 10,000-op graphs (all four kinds) on ``h100-sxm-server`` and ``local`` with a
   10 s limit; 100,000-op graphs (layered, transformer) on ``h100-sxm-server`` with 120 s.
 
@@ -314,7 +316,8 @@ def _finite(x: Any) -> Any:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--suite", nargs="*", default=["zoo", "dags", "scale"],
-                    choices=["zoo", "dags", "scale"])
+                    choices=["zoo", "dags", "scale", "cli"],
+                    help="cli: the wall time of the real plan command (benchmarks/search_cli.py)")
     ap.add_argument("--zoo-limit", type=float, default=10.0)
     ap.add_argument("--dag-limit-small", type=float, default=10.0, help="graphs up to 30 ops")
     ap.add_argument("--dag-limit", type=float, default=5.0)
@@ -324,7 +327,14 @@ def main() -> None:
                     help="run only the cases whose id (case|machine|objective) contains one "
                          "of these")
     ap.add_argument("--table", metavar="FILE", help="print the tables of a results file")
-    args = ap.parse_args()
+    args, rest = ap.parse_known_args()
+    if args.suite == ["cli"]:  # its own options and results file (search_cli.json)
+        from search_cli import main as cli_main
+
+        cli_main(rest + (["--table", args.table] if args.table else []))
+        return
+    if rest:
+        ap.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.table:
         data = json.loads(Path(args.table).read_text())
         print(table(data["runs"]))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -104,18 +105,30 @@ def resolve_machine(ref: str, *, refresh: bool = False) -> Any:
     return load_machine(ref)
 
 
+class _Bar:
+    """Drives a rich progress bar: ``bar(label, fraction_done)``; ``bar.best(label,
+    objective_s)`` shows the best objective found so far beside it."""
+
+    def __init__(self, progress: Progress, task: Any, what: str) -> None:
+        self._progress = progress
+        self._task = task
+        self._what = what
+
+    def __call__(self, label: str, fraction: float) -> None:
+        self._progress.update(self._task, description=f"{self._what}: {label}",
+                              completed=max(0.0, min(1.0, fraction)))
+
+    def best(self, label: str, objective_s: float) -> None:
+        self._progress.update(self._task, best=f"best {format_seconds(objective_s)} ({label})")
+
+
 @contextmanager
-def _progress(what: str) -> Iterator[Callable[[str, float], None]]:
+def _progress(what: str) -> Iterator[_Bar]:
     """A rich progress bar on stderr driven by ``callback(label, fraction_done)``."""
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-               TimeElapsedColumn())
+               TimeElapsedColumn(), TextColumn("{task.fields[best]}"))
     with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as bar:
-        task = bar.add_task(what, total=1.0)
-
-        def cb(label: str, fraction: float) -> None:
-            bar.update(task, description=f"{what}: {label}", completed=max(0.0, min(1.0, fraction)))
-
-        yield cb
+        yield _Bar(bar, bar.add_task(what, total=1.0, best=""), what)
 
 
 def _table(title: str, columns: list[str], rows: list[list[Any]], *,
@@ -383,6 +396,15 @@ def profile(
 
 
 # ---- plan ----------------------------------------------------------------------------------
+_STARTED: list[float] = []  # perf_counter() at the process's start, set by main()
+
+
+def _command_start() -> float:
+    """``time.perf_counter()`` when this command began: the process's start when it runs
+    from ``main`` (the console entry: interpreter start-up and imports count), else now."""
+    return _STARTED[0] if _STARTED else time.perf_counter()
+
+
 def _build_problem(model: str, hw: str, shape: list[str] | None, batch: int | None,
                    calibration: Path | None, fuse_ops: bool) -> tuple[Any, Any]:
     from placewise.cost.load import load_cost_model
@@ -409,7 +431,7 @@ def plan(
     shape: Annotated[list[str] | None, typer.Option("--shape", help="Bind an input: NAME=DIMS")] = None,
     objective: Annotated[str, typer.Option(help="latency or throughput")] = "latency",
     strategy: Annotated[str, typer.Option(help="single:DEVICE, greedy, heft, dp, cpsat, local, auto")] = "auto",
-    time_limit: Annotated[float, typer.Option("--time-limit", help="Wall-clock limit of the search (s); results are reproducible while the work budget (half of it) ends the search")] = 10.0,
+    time_limit: Annotated[float | None, typer.Option("--time-limit", help="Wall-clock limit of the whole command (s): loading, search, building and writing the plan; default 4 s + 0.4 ms per op. Results are reproducible while the search's work budget ends it")] = None,
     calibration: Annotated[Path | None, typer.Option(help="Calibration JSON from `profile`")] = None,
     seed: Annotated[int, typer.Option(help="Seed of randomized searches")] = 0,
     no_fuse: Annotated[bool, typer.Option("--no-fuse", help="One vertex per op")] = False,
@@ -421,30 +443,61 @@ def plan(
     """Search placements and write a plan."""
     from placewise.plan import build_plan, save_plan
     from placewise.precision.evidence import plan_precision
-    from placewise.precision.policy import QualityBudget, parse_policy
-    from placewise.search.api import plan_search
+    from placewise.precision.policy import Policy, QualityBudget, parse_policy
+    from placewise.search.api import CommandBudget, minimum_time_s, parse_strategy, plan_search
 
+    start = _command_start()
     if objective not in ("latency", "throughput"):
         raise InputError(f"unknown objective {objective!r} (latency or throughput)",
                          place="--objective")
-    if time_limit <= 0:
+    if time_limit is not None and not time_limit > 0:
         raise InputError(f"time limit must be positive, got {time_limit}", place="--time-limit")
     policy = parse_policy(precision)
     budget = QualityBudget.parse(quality_budget)
     check_output_path(out_file, place="--out")
     problem, machine = _build_problem(model, hw, shape, batch, calibration, not no_fuse)
+    parse_strategy(strategy, problem.devices)  # refused before anything is printed
+    least = minimum_time_s(problem)
+    clock = CommandBudget.make(time_limit, ops=len(problem.graph.ops), start=start,
+                               least_s=least)
+    refusal = clock.too_short()
+    if refusal is not None:
+        raise refusal
+    loaded_s = clock.spent_s()
+    overrun = clock.overrun()
+    if not as_json:
+        out.print(clock.text())
+    # a policy that may lower precision searches more than once: each search gets half of
+    # what is left, so that the last still fits
+    share = 1.0 if policy is Policy.KEEP else 0.5
+    searched = [0.0]
     with _progress(f"searching ({strategy})") as cb:
         def search(prob: Any) -> Any:
-            return plan_search(prob, strategy=strategy, objective=objective,
-                               time_limit_s=time_limit, seed=seed, progress=cb)
+            limit_s, work_s, reserve_s = clock.search_limits(share)
+            t0 = time.perf_counter()
+            try:
+                return plan_search(prob, strategy=strategy, objective=objective,
+                                   time_limit_s=limit_s, work_limit_s=work_s,
+                                   reserve_s=reserve_s, seed=seed, progress=cb,
+                                   on_best=cb.best)
+            finally:
+                searched[0] += time.perf_counter() - t0
 
         outcome, record = plan_precision(problem, model, policy, budget, search,
                                          shapes=_parse_shapes(shape), batch=batch,
                                          inputs=inputs, progress=cb)
     result = outcome.result
+    t_build = time.perf_counter()
     p = build_plan(outcome.problem, result, model_ref=model, objective=objective,
                    strategy=strategy, seed=seed, precision=record)
+    t_write = time.perf_counter()
     save_plan(p, out_file)
+    t_end = time.perf_counter()
+    timing = {"time_limit_s": clock.limit_s, "default_limit": clock.default,
+              "ops": clock.ops, "load_s": round(loaded_s, 4),
+              "search_s": round(searched[0], 4), "build_s": round(t_write - t_build, 4),
+              "write_s": round(t_end - t_write, 4), "reserve_s": clock.reserve_s,
+              "total_s": round(t_end - start, 4), "overrun": overrun}
     summary = {
         "out": str(out_file),
         "strategy": result.strategy,
@@ -462,6 +515,7 @@ def plan(
         "cpsat_bound_s": result.cpsat_bound_s,
         "gap": result.gap,
         "machine": machine.name,
+        "timing": timing,
         "precision": {"policy": record["policy"], "budget": budget.text(),
                       "lowered": record["lowered"], "estimated": record["estimated"],
                       "fallback": record["fallback"], "inputs": record["inputs"]},
@@ -488,7 +542,9 @@ def plan(
             line += f"; kept for the budget: {', '.join(record['fallback'][:5])}"
     out.print(line)
     out.print(f"searched {result.candidates_evaluated} placements in "
-              f"{result.search_time_s:.2f} s; wrote {out_file}")
+              f"{result.search_time_s:.2f} s; built and wrote the plan in "
+              f"{timing['build_s'] + timing['write_s']:.2f} s ({clock.reserve_s:.3g} s kept); "
+              f"{timing['total_s']:.2f} s of the {clock.limit_s:.3g} s limit; wrote {out_file}")
 
 
 # ---- explain / trace / check --------------------------------------------------------------------
@@ -729,6 +785,9 @@ def _render_search(res: Any, machine_name: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: maps errors to exit statuses and one-line messages."""
     debug = os.environ.get("PLACEWISE_DEBUG") == "1"
+    # a real command line (no argv): the process's start counts against --time-limit, and
+    # the exit skips freeing the heap (seconds for a 100k-op plan)
+    _STARTED[:] = [_process_start()] if argv is None else []
     try:
         rv = app(args=argv, prog_name="placewise", standalone_mode=False)
     except UsageError as exc:
@@ -766,7 +825,36 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr.write(f"placewise: internal error: {type(exc).__name__}: "
                          f"{_one_line(str(exc))} (set PLACEWISE_DEBUG=1 for the traceback)\n")
         sys.exit(1)
-    sys.exit(rv if isinstance(rv, int) else 0)
+    code = rv if isinstance(rv, int) else 0
+    if argv is None:
+        _exit_now(code)
+    sys.exit(code)
+
+
+def _exit_now(code: int) -> None:
+    """Exit without tearing the heap down object by object: the streams are flushed and
+    the ``atexit`` handlers run, as ``sys.exit`` would."""
+    import atexit
+
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        return  # let sys.exit report it
+    atexit._run_exitfuncs()
+    os._exit(code)
+
+
+def _process_start() -> float:
+    """``time.perf_counter()`` at this process's start (now, if the system cannot say)."""
+    now = time.perf_counter()
+    try:
+        import psutil
+
+        age = time.time() - psutil.Process().create_time()
+    except Exception:  # pragma: no cover - no process table
+        return now
+    return now - min(max(0.0, age), 60.0)
 
 
 def _one_line(text: str) -> str:

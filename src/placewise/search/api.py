@@ -89,12 +89,20 @@ from placewise.search.space import (
 from placewise.units import DType, format_bytes
 
 __all__ = [
+    "DEFAULT_LIMIT_BASE_S",
+    "DEFAULT_LIMIT_OP_S",
+    "FINISH_BASE_S",
+    "FINISH_OP_S",
+    "LOAD_OP_S",
     "PLAN_BYTES_PER_OP",
     "SEARCH_BYTES_PER_VERTEX",
     "STRATEGIES",
     "WORK_SHARE",
+    "CommandBudget",
     "Strategy",
     "check_scale",
+    "default_time_limit_s",
+    "finish_reserve_s",
     "minimum_time_s",
     "parse_strategy",
     "plan_search",
@@ -117,6 +125,20 @@ _FINISH_ITEM_S = 1e-6  # wall seconds per vertex and edge to finish (bound, resu
 # writing the plan (the search alone: about 19 KiB per vertex).
 PLAN_BYTES_PER_OP = 128 * 1024
 SEARCH_BYTES_PER_VERTEX = 20 * 1024
+# The ``plan`` command's wall-clock budget (``CommandBudget``). Without ``--time-limit`` the
+# whole command gets ``DEFAULT_LIMIT_BASE_S + DEFAULT_LIMIT_OP_S * ops`` (1,000 ops 4.4 s,
+# 10,000 ops 8 s, 100,000 ops 44 s), raised where the least search would not fit in it.
+DEFAULT_LIMIT_BASE_S = 4.0
+DEFAULT_LIMIT_OP_S = 4e-4
+# Wall seconds to build the plan and write it after the search (``build_plan`` +
+# ``save_plan``), at ``PRIOR_SPEED``: kept out of the search's deadline. Calibrated by
+# ``benchmarks/search.py --suite cli``, which reports the estimate beside the time taken
+# (build + write on generated task graphs, 1k-100k ops, on the 2-core development machine).
+FINISH_BASE_S = 0.25
+FINISH_OP_S = 3e-4
+# Nominal wall seconds per op of loading the model and building the problem, for the
+# deterministic work budget only (the deadline counts the time really spent).
+LOAD_OP_S = 1.5e-4
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +207,155 @@ def minimum_time_s(problem: Problem, dtypes: Sequence[DType | str] | None = None
     return costing + _eval_wall_s(n) + _finish_s(problem)
 
 
+def default_time_limit_s(ops: int) -> float:
+    """The ``plan`` command's wall-clock limit when none is given: it grows with the graph.
+
+    >>> default_time_limit_s(1_000), default_time_limit_s(10_000), default_time_limit_s(100_000)
+    (4.4, 8.0, 44.0)
+    """
+    return round(DEFAULT_LIMIT_BASE_S + DEFAULT_LIMIT_OP_S * max(0, ops), 3)
+
+
+def finish_reserve_s(ops: int, speed: float = PRIOR_SPEED) -> float:
+    """Estimated wall seconds to build and write the plan of an ``ops``-op graph after the
+    search, at ``speed`` (wall seconds per second of estimated work; the reference speed
+    ``PRIOR_SPEED`` until costing has measured this machine's).
+
+    >>> finish_reserve_s(10_000)
+    3.25
+    >>> finish_reserve_s(10_000, speed=2 * PRIOR_SPEED)
+    6.5
+    """
+    return round((FINISH_BASE_S + FINISH_OP_S * max(0, ops)) * speed / PRIOR_SPEED, 6)
+
+
+class CommandBudget:
+    """The wall-clock budget of a whole command (load, search, build, write): ``limit_s``
+    seconds from ``start`` (a ``clock`` reading; the command's start), of which
+    ``reserve_s = finish_reserve_s(ops)`` is kept for building and writing the plan.
+    ``least_s`` is what the least search needs (``minimum_time_s``). ``default`` says the
+    limit is the size-scaled default (``default_time_limit_s``, ``raised`` where the least
+    search would not fit in it), not the user's.
+
+    ``too_short()``: the refusal (``InputError``) of a limit that cannot hold the least
+    search and the reserve even with no time spent loading (it depends on the graph, not
+    on how long loading happened to take), else ``None``.
+
+    ``search_limits(share)`` gives a search its ``(time_limit_s, work_limit_s, reserve_s)``
+    for ``plan_search``: ``share`` of the wall time left now (a command that searches
+    several times gives each a share), but never less than its work budget nor 1.5 times
+    the least search — when loading took what the search needed, the command overruns and
+    says so (``overrun()``) rather than throw the loading away — with the reserve inside;
+    and the deterministic work budget: ``WORK_SHARE`` of the *nominal* search time, the
+    limit less the nominal load (``LOAD_OP_S`` per op) and the reserve, so that the same
+    command gives the same plan whatever loading really took. ``text()`` is the line the
+    command prints before searching.
+
+    >>> t = [100.0]
+    >>> b = CommandBudget(10.0, ops=10_000, start=99.0, clock=lambda: t[0], least_s=0.5)
+    >>> b.spent_s(), b.reserve_s, b.too_short(), b.overrun()
+    (1.0, 3.25, None, '')
+    >>> b.search_limits()
+    (9.0, 2.625, 3.25)
+    >>> b.text()
+    'time limit 10 s for the whole command: 1 s spent loading, up to 5.75 s searching, 3.25 s kept to build and write the plan'
+    >>> t[0] = 108.0  # loading took 9 s
+    >>> b.search_limits()[0], b.overrun()
+    (5.875, 'loading took 9 s of the 10 s time limit: the search still gets 2.62 s (its work budget), so the command overruns')
+    >>> CommandBudget.make(None, ops=1_000, start=0.0, clock=lambda: 0.0).text()[:54]
+    'time limit 4.4 s (the default for 1000 ops: 4 s + 0.4 '
+    >>> print(CommandBudget(1.0, ops=10_000, start=0.0, clock=lambda: 0.0, least_s=0.5).too_short())
+    --time-limit: 1 s is too short for 10000 ops: the least search (costing every vertex on every device and scoring one plan) takes about 0.5 s and building and writing the plan about 3.25 s: give --time-limit 4 or more
+    """
+
+    __slots__ = ("clock", "default", "least_s", "limit_s", "ops", "raised", "reserve_s",
+                 "start")
+
+    def __init__(self, limit_s: float, *, ops: int, start: float, default: bool = False,
+                 clock: Callable[[], float] = time.perf_counter, least_s: float = 0.0
+                 ) -> None:
+        self.limit_s = float(limit_s)
+        self.ops = int(ops)
+        self.start = float(start)
+        self.default = default
+        self.raised = False
+        self.clock = clock
+        self.least_s = max(0.0, float(least_s))
+        self.reserve_s = finish_reserve_s(ops)
+
+    @classmethod
+    def make(cls, limit_s: float | None, *, ops: int, start: float,
+             clock: Callable[[], float] = time.perf_counter, least_s: float = 0.0
+             ) -> CommandBudget:
+        """The budget for ``limit_s`` (``None``: the default for ``ops``, raised so that
+        1.5 times the least search fits after what was spent and the reserve)."""
+        if limit_s is not None:
+            return cls(_seconds(limit_s, "time limit", "--time-limit"), ops=ops, start=start,
+                       clock=clock, least_s=least_s)
+        b = cls(default_time_limit_s(ops), ops=ops, start=start, default=True, clock=clock,
+                least_s=least_s)
+        need = b.spent_s() + 1.5 * b.least_s + b.reserve_s
+        if need > b.limit_s:
+            b.limit_s = float(math.ceil(need))
+            b.raised = True
+        return b
+
+    def spent_s(self) -> float:
+        return self.clock() - self.start
+
+    def left_s(self) -> float:
+        """Wall seconds left of the limit (the reserve included)."""
+        return self.limit_s - self.spent_s()
+
+    def _work_s(self, share: float) -> float:
+        nominal = max(0.0, self.limit_s - LOAD_OP_S * self.ops - self.reserve_s) * share
+        return WORK_SHARE * max(nominal, 1.5 * self.least_s, 1e-3)
+
+    def _floor_s(self, share: float) -> float:
+        return max(1.5 * self.least_s, self._work_s(share))
+
+    def _search_s(self, share: float) -> float:
+        return max(max(0.0, self.left_s() - self.reserve_s) * share, self._floor_s(share))
+
+    def search_limits(self, share: float = 1.0) -> tuple[float, float, float]:
+        return (round(self._search_s(share) + self.reserve_s, 6),
+                round(self._work_s(share), 6), self.reserve_s)
+
+    def too_short(self) -> InputError | None:
+        need = self.least_s + self.reserve_s
+        if need <= self.limit_s:
+            return None
+        return InputError(
+            f"{self.limit_s:.3g} s is too short for {self.ops} ops: the least search "
+            f"(costing every vertex on every device and scoring one plan) takes about "
+            f"{self.least_s:.3g} s and building and writing the plan about "
+            f"{self.reserve_s:.3g} s: give --time-limit {math.ceil(need)} or more",
+            place="--time-limit")
+
+    def overrun(self) -> str:
+        """A note when what is left cannot hold the least search and the reserve, else
+        ``""``."""
+        floor = self._floor_s(1.0)
+        if self.left_s() - self.reserve_s >= floor:
+            return ""
+        return (f"loading took {self.spent_s():.3g} s of the {self.limit_s:.3g} s time "
+                f"limit: the search still gets {floor:.3g} s (its work budget), so the "
+                f"command overruns")
+
+    def text(self) -> str:
+        head = f"time limit {self.limit_s:.3g} s"
+        if self.default:
+            head += (f" (the default for {self.ops} ops: {DEFAULT_LIMIT_BASE_S:g} s + "
+                     f"{DEFAULT_LIMIT_OP_S * 1e3:g} ms per op"
+                     + (", raised to fit the least search" if self.raised else "")
+                     + "; --time-limit to change)")
+        line = (f"{head} for the whole command: {self.spent_s():.3g} s spent loading, up to "
+                f"{self._search_s(1.0):.3g} s searching, {self.reserve_s:.3g} s kept to "
+                f"build and write the plan")
+        note = self.overrun()
+        return f"{line}; {note}" if note else line
+
+
 def _eval_wall_s(n: int) -> float:
     return (EVAL_BASE_S + EVAL_VERTEX_S * n) * EVAL_WALL_FACTOR
 
@@ -219,7 +390,7 @@ def _costed(problem: Problem, dts: tuple[DType, ...], explore: dict[str, tuple[D
     except SearchStopped as exc:
         took = clock() - t0
         need = took * max(1, exc.total) / max(1, exc.done) + _eval_wall_s(n) * slow[0] + \
-            _finish_s(problem) + (t0 - budget.start)
+            _finish_s(problem) + budget.reserve_s + (t0 - budget.start)
         raise _too_short(limit_s, n, f" on this machine now: costing the candidates reached "
                          f"the deadline after {exc.done} of {exc.total} vertices "
                          f"({took:.3g} s); costing them all and scoring one plan needs",
@@ -267,6 +438,12 @@ def _screening(problem: Problem, dtypes: tuple[DType, ...], time_limit_s: float
     n = len(problem.vertices)
     ne = len(problem.edges)
     devices = problem.machine.devices
+    # a precision restriction on every vertex (the policy KEEP: the model's own) leaves
+    # only the precisions it names to cost
+    limits = problem.precision
+    if len(limits) == n and n:
+        allowed = frozenset().union(*limits.values())
+        dtypes = tuple(d for d in dtypes if d in allowed)
     per_dev = [sum(1 for d in dtypes if d in dev.dtypes) for dev in devices]
     # the baselines and HEFT's plan, scored
     fixed = (len(devices) + 2) * (EVAL_BASE_S + n * EVAL_VERTEX_S)
@@ -295,11 +472,16 @@ def plan_search(problem: Problem, *, strategy: str = "auto",
                 seed: int = 0, progress: Progress | None = None,
                 dtypes: Sequence[DType | str] | None = None, deterministic: bool = True,
                 work_limit_s: float | None = None,
-                clock: Callable[[], float] = time.perf_counter) -> SearchResult:
+                clock: Callable[[], float] = time.perf_counter, reserve_s: float = 0.0,
+                on_best: Callable[[str, float], None] | None = None) -> SearchResult:
     """Search placements of ``problem`` with ``strategy`` for ``objective`` (see the module
     docstring). ``progress(message, fraction)`` is called as the search advances.
     ``time_limit_s`` bounds the wall-clock time; ``work_limit_s`` is the deterministic work
     budget (default ``WORK_SHARE * time_limit_s``); ``clock`` measures wall time.
+    ``reserve_s``: wall seconds of ``time_limit_s`` the caller keeps for after the search
+    (building and writing the plan; scaled by the speed costing measures), so that the
+    search ends that much before the limit. ``on_best(label, objective_s)`` is called each
+    time the search scores a better plan (the command line's progress bar shows it).
 
     Raises ``InputError`` (place ``--strategy``, ``--objective``, ``--time-limit``,
     ``--dtypes``) for bad arguments or a time limit too short for the least search of this
@@ -320,17 +502,22 @@ def plan_search(problem: Problem, *, strategy: str = "auto",
     check_scale(n, bytes_per_op=SEARCH_BYTES_PER_VERTEX, what="search")
     budget = (Budget(work_limit, deadline_s=limit, clock=clock) if deterministic else
               Budget(limit, deadline_s=limit, deterministic=False, clock=clock))
+    keep = max(0.0, float(reserve_s))
+    budget.reserve_s = keep
     need = minimum_time_s(problem, dts)
-    if need > limit:
-        raise _too_short(limit, n, ": costing every vertex on every device (one precision "
-                         "each) and scoring one plan takes (estimated)", need)
+    if need + keep > limit:
+        why = ": costing every vertex on every device (one precision each) and scoring one " \
+            "plan takes (estimated)"
+        if keep:
+            why += f" {need:.3g} s, and {keep:.3g} s are kept for after the search:"
+        raise _too_short(limit, n, why, need + keep)
     if progress is not None:
         progress("costing candidates", 0.0)
     explore, screen_note = _screening(problem, dts, budget.limit_s)
     space = _costed(problem, dts, explore, budget, limit)
-    budget.reserve_s = _finish_s(problem) * budget.speed / PRIOR_SPEED
+    budget.reserve_s = (_finish_s(problem) + keep) * budget.speed / PRIOR_SPEED
     model = Model(space)
-    tracker = Tracker(problem, obj, budget, progress)
+    tracker = Tracker(problem, obj, budget, progress, on_best=on_best)
     if screen_note:
         tracker.note(screen_note)
     label = str(strat)

@@ -211,11 +211,16 @@ class Tracker:
     ``eval_wall_s()`` — the slowest evaluation measured so far, or before the first one the
     work estimate times ``EVAL_WALL_FACTOR`` (scaled by the budget's ``speed`` relative to
     ``PRIOR_SPEED``).
+
+    ``on_best(label, objective_s)`` is called whenever a better plan that fits is scored
+    (a progress display shows the best objective so far; the library never prints).
     """
 
     def __init__(self, problem: Problem, objective: Objective, budget: Budget,
-                 progress: Progress | None = None, *, memo_max: int = 5000) -> None:
+                 progress: Progress | None = None, *, memo_max: int = 5000,
+                 on_best: Callable[[str, float], None] | None = None) -> None:
         self.problem = problem
+        self._on_best = on_best
         self.objective = objective
         self.budget = budget
         self._progress = progress
@@ -297,6 +302,8 @@ class Tracker:
         if key < self.best_key:
             self.best, self.best_key = ev, key
             self.best_label = label or self.phase
+            if self._on_best is not None and key[0] == 0:
+                self._on_best(self.best_label, key[1])
         return key, ev
 
     def score_of(self, key: RankKey) -> float:
