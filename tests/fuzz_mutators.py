@@ -272,7 +272,7 @@ def _plan_seed() -> dict[str, Any]:
     from placewise.plan import plan_to_json
     from tests.plan_fixtures import toy_plan
 
-    return dict(plan_to_json(toy_plan()[1]))
+    return dict(plan_to_json(toy_plan()[1], packed=False))  # mutations reach the values
 
 
 def _cal_machine_dict() -> dict[str, Any]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -10,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from placewise.check import Check, Finding, Severity, check_plan
-from placewise.plan import Plan, build_plan, dumps_plan, load_plan, save_plan
+from placewise.plan import Plan, build_plan, load_plan, plan_records_json, save_plan
 from placewise.schedule import Placement, Problem, evaluate
 from placewise.schedule.placement import Assignment
 from placewise.schedule.testing import ToyCostModel
@@ -64,7 +63,7 @@ def test_a_real_plan_on_shared_cores_passes_and_records_its_cores(
 def test_presets_record_no_cores() -> None:
     _, plan = toy_plan()
     assert all(t.cores is None for t in plan.schedule.tasks)
-    assert all("cores" not in t for t in json.loads(dumps_plan(plan))["schedule"]["tasks"])
+    assert all("cores" not in t for t in plan_records_json(plan)["schedule"]["tasks"])
 
 
 def test_a_task_on_both_cores_overlapping_one_on_a_core_is_an_error(

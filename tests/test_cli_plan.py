@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from placewise.plan import load_plan, plan_records_json
 from tests.test_cli import assert_bad_input, run, run_together
 
 PLAN = ["plan", "zoo:mlp", "--hw", "jetson-agx-orin", "--strategy", "heft", "--time-limit",
@@ -51,10 +52,9 @@ def plan_file(plan_runs: Runs) -> Path:
 
 def test_plan_file_contents(plan_file: Path) -> None:
     data = json.loads(plan_file.read_text())
-    assert data["schema_version"] == 1
+    assert data["schema_version"] == 2
     assert data["makespan_s"] > 0 and data["throughput_rps"] > 0
-    assert data["placement"]
-    assert data["schedule"]["tasks"]
+    assert data["placement"]["rows"] > 0 and data["schedule"]["tasks"]["rows"] > 0
 
 
 def test_plan_is_deterministic(plan_file: Path, plan_runs: Runs) -> None:
@@ -88,7 +88,7 @@ def test_check_passes_and_catches_corruption(plan_file: Path, tmp_path: Path) ->
     proc = run("check", str(plan_file), "--hw", "jetson-agx-orin", "--model", "zoo:mlp", "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["ok"] is True
-    data = json.loads(plan_file.read_text())
+    data = plan_records_json(load_plan(plan_file))  # records as objects: editable
     # start every task at time zero: precedence and overlap must break
     for task in data["schedule"]["tasks"]:
         dur = task["end_s"] - task["start_s"]

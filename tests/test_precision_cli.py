@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from placewise.plan import load_plan, plan_records_json
 from placewise.precision.emulate import Emulator
 from placewise.precision.metrics import quality_of
 from placewise.runtime.opexec import load_source, request_inputs
@@ -41,14 +42,14 @@ def test_default_is_keep(tmp_path: Path) -> None:
     proc = run("plan", MLP, "--hw", "jetson-agx-orin", "--strategy", "heft", "--out", str(f))
     assert proc.returncode == 0, proc.stderr
     assert "precision keep: 0 of" in proc.stdout
-    data = json.loads(f.read_text())
+    data = plan_records_json(load_plan(f))
     assert data["precision"]["policy"] == "keep"
     assert {a["dtype"] for a in data["placement"].values()} == {"fp32"}
     assert data["precision"].get("decisions", []) == []
 
 
 def test_int8_evidence_is_recorded_and_real(int8_plan: Path) -> None:
-    data = json.loads(int8_plan.read_text())
+    data = plan_records_json(load_plan(int8_plan))
     pr = data["precision"]
     assert pr["budget_metric"] == "rel_l2" and pr["budget_value"] == 0.05
     assert pr["inputs"].startswith("generated: 8 requests") and pr["input_requests"] == 8

@@ -26,7 +26,7 @@ import yaml
 from placewise.cost.roofline import RooflineModel
 from placewise.errors import InputError, UnsupportedError
 from placewise.graph.ir import INT8_KINDS, OpKind
-from placewise.plan import Plan, build_plan, save_plan
+from placewise.plan import Plan, build_plan, load_plan, plan_records_json, save_plan
 from placewise.units import DType
 from placewise.validate import validate_plan
 from tests.runtime.helpers import local_machine, tiny_plan, tiny_source
@@ -170,7 +170,7 @@ def _fused(plan: dict[str, Any], vertex: str) -> bool:
 
 def test_greedy_on_local_uses_only_kernels_the_backends_have(greedy_plan: Path,
                                                              xdg: Path) -> None:
-    plan = json.loads(greedy_plan.read_text())
+    plan = plan_records_json(load_plan(greedy_plan))
     int8 = _int8_vertices(plan)
     assert int8, "int8 pays on this machine where a kernel exists (the lone last linear)"
     kinds = {k.value for k in INT8_KINDS}
@@ -184,7 +184,7 @@ def test_greedy_on_local_uses_only_kernels_the_backends_have(greedy_plan: Path,
 
 def test_validate_names_the_op_without_an_int8_kernel(greedy_plan: Path, xdg: Path,
                                                       tmp_path: Path) -> None:
-    plan = json.loads(greedy_plan.read_text())
+    plan = plan_records_json(load_plan(greedy_plan))
     fused = next(v for v in plan["regions"] if _fused(plan, v))
     plan["placement"][fused] = {"device": "cpu1", "dtype": "int8"}
     bad = tmp_path / "int8.json"
@@ -196,7 +196,7 @@ def test_validate_names_the_op_without_an_int8_kernel(greedy_plan: Path, xdg: Pa
 
 def test_validate_names_a_device_the_machine_lacks(greedy_plan: Path, xdg: Path,
                                                    tmp_path: Path) -> None:
-    plan = json.loads(greedy_plan.read_text())
+    plan = plan_records_json(load_plan(greedy_plan))
     vertex = sorted(plan["placement"])[0]
     plan["placement"][vertex]["device"] = "cpu9"
     bad = tmp_path / "cpu9.json"

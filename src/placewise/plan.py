@@ -38,14 +38,20 @@ A ``Plan`` is everything the scheduler said about one placement, written down so
   the quality evidence, the per-vertex sensitivity table, the chosen assignment's
   estimated output quality and the fallback list (``PrecisionRecord``).
 
+**The file** (``placewise.plan_file``, schema version 2): the small records as JSON
+objects, the bulk tables (placement, regions, ops, tensors, tasks, critical path,
+crossings) column by column with their strings interned (``placewise.plan_columns``):
+about 250 bytes per task. Version-1 files (every record an object) still load.
+
 **Determinism.** The same inputs (and seed) give a byte-identical file: keys are sorted,
-floats are written with ``repr`` (shortest round-trip), and nothing wall-clock is stored.
+columns are packed at a fixed compression level, and nothing wall-clock is stored.
 In particular the search's wall-clock ``search_time_s`` is *not* in the file: callers that
 want to report it (the CLI's ``--json``) take it from the search result.
 
 Loading never unpickles or evaluates anything: the file is parsed as JSON and validated
-field by field; a corrupt file, a wrong ``schema_version`` or a wrong type is a
-``SpecError`` naming the file, the place in it and the problem.
+field by field (column by column for the tables); a corrupt file, an unknown
+``schema_version`` or a wrong type is a ``SpecError`` naming the file, the place in it and
+the problem.
 
 >>> from placewise.graph.ir import Graph, Op, OpKind, Role, Tensor
 >>> from placewise.schedule import Problem, Placement, evaluate
@@ -68,22 +74,22 @@ True
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from placewise import __version__
 from placewise.cost.model import Cost, Representation, Term
-from placewise.errors import Infeasible, InputError, SpecError, UnsupportedError
-from placewise.io import (
-    MAX_JSON_BYTES,
-    atomic_write_json,
-    check_numbers,
-    parse_json,
-    read_file_bytes,
-    validate_record,
+from placewise.errors import Infeasible, InputError, UnsupportedError
+from placewise.plan_file import (  # the file, re-exported
+    SCHEMA_VERSION,
+    dumps_plan,
+    load_plan,
+    plan_from_json,
+    plan_json_schema,
+    plan_records_json,
+    plan_to_json,
+    save_plan,
 )
 from placewise.plan_records import (  # the records, re-exported
     AlternativeRecord,
@@ -168,12 +174,11 @@ __all__ = [
     "parse_rep",
     "plan_from_json",
     "plan_json_schema",
+    "plan_records_json",
     "plan_to_json",
     "save_plan",
 ]
 
-#: the version of the plan file format this module writes and reads
-SCHEMA_VERSION = 1
 #: memory timelines are decimated to at most this many points per tier
 MAX_TIMELINE_POINTS = 200
 
@@ -238,9 +243,10 @@ def _machine_info(problem: Problem) -> dict[str, Any]:
     }
 
 
-def _alternatives(problem: Problem, vi: int) -> list[dict[str, Any]]:
+def _alternatives(problem: Problem, vi: int) -> tuple[AlternativeRecord, ...]:
     feasible = feasible_assignments(problem, vi)
-    out: list[dict[str, Any]] = []
+    out: list[AlternativeRecord] = []
+    alt = AlternativeRecord.model_construct
     for dev in problem.devices:
         best: tuple[float, Assignment, Cost] | None = None
         for a in feasible:
@@ -252,49 +258,54 @@ def _alternatives(problem: Problem, vi: int) -> list[dict[str, Any]]:
         if best is None:
             reasons = [p.reason for p in pruned_assignments(problem, vi)
                        if p.assignment.device == dev]
-            out.append({"device": dev, "reason": reasons[0] if reasons else "not feasible"})
+            out.append(alt(device=dev, reason=reasons[0] if reasons else "not feasible"))
         else:
             _, a, c = best
-            out.append({"device": dev, "dtype": a.dtype.value, "total_s": c.total_s,
-                        "low_s": c.low_s, "high_s": c.high_s})
-    return out
+            out.append(alt(device=dev, dtype=a.dtype, total_s=float(c.total_s),
+                           low_s=float(c.low_s), high_s=float(c.high_s)))
+    return tuple(out)
 
 
-def _regions(problem: Problem, alternatives: bool) -> dict[str, dict[str, Any]]:
+def _regions(problem: Problem, alternatives: bool) -> dict[str, RegionRecord]:
+    """vertex -> its record (built as records: the plan's records are trusted, typed)."""
     patterns: dict[str, str] = {}
     if problem.partition is not None:
         for r in problem.partition.regions:
             patterns[r.name] = str(getattr(r, "pattern", "") or "")
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, RegionRecord] = {}
+    region = RegionRecord.model_construct
     for v in problem.vertices:
         pattern = patterns.get(v.name) or ("single" if len(v.ops) == 1 else "region")
-        rec: dict[str, Any] = {
-            "ops": [o.name for o in v.ops], "pattern": pattern, "inputs": list(v.inputs),
-            "params": list(v.params), "outputs": list(v.outputs), "internal": list(v.internal),
-            "scratch_bytes": v.scratch_bytes,
-        }
-        if alternatives:
-            rec["alternatives"] = _alternatives(problem, v.index)
-        out[v.name] = rec
+        out[v.name] = region(
+            ops=tuple(o.name for o in v.ops), pattern=pattern, inputs=tuple(v.inputs),
+            params=tuple(v.params), outputs=tuple(v.outputs), internal=tuple(v.internal),
+            scratch_bytes=int(v.scratch_bytes),
+            alternatives=_alternatives(problem, v.index) if alternatives else ())
     return out
 
 
-def _task_json(t: Task) -> dict[str, Any]:
+def _assumption(v: Any) -> float | str:
+    """An assumption's value as the record holds it (a number is a float)."""
+    return v if isinstance(v, str) else float(v)
+
+
+def _task_record(t: Task) -> TaskRecord:
+    """The scheduler's task, serialised as the plan records it (its cost's interval with
+    the contention added, the terms summed per kind)."""
     c = t.cost
-    terms: dict[str, float] = {}
+    terms: dict[Term, float] = {}
     for k, v in t.terms:
-        terms[k.value] = terms.get(k.value, 0.0) + v
-    return {
-        "name": t.name, "kind": t.kind.value, "resource": t.resource, "lane": t.lane,
-        "device": t.device, "dst_device": t.dst_device, "vertex": t.vertex, "tensor": t.tensor,
-        "link": t.link, "src_rep": _rep_str(t.src_rep), "dst_rep": _rep_str(t.dst_rep),
-        "nbytes": t.nbytes, "start_s": t.start_s, "end_s": t.end_s, "deps": list(t.deps),
-        "terms_s": terms, "contention_s": t.contention_s,
-        "low_s": c.low_s + t.contention_s, "high_s": c.high_s + t.contention_s,
-        "source": c.source.value, "bottleneck": c.bottleneck.value,
-        "assumptions": dict(c.assumptions), "memory_bytes": c.memory_bytes,
-        "buffer_bytes": c.buffer_bytes, "cores": list(t.cores) if t.cores else None,
-    }
+        terms[k] = terms.get(k, 0.0) + v
+    return TaskRecord.model_construct(
+        name=t.name, kind=t.kind, resource=t.resource, lane=t.lane, device=t.device,
+        dst_device=t.dst_device, vertex=t.vertex, tensor=t.tensor, link=t.link,
+        src_rep=_rep_str(t.src_rep), dst_rep=_rep_str(t.dst_rep), nbytes=t.nbytes,
+        start_s=float(t.start_s), end_s=float(t.end_s), deps=tuple(t.deps), terms_s=terms,
+        contention_s=float(t.contention_s), low_s=float(c.low_s + t.contention_s),
+        high_s=float(c.high_s + t.contention_s), source=c.source, bottleneck=c.bottleneck,
+        assumptions={k: _assumption(v) for k, v in c.assumptions},
+        memory_bytes=c.memory_bytes, buffer_bytes=c.buffer_bytes,
+        cores=tuple(t.cores) if t.cores else None)
 
 
 def _throughput_json(problem: Problem, ev: Evaluation) -> dict[str, Any]:
@@ -414,7 +425,16 @@ def _kept(problem: Problem, vertex: str, device: str, prefer: Sequence[DType],
     return rec
 
 
-def _crossings(problem: Problem, ev: Evaluation) -> list[dict[str, Any]]:
+def _crossing_record(rec: dict[str, Any]) -> CrossingRecord:
+    kept = dict(rec["kept"])
+    if "dtype" in kept:
+        kept["dtype"] = DType(kept["dtype"])
+    return CrossingRecord.model_construct(**{
+        **rec, "links": tuple(rec["links"]), "tasks": tuple(rec["tasks"]),
+        "shared_with": tuple(rec["shared_with"]), "kept": KeptRecord.model_construct(**kept)})
+
+
+def _crossings(problem: Problem, ev: Evaluation) -> list[CrossingRecord]:
     s: Schedule = ev.schedule
     placement = ev.placement
     tasks = {t.name: t for t in s.tasks}
@@ -506,7 +526,7 @@ def _crossings(problem: Problem, ev: Evaluation) -> list[dict[str, Any]]:
                 if u != me:
                     others[u] = None
         rec["shared_with"] = list(others)
-    return [rec for rec, _ in found]
+    return [_crossing_record(rec) for rec, _ in found]
 
 
 def _candidate(label: Any, value: Any, objective: Objective) -> dict[str, Any]:
@@ -639,15 +659,16 @@ def build_plan(problem: Problem, result: SearchLike | Evaluation, *, model_ref: 
         "machine": _machine_info(problem),
         "placement": ev.placement.to_json(),
         "regions": _regions(problem, alternatives),
-        "ops": {op.name: {"vertex": v.name, "kind": op.kind.value, "where": op.where()}
+        "ops": {op.name: OpRecord.model_construct(vertex=v.name, kind=op.kind,
+                                                  where=op.where())
                 for v in problem.vertices for op in v.ops},
-        "tensors": {t.name: {"shape": list(t.concrete_shape), "dtype": t.dtype.value,
-                             "layout": t.layout.value, "role": t.role.value,
-                             "nbytes": t.nbytes} for t in g.tensors},
+        "tensors": {t.name: TensorRecord.model_construct(
+            shape=tuple(t.concrete_shape), dtype=t.dtype, layout=t.layout, role=t.role,
+            nbytes=t.nbytes) for t in g.tensors},
         "graph_inputs": list(g.inputs),
         "graph_outputs": list(g.outputs),
         "schedule": {
-            "tasks": [_task_json(t) for t in s.tasks],
+            "tasks": tuple(_task_record(t) for t in s.tasks),
             "resources": [{"name": r.name, "kind": r.kind.value, "lanes": r.lanes,
                            "busy_s": r.busy_s, "work_s": r.work_s, "tasks": r.tasks,
                            "device": r.device, "link": r.link,
@@ -669,125 +690,6 @@ def build_plan(problem: Problem, result: SearchLike | Evaluation, *, model_ref: 
         "precision": dict(precision) if precision is not None else None,
     }
     return Plan.model_validate(data)
-
-
-# ---- JSON in and out ------------------------------------------------------------------------
-def plan_to_json(plan: Plan) -> dict[str, Any]:
-    """The JSON object of a plan (fields that are None are left out)."""
-    return plan.model_dump(mode="json", exclude_none=True)
-
-
-def dumps_plan(plan: Plan) -> str:
-    """The exact text ``save_plan`` writes: sorted keys, two-space indent, final newline."""
-    return json.dumps(plan_to_json(plan), indent=2, sort_keys=True, allow_nan=False) + "\n"
-
-
-def save_plan(plan: Plan, path: str | os.PathLike[str]) -> None:
-    """Write ``plan`` to ``path`` atomically (never a half-written file)."""
-    atomic_write_json(os.fspath(path), plan_to_json(plan))
-
-
-def plan_from_json(data: Mapping[str, Any] | str | bytes, *, file: str | None = None) -> Plan:
-    """Validate a plan from its JSON object or text; ``SpecError`` on any problem."""
-    file = file or "<plan>"
-    if isinstance(data, str | bytes):
-        obj = parse_json(data, file=file, error=SpecError)  # depth, finite numbers
-    else:
-        obj = data
-        check_numbers(obj, file=file, error=SpecError)
-    if not isinstance(obj, Mapping):
-        raise SpecError(f"a plan is a JSON object, not {type(obj).__name__}", file=file)
-    if "schema_version" not in obj:
-        raise SpecError("missing; is this a placewise plan file?", file=file,
-                        place="schema_version")
-    version = obj["schema_version"]
-    if version != SCHEMA_VERSION or isinstance(version, bool):
-        raise SpecError(f"plan schema version {version!r} is not supported (this placewise "
-                        f"reads version {SCHEMA_VERSION})", file=file, place="schema_version")
-    try:
-        plan = validate_record(Plan, obj, file=file, error=SpecError)
-    except ValueError as exc:
-        raise SpecError(f"not valid JSON: {exc}", file=file) from None
-    _check_references(plan, file)
-    return plan
-
-
-def _check_references(plan: Plan, file: str) -> None:
-    """Names that refer to each other must exist (the checker judges times and sizes)."""
-    names: set[str] = set()
-    for i, t in enumerate(plan.schedule.tasks):
-        if t.name in names:
-            raise SpecError(f"task name {t.name!r} repeats", file=file,
-                            place=f"schedule.tasks[{i}].name")
-        names.add(t.name)
-    for i, t in enumerate(plan.schedule.tasks):
-        for d in t.deps:
-            if d not in names:
-                raise SpecError(f"depends on unknown task {d!r}", file=file,
-                                place=f"schedule.tasks[{i}] ({t.name}).deps")
-        if t.vertex is not None and t.vertex not in plan.placement:
-            raise SpecError(f"names unknown vertex {t.vertex!r}", file=file,
-                            place=f"schedule.tasks[{i}] ({t.name}).vertex")
-    for name in plan.schedule.critical_path:
-        if name not in names:
-            raise SpecError(f"unknown task {name!r}", file=file, place="schedule.critical_path")
-    resources = {r.name for r in plan.schedule.resources}
-    for i, t in enumerate(plan.schedule.tasks):
-        if t.resource not in resources:
-            raise SpecError(f"runs on unknown resource {t.resource!r} (not in "
-                            f"schedule.resources)", file=file,
-                            place=f"schedule.tasks[{i}] ({t.name}).resource")
-    for i, c in enumerate(plan.crossings):
-        k = c.kept
-        if k is not None and ((k.cost_s is None) != (k.delta_s is None)
-                              or (k.cost_s is not None and k.dtype is None)):
-            raise SpecError("cost_s, delta_s and dtype are given together (or cost_s and "
-                            "delta_s not at all)", file=file,
-                            place=f"crossings[{i}] ({c.tensor}).kept")
-    for v, a in plan.placement.items():
-        if set(a) != {"device", "dtype"}:
-            raise SpecError("an assignment has exactly the keys 'device' and 'dtype'",
-                            file=file, place=f"placement.{v}")
-        try:
-            DType.parse(a["dtype"])
-        except ValueError as exc:
-            raise SpecError(str(exc), file=file, place=f"placement.{v}.dtype") from None
-        if v not in plan.regions:
-            raise SpecError(f"vertex {v!r} has no entry in regions", file=file,
-                            place=f"placement.{v}")
-    for v, r in plan.regions.items():
-        if v not in plan.placement:
-            raise SpecError(f"vertex {v!r} is not placed", file=file, place=f"regions.{v}")
-        for op in r.ops:
-            rec = plan.ops.get(op)
-            if rec is None or rec.vertex != v:
-                raise SpecError(f"op {op!r} is not recorded as part of this vertex", file=file,
-                                place=f"regions.{v}.ops")
-    for op, rec in plan.ops.items():
-        if rec.vertex not in plan.regions:
-            raise SpecError(f"names unknown vertex {rec.vertex!r}", file=file,
-                            place=f"ops.{op}.vertex")
-
-
-def load_plan(path: str | os.PathLike[str]) -> Plan:
-    """Read a plan file written by ``save_plan``.
-
-    ``InputError`` if it cannot be read; ``SpecError`` (file, place, problem) if it is not
-    JSON, has another ``schema_version``, a wrong type anywhere, or names that do not
-    refer to each other.
-    """
-    file = os.fspath(path)
-    text = read_file_bytes(file, what="plan", limit_bytes=MAX_JSON_BYTES, error=SpecError)
-    return plan_from_json(text, file=file)
-
-
-def plan_json_schema() -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of a plan file, as published in
-    ``placewise/schemas/plan.schema.json``. It checks shapes and types; references between
-    names are checked by ``load_plan``, times and sizes by ``placewise.check``."""
-    schema = Plan.model_json_schema(mode="serialization")
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
-            "$id": f"urn:placewise:schema:plan:{SCHEMA_VERSION}", **schema}
 
 
 # ---- fingerprints --------------------------------------------------------------------------

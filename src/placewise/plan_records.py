@@ -476,7 +476,7 @@ class Plan(_Record):
     """A plan file's content; see the module docstring. Build with ``build_plan``, write
     with ``save_plan``, read with ``load_plan``."""
 
-    schema_version: Literal[1] = 1
+    schema_version: Literal[2] = 2
     created_by: str
     model: str
     graph_name: str
