@@ -188,32 +188,45 @@ class _Lane:
         blocks = self.blocks
         if not blocks:
             return ready
+        gaps = self.gaps
         b = bisect_right(self.firsts, ready) - 1
         if b < 0:
             b = 0
         t = ready
-        # inside the block holding ``ready``: scan from the first interval ending after it
+        # the block holding ``ready``: scan from the first interval ending after it, unless
+        # none of its gaps is long enough
         st, en = blocks[b]
-        j = bisect_right(en, t)
-        while j < len(st):
+        if en[-1] > t:
+            if gaps[b] >= dur:
+                j = bisect_right(en, t)
+                while j < len(st):
+                    if st[j] - t >= dur:
+                        return t
+                    if en[j] > t:
+                        t = en[j]
+                    j += 1
+            else:
+                t = en[-1]
+        # later blocks: the first whose longest gap is long enough (a gap there starts
+        # after every interval before it, so its whole length counts)
+        nb = len(blocks)
+        b2 = b + 1
+        while b2 < nb and gaps[b2] < dur:
+            b2 += 1
+        if b2 > b + 1:
+            last = blocks[b2 - 1][1][-1]
+            if last > t:
+                t = last
+        if b2 == nb:
+            return t
+        st, en = blocks[b2]
+        for j in range(len(st)):
             if st[j] - t >= dur:
                 return t
             if en[j] > t:
                 t = en[j]
-            j += 1
-        # later blocks: skip those whose longest gap is too short
-        gaps = self.gaps
-        for b2 in range(b + 1, len(blocks)):
-            if gaps[b2] < dur:
-                t = max(t, blocks[b2][1][-1])
-                continue
-            st, en = blocks[b2]
-            for j in range(len(st)):
-                if st[j] - t >= dur:
-                    return t
-                if en[j] > t:
-                    t = en[j]
-        return t
+        # the block's longest gap was its leading one, measured from an earlier end: go on
+        return self.slot(t, dur) if b2 + 1 < nb else t
 
     def add(self, start: float, end: float) -> None:
         blocks = self.blocks
