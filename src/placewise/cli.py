@@ -8,6 +8,7 @@ PLACEWISE_DEBUG=1 for the traceback); 130 interrupted.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -447,6 +448,8 @@ def plan(
     from placewise.search.api import CommandBudget, minimum_time_s, parse_strategy, plan_search
 
     start = _command_start()
+    if _STARTED:  # a process of its own: fewer cyclic collections over the large graph
+        gc.set_threshold(100_000, 50, 100)
     if objective not in ("latency", "throughput"):
         raise InputError(f"unknown objective {objective!r} (latency or throughput)",
                          place="--objective")
@@ -456,6 +459,8 @@ def plan(
     budget = QualityBudget.parse(quality_budget)
     check_output_path(out_file, place="--out")
     problem, machine = _build_problem(model, hw, shape, batch, calibration, not no_fuse)
+    if _STARTED:
+        gc.freeze()  # the graph and the problem stay: later collections skip them
     parse_strategy(strategy, problem.devices)  # refused before anything is printed
     least = minimum_time_s(problem)
     clock = CommandBudget.make(time_limit, ops=len(problem.graph.ops), start=start,
@@ -493,7 +498,7 @@ def plan(
     t_write = time.perf_counter()
     save_plan(p, out_file)
     t_end = time.perf_counter()
-    timing = {"time_limit_s": clock.limit_s, "default_limit": clock.default,
+    timing: dict[str, Any] = {"time_limit_s": clock.limit_s, "default_limit": clock.default,
               "ops": clock.ops, "load_s": round(loaded_s, 4),
               "search_s": round(searched[0], 4), "build_s": round(t_write - t_build, 4),
               "write_s": round(t_end - t_write, 4), "reserve_s": clock.reserve_s,

@@ -17,7 +17,6 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
-import math
 import operator
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -338,10 +337,13 @@ class Tensor:
 
     @property
     def numel(self) -> int:
-        if not self.is_concrete:
-            raise GraphError(f"shape {self.shape_str()} is symbolic; bind it with --shape",
-                             place=f"tensor {self.name!r}")
-        return math.prod(self.shape)  # type: ignore[arg-type]
+        n = 1
+        for d in self.shape:  # one pass: asked for every tensor many times
+            if not isinstance(d, int):
+                raise GraphError(f"shape {self.shape_str()} is symbolic; bind it with --shape",
+                                 place=f"tensor {self.name!r}")
+            n *= d
+        return n
 
     @property
     def nbytes(self) -> int:
@@ -413,8 +415,10 @@ class Graph:
     _op_index: dict[str, Op] = field(init=False, repr=False, compare=False)
     _producer: dict[str, Op] = field(init=False, repr=False, compare=False)
     _consumers: dict[str, tuple[Op, ...]] = field(init=False, repr=False, compare=False)
+    _memo: dict[str, str] = field(init=False, repr=False, compare=False)  # fingerprint
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "_memo", {})
         object.__setattr__(self, "_tensor_index", {t.name: t for t in self.tensors})
         object.__setattr__(self, "_op_index", {o.name: o for o in self.ops})
         prod: dict[str, Op] = {}
@@ -577,7 +581,11 @@ class Graph:
         return sum(t.nbytes for t in self.params)
 
     def fingerprint(self) -> str:
-        """A stable sha256 over structure, shapes, dtypes and attributes (not weights)."""
+        """A stable sha256 over structure, shapes, dtypes and attributes (not weights);
+        computed once per graph (it is immutable)."""
+        got = self._memo.get("fingerprint")
+        if got is not None:
+            return got
         h = hashlib.sha256()
         payload = {
             "tensors": [[t.name, [str(d) for d in t.shape], t.dtype.value, t.layout.value,
@@ -590,7 +598,9 @@ class Graph:
             "outputs": list(self.outputs),
         }
         h.update(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode())
-        return "sha256:" + h.hexdigest()
+        got = "sha256:" + h.hexdigest()
+        self._memo["fingerprint"] = got
+        return got
 
     def with_ops(self, ops: Iterable[Op], tensors: Iterable[Tensor] | None = None) -> Graph:
         return Graph.build(self.name, self.tensors if tensors is None else tensors, ops,

@@ -268,10 +268,14 @@ class SearchSpace:
 
     # ---- construction ----------------------------------------------------------------
     def _prune(self, reason: str, message: str) -> None:
+        if self._count(reason):
+            self._examples[reason].append(message)
+
+    def _count(self, reason: str) -> bool:
+        """Count a left-out assignment; whether its message is still wanted (the first
+        three are kept): hot paths make the message only then."""
         self._pruned[reason] += 1
-        ex = self._examples[reason]
-        if len(ex) < 3:
-            ex.append(message)
+        return len(self._examples[reason]) < 3
 
     def need(self, vi: int, dtype: DType) -> _Need:
         """Bytes vertex ``vi`` computing in ``dtype`` holds on its device while it runs:
@@ -311,22 +315,28 @@ class SearchSpace:
                     break
             if bad is not None:
                 for _ in self.dtypes:
-                    self._prune("kind", f"vertex {name!r}: device {dev.name!r} does not run "
-                                        f"op kind {bad.value!r}")
+                    if self._count("kind"):
+                        self._examples["kind"].append(f"vertex {name!r}: device {dev.name!r} "
+                                                      f"does not run op kind {bad.value!r}")
                 continue
             allowed = explore.get(dev.name) if explore is not None else None
             tier = dev.main_memory
             for dt in self.dtypes:
                 if dt not in dev.dtypes:
-                    self._prune("dtype", f"device {dev.name!r} does not compute in {dt.value}")
+                    if self._count("dtype"):
+                        self._examples["dtype"].append(f"device {dev.name!r} does not compute "
+                                                       f"in {dt.value}")
                     continue
                 if not p.allows(vi, dt):
-                    self._prune("precision policy", f"vertex {name!r}: the precision policy "
-                                                    f"keeps it out of {dt.value}")
+                    if self._count("precision policy"):
+                        self._examples["precision policy"].append(
+                            f"vertex {name!r}: the precision policy keeps it out of {dt.value}")
                     continue
                 if allowed is not None and dt not in allowed:
-                    self._prune("screened", f"vertex {name!r}: {dev.name}/{dt.value} not "
-                                            f"explored (precision screening)")
+                    if self._count("screened"):
+                        self._examples["screened"].append(
+                            f"vertex {name!r}: {dev.name}/{dt.value} not explored (precision "
+                            f"screening)")
                     continue
                 self.queries += 1
                 try:
