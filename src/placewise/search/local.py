@@ -22,12 +22,34 @@ walk restarts from the next starting placement, then from the best found; after
 ``max_stale`` restarts in a row without a new best (and every start tried) it stops early.
 
 **Evaluation.** Up to ``exact_max`` vertices every move is scored by the scheduler. Larger
-graphs score moves *incrementally* with the contention-free estimate (``Estimator``: only
-the moved vertices' loads and the finish times downstream of them are recomputed, stopping
-where they do not change) and call the scheduler at checkpoints — every ``check_every``
-moves, and at the end: a checkpoint that is worse than the best scored placement sends the
-walk back to it. Only scheduler scores decide what is returned. Graphs with many vertices
-draw their moves from crossing edges, so the work per move does not grow with the graph.
+graphs score moves *incrementally* with the contention-free estimate (``Estimator``): the
+larger of the longest path (graph inputs from the host, outputs back to it, crossing delays
+as the scheduler charges them) and the busiest exclusive resource (compute lanes, link
+directions; every tensor copy counted once, as the scheduler sends it once). Where no copy
+shares a route's first hops or a conversion with another, this is a proven lower bound of
+the scheduler's makespan (``tests/search/test_incremental.py`` checks it). The estimator
+keeps every vertex's finish time and bottom level (the longest path from its start to the
+end), so a move of one vertex is scored from its neighbours alone: the longest path
+through it is exact, and when the vertex is off the longest paths the new estimate is
+exactly the larger of that path, the old span and the new occupancy — no re-timing. A move
+on the longest path, or of several vertices, is first bounded by its occupancy, then
+re-timed downstream of it (stopping where finish times do not change). The Metropolis test
+is drawn first (accept iff the relative worsening is at most ``-T ln u``), so a move whose
+bound already exceeds the limit is rejected without touching the timeline. Among
+placements with the same estimate the walk prefers less total busy time (``TIE`` times the
+mean exclusive occupancy is added to the score). The scheduler is called at checkpoints —
+after at least ``check_every`` moves and at least ``check_share`` scheduler evaluations'
+worth of estimated work since the last (so checkpoints take at most about half the walk's
+time), and at the end: a checkpoint that is worse than the best scored placement sends
+the walk back to it. Only scheduler scores decide what is returned, and the walk returns
+the best of its starts and of what it scored, so it never returns worse than a start.
+
+**Guided moves** (a share ``guided`` of the estimated walk's moves): when a device is the
+busiest resource above the longest path, a vertex of it moves to the candidate elsewhere
+with the shortest path through it (*balance*); else a vertex of the longest path moves to
+its candidate with the shortest path through it (*critical*). Graphs with many vertices
+draw their other moves from crossing edges, so the work per move does not grow with the
+graph.
 
 **Time.** The walk runs until the tracker's budget is exhausted (work or wall-clock
 deadline); a scheduler evaluation (a move in the exact mode, a checkpoint, the final
@@ -74,6 +96,7 @@ __all__ = ["Estimator", "LocalOutcome", "WeightGuard", "local_search"]
 
 EXACT_MAX = 300  # vertices up to which every move is scored by the scheduler
 TIE = 0.01  # weight of the mean exclusive occupancy in the estimated walk's score
+DEFER = 32  # accepted moves off the longest path re-timed together (Estimator.defer)
 GUIDED = 0.3  # share of the estimated walk's moves aimed at the critical path or busiest device
 
 
@@ -110,7 +133,11 @@ class Estimator:
     longest path through it), refreshed lazily.
 
     ``apply({vertex: candidate})`` returns ``(value, undo)``; ``revert(undo)`` restores.
-    ``propose(moves, limit)`` returns ``(score, applied)``: the move is applied (and kept)
+    ``defer``: up to this many accepted moves off the longest path are not re-timed at once
+    but together (``flush``, also before any move on the path, any move of several
+    vertices, the critical path and every checkpoint): in between, finish times downstream
+    of them are stale, so the longest-path part of later scores is approximate; with
+    ``defer=0`` every score is exact. ``propose(moves, limit)`` returns ``(score, applied)``: the move is applied (and kept)
     only if its value is at most ``limit``; else ``score`` is its value or a lower bound of
     it above ``limit``, and nothing changes. A move of one vertex off the longest paths is
     scored exactly from its neighbours (``through``); a move on them, or of several vertices,
@@ -118,11 +145,15 @@ class Estimator:
     finish times do not change.
     """
 
-    def __init__(self, model: Model, choice: Sequence[int], *, throughput: bool) -> None:
+    def __init__(self, model: Model, choice: Sequence[int], *, throughput: bool,
+                 defer: int = 0) -> None:
         self.m = model
         self.throughput = throughput
+        self.defer = defer
         self.touched = 0
         self.full_scores = 0  # moves re-timed (the rest were scored from neighbours)
+        self.flushes = 0  # times deferred moves were re-timed
+        self.pending: dict[int, int] = {}
         self.reset(choice)
 
     # -- building blocks -------------------------------------------------------------------
@@ -219,6 +250,7 @@ class Estimator:
         m = self.m
         ed = m.edges
         self.choice = list(choice)
+        self.pending = {}
         n = m.space.n
         ch = self.choice
         self.rel = [m.release(i, ch[i]) for i in range(n)]
@@ -420,7 +452,17 @@ class Estimator:
         self.touched += touched + (len(endt) if lost else 0)
         self.full_scores += 1
 
+    def flush(self) -> float:
+        """Re-time the moves accepted without it (``defer``); the exact score after."""
+        if self.pending:
+            seeds = self.pending
+            self.pending = {}
+            self._retime(seeds, [])
+            self.flushes += 1
+        return self.score()
+
     def apply(self, moves: dict[int, int]) -> tuple[float, list[tuple[int, ...]]]:
+        self.flush()
         old = self._move_loads(moves)
         undo: list[tuple[int, ...]] = [(0, v, k) for v, k in old.items()]
         self._retime(moves, undo)
@@ -470,25 +512,32 @@ class Estimator:
             if val > limit:
                 self._move_loads(old)
                 return val, False
-            undo = []
-            self._retime(moves, undo)
             self._seed(moves)
             self.full_scores -= 1
+            if len(self.pending) < self.defer:
+                self.pending.update(moves)  # re-timed later, with others
+                return val, True
+            self.pending.update(moves)
+            self.flush()
+            self.full_scores += 1
             return self.score(), True
         if lv + tie > limit:
             self._move_loads(old)
             return lv + tie, False
         undo = [(0, v, k) for v, k in old.items()]
-        self._retime(moves, undo)
+        seeds = {**self.pending, **moves}
+        self._retime(seeds, undo)
         val = self.value() + tie
         if val > limit:
-            self.revert(undo)
+            self.revert(undo)  # the deferred moves stay pending
             return val, False
+        self.pending = {}
         self._seed(moves)
         return val, True
 
     def critical_path(self) -> list[int]:
         """The vertices of one longest path (contention-free), last first."""
+        self.flush()
         ed = self.m.edges
         fin, endt = self.fin, self.endt
         if not endt:
@@ -740,8 +789,8 @@ def local_search(model: Model, tracker: Tracker,
                  starts: Sequence[tuple[str, Sequence[int]] | tuple[str, Sequence[int], RankKey]],
                  *, seed: int = 0, exact_max: int = EXACT_MAX, check_every: int = 200,
                  patience: int | None = None, t_start: float = 0.02, t_end: float = 1e-4,
-                 max_stale: int = 3, guided: float = GUIDED, check_share: float = 1.0
-                 ) -> LocalOutcome:
+                 max_stale: int = 3, guided: float = GUIDED, check_share: float = 1.0,
+                 defer: int = DEFER) -> LocalOutcome:
     """Run the walk from ``starts`` ((label, candidate indexes[, rank key if already
     scored]), best first) until the tracker's budget is spent (see the module docstring)."""
     sp = model.space
@@ -765,7 +814,7 @@ def local_search(model: Model, tracker: Tracker,
     cur_key = best_key
     start_used = budget.spent_s()
     span = max(budget.left_s(), 1e-9)
-    est = None if exact else Estimator(model, cur, throughput=throughput)
+    est = None if exact else Estimator(model, cur, throughput=throughput, defer=defer)
     guard = WeightGuard(model, cur)
     rejected_memory = 0
     est_val = est.score() if est else 0.0
@@ -851,6 +900,7 @@ def local_search(model: Model, tracker: Tracker,
             if since_check >= check_every and (
                     budget.spent_s() - check_spent >= check_share * tracker.eval_work_s):
                 since_check = 0
+                est_val = est.flush()
                 key, _ = tracker.evaluate(sp.placement(est.choice))
                 check_spent = budget.spent_s()
                 path = None
