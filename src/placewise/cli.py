@@ -478,13 +478,24 @@ def plan(
     searched = [0.0]
     with _progress(f"searching ({strategy})") as cb:
         def search(prob: Any) -> Any:
-            limit_s, work_s, reserve_s = clock.search_limits(share)
+            limits = clock.search_limits(share)
             t0 = time.perf_counter()
             try:
-                return plan_search(prob, strategy=strategy, objective=objective,
-                                   time_limit_s=limit_s, work_limit_s=work_s,
-                                   reserve_s=reserve_s, seed=seed, progress=cb,
-                                   on_best=cb.best)
+                for retry in (False, True):
+                    limit_s, work_s, reserve_s = limits
+                    try:
+                        return plan_search(prob, strategy=strategy, objective=objective,
+                                           time_limit_s=limit_s, work_limit_s=work_s,
+                                           reserve_s=reserve_s, seed=seed, progress=cb,
+                                           on_best=cb.best)
+                    except InputError as exc:
+                        # the default limit is ours: a search it proved too short gets what
+                        # it needs (costs already computed are kept by the problem)
+                        need = getattr(exc, "need_s", None)
+                        if retry or not clock.default or need is None:
+                            raise
+                        limits = clock.grant(need)
+                raise AssertionError("unreachable")
             finally:
                 searched[0] += time.perf_counter() - t0
 
@@ -502,7 +513,7 @@ def plan(
               "ops": clock.ops, "load_s": round(loaded_s, 4),
               "search_s": round(searched[0], 4), "build_s": round(t_write - t_build, 4),
               "write_s": round(t_end - t_write, 4), "reserve_s": clock.reserve_s,
-              "total_s": round(t_end - start, 4), "overrun": overrun}
+              "total_s": round(t_end - start, 4), "overrun": clock.overrun() or overrun}
     summary = {
         "out": str(out_file),
         "strategy": result.strategy,
@@ -546,6 +557,8 @@ def plan(
         if record["fallback"]:
             line += f"; kept for the budget: {', '.join(record['fallback'][:5])}"
     out.print(line)
+    if timing["overrun"]:
+        out.print(timing["overrun"])
     out.print(f"searched {result.candidates_evaluated} placements in "
               f"{result.search_time_s:.2f} s; built and wrote the plan in "
               f"{timing['build_s'] + timing['write_s']:.2f} s ({clock.reserve_s:.3g} s kept); "

@@ -268,8 +268,8 @@ class CommandBudget:
     --time-limit: 1 s is too short for 10000 ops: the least search (costing every vertex on every device and scoring one plan) takes about 0.5 s and building and writing the plan about 3.25 s: give --time-limit 4 or more
     """
 
-    __slots__ = ("clock", "default", "least_s", "limit_s", "ops", "raised", "reserve_s",
-                 "start")
+    __slots__ = ("clock", "default", "grown", "least_s", "limit_s", "ops", "raised",
+                 "reserve_s", "start")
 
     def __init__(self, limit_s: float, *, ops: int, start: float, default: bool = False,
                  clock: Callable[[], float] = time.perf_counter, least_s: float = 0.0
@@ -279,6 +279,7 @@ class CommandBudget:
         self.start = float(start)
         self.default = default
         self.raised = False
+        self.grown = False  # raised again after a search proved it too short (``grant``)
         self.clock = clock
         self.least_s = max(0.0, float(least_s))
         self.reserve_s = finish_reserve_s(ops)
@@ -332,9 +333,23 @@ class CommandBudget:
             f"{self.reserve_s:.3g} s: give --time-limit {math.ceil(need)} or more",
             place="--time-limit")
 
+    def grant(self, need_s: float) -> tuple[float, float, float]:
+        """The limits for a search that a default limit proved too short for (it needs
+        ``need_s`` seconds and the reserve): the default is raised to fit it (``raised``,
+        noted by ``overrun()``); an explicit limit is the user's and is never raised."""
+        assert self.default, "only the default limit is raised"
+        limit = need_s * 1.25 + self.reserve_s
+        self.limit_s = max(self.limit_s, math.ceil(self.spent_s() + limit))
+        self.raised = True
+        self.grown = True
+        return (round(limit, 6), round(self._work_s(1.0), 6), self.reserve_s)
+
     def overrun(self) -> str:
         """A note when what is left cannot hold the least search and the reserve, else
         ``""``."""
+        if self.grown:
+            return (f"the default limit was raised to {self.limit_s:.3g} s: costing the "
+                    f"candidates needed more than estimated")
         floor = self._floor_s(1.0)
         if self.left_s() - self.reserve_s >= floor:
             return ""
@@ -365,9 +380,13 @@ def _finish_s(problem: Problem) -> float:
 
 
 def _too_short(limit_s: float, n: int, why: str, need_s: float) -> InputError:
-    return InputError(f"{limit_s:.3g} s is too short for {n} vertices{why} about "
-                      f"{need_s:.3g} s: give --time-limit {math.ceil(need_s)} or more",
-                      place="--time-limit")
+    """The refusal of a time limit too short; ``need_s`` (seconds the search needs) rides
+    along on the error (a caller that chose the limit itself may grant it)."""
+    err = InputError(f"{limit_s:.3g} s is too short for {n} vertices{why} about "
+                     f"{need_s:.3g} s: give --time-limit {math.ceil(need_s)} or more",
+                     place="--time-limit")
+    err.need_s = need_s  # type: ignore[attr-defined]
+    return err
 
 
 def _costed(problem: Problem, dts: tuple[DType, ...], explore: dict[str, tuple[DType, ...]]
