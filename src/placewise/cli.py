@@ -513,7 +513,7 @@ def plan(
               "ops": clock.ops, "load_s": round(loaded_s, 4),
               "search_s": round(searched[0], 4), "build_s": round(t_write - t_build, 4),
               "write_s": round(t_end - t_write, 4), "reserve_s": clock.reserve_s,
-              "total_s": round(t_end - start, 4), "overrun": clock.overrun() or overrun}
+              "total_s": round(t_end - start, 4), "overrun": clock.overrun() if clock.grown else overrun}
     summary = {
         "out": str(out_file),
         "strategy": result.strategy,
