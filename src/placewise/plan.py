@@ -81,6 +81,7 @@ from typing import Any, Protocol
 from placewise import __version__
 from placewise.cost.model import Cost, Representation, Term
 from placewise.errors import Infeasible, InputError, UnsupportedError
+from placewise.plan_columns import gc_paused, make_record
 from placewise.plan_file import (  # the file, re-exported
     SCHEMA_VERSION,
     dumps_plan,
@@ -246,7 +247,6 @@ def _machine_info(problem: Problem) -> dict[str, Any]:
 def _alternatives(problem: Problem, vi: int) -> tuple[AlternativeRecord, ...]:
     feasible = feasible_assignments(problem, vi)
     out: list[AlternativeRecord] = []
-    alt = AlternativeRecord.model_construct
     for dev in problem.devices:
         best: tuple[float, Assignment, Cost] | None = None
         for a in feasible:
@@ -258,11 +258,13 @@ def _alternatives(problem: Problem, vi: int) -> tuple[AlternativeRecord, ...]:
         if best is None:
             reasons = [p.reason for p in pruned_assignments(problem, vi)
                        if p.assignment.device == dev]
-            out.append(alt(device=dev, reason=reasons[0] if reasons else "not feasible"))
+            out.append(make_record(AlternativeRecord, {
+                "device": dev, "reason": reasons[0] if reasons else "not feasible"}))
         else:
             _, a, c = best
-            out.append(alt(device=dev, dtype=a.dtype, total_s=float(c.total_s),
-                           low_s=float(c.low_s), high_s=float(c.high_s)))
+            out.append(make_record(AlternativeRecord, {
+                "device": dev, "dtype": a.dtype, "total_s": float(c.total_s),
+                "low_s": float(c.low_s), "high_s": float(c.high_s)}))
     return tuple(out)
 
 
@@ -273,14 +275,13 @@ def _regions(problem: Problem, alternatives: bool) -> dict[str, RegionRecord]:
         for r in problem.partition.regions:
             patterns[r.name] = str(getattr(r, "pattern", "") or "")
     out: dict[str, RegionRecord] = {}
-    region = RegionRecord.model_construct
     for v in problem.vertices:
         pattern = patterns.get(v.name) or ("single" if len(v.ops) == 1 else "region")
-        out[v.name] = region(
-            ops=tuple(o.name for o in v.ops), pattern=pattern, inputs=tuple(v.inputs),
-            params=tuple(v.params), outputs=tuple(v.outputs), internal=tuple(v.internal),
-            scratch_bytes=int(v.scratch_bytes),
-            alternatives=_alternatives(problem, v.index) if alternatives else ())
+        out[v.name] = make_record(RegionRecord, {
+            "ops": tuple(o.name for o in v.ops), "pattern": pattern, "inputs": tuple(v.inputs),
+            "params": tuple(v.params), "outputs": tuple(v.outputs),
+            "internal": tuple(v.internal), "scratch_bytes": int(v.scratch_bytes),
+            "alternatives": _alternatives(problem, v.index) if alternatives else ()})
     return out
 
 
@@ -296,16 +297,18 @@ def _task_record(t: Task) -> TaskRecord:
     terms: dict[Term, float] = {}
     for k, v in t.terms:
         terms[k] = terms.get(k, 0.0) + v
-    return TaskRecord.model_construct(
-        name=t.name, kind=t.kind, resource=t.resource, lane=t.lane, device=t.device,
-        dst_device=t.dst_device, vertex=t.vertex, tensor=t.tensor, link=t.link,
-        src_rep=_rep_str(t.src_rep), dst_rep=_rep_str(t.dst_rep), nbytes=t.nbytes,
-        start_s=float(t.start_s), end_s=float(t.end_s), deps=tuple(t.deps), terms_s=terms,
-        contention_s=float(t.contention_s), low_s=float(c.low_s + t.contention_s),
-        high_s=float(c.high_s + t.contention_s), source=c.source, bottleneck=c.bottleneck,
-        assumptions={k: _assumption(v) for k, v in c.assumptions},
-        memory_bytes=c.memory_bytes, buffer_bytes=c.buffer_bytes,
-        cores=tuple(t.cores) if t.cores else None)
+    return make_record(TaskRecord, {
+        "name": t.name, "kind": t.kind, "resource": t.resource, "lane": t.lane,
+        "device": t.device, "dst_device": t.dst_device, "vertex": t.vertex,
+        "tensor": t.tensor, "link": t.link, "src_rep": _rep_str(t.src_rep),
+        "dst_rep": _rep_str(t.dst_rep), "nbytes": t.nbytes, "start_s": float(t.start_s),
+        "end_s": float(t.end_s), "deps": tuple(t.deps), "terms_s": terms,
+        "contention_s": float(t.contention_s), "low_s": float(c.low_s + t.contention_s),
+        "high_s": float(c.high_s + t.contention_s), "source": c.source,
+        "bottleneck": c.bottleneck,
+        "assumptions": {k: _assumption(v) for k, v in c.assumptions},
+        "memory_bytes": c.memory_bytes, "buffer_bytes": c.buffer_bytes,
+        "cores": tuple(t.cores) if t.cores else None})
 
 
 def _throughput_json(problem: Problem, ev: Evaluation) -> dict[str, Any]:
@@ -429,9 +432,9 @@ def _crossing_record(rec: dict[str, Any]) -> CrossingRecord:
     kept = dict(rec["kept"])
     if "dtype" in kept:
         kept["dtype"] = DType(kept["dtype"])
-    return CrossingRecord.model_construct(**{
+    return make_record(CrossingRecord, {
         **rec, "links": tuple(rec["links"]), "tasks": tuple(rec["tasks"]),
-        "shared_with": tuple(rec["shared_with"]), "kept": KeptRecord.model_construct(**kept)})
+        "shared_with": tuple(rec["shared_with"]), "kept": make_record(KeptRecord, kept)})
 
 
 def _crossings(problem: Problem, ev: Evaluation) -> list[CrossingRecord]:
@@ -609,6 +612,7 @@ def _search_json(result: Any, strategy: str, objective: Objective) -> dict[str, 
     }
 
 
+@gc_paused()  # a million records at 100k ops: no collection passes over them meanwhile
 def build_plan(problem: Problem, result: SearchLike | Evaluation, *, model_ref: str,
                objective: Objective | str | None = None, strategy: str | None = None,
                seed: int | None = None, alternatives: bool = True,
@@ -659,12 +663,12 @@ def build_plan(problem: Problem, result: SearchLike | Evaluation, *, model_ref: 
         "machine": _machine_info(problem),
         "placement": ev.placement.to_json(),
         "regions": _regions(problem, alternatives),
-        "ops": {op.name: OpRecord.model_construct(vertex=v.name, kind=op.kind,
-                                                  where=op.where())
+        "ops": {op.name: make_record(OpRecord, {"vertex": v.name, "kind": op.kind,
+                                                "where": op.where()})
                 for v in problem.vertices for op in v.ops},
-        "tensors": {t.name: TensorRecord.model_construct(
-            shape=tuple(t.concrete_shape), dtype=t.dtype, layout=t.layout, role=t.role,
-            nbytes=t.nbytes) for t in g.tensors},
+        "tensors": {t.name: make_record(TensorRecord, {
+            "shape": tuple(t.concrete_shape), "dtype": t.dtype, "layout": t.layout,
+            "role": t.role, "nbytes": t.nbytes}) for t in g.tensors},
         "graph_inputs": list(g.inputs),
         "graph_outputs": list(g.outputs),
         "schedule": {

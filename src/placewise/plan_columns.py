@@ -39,7 +39,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import enum
+import gc
 import json
 import math
 import sys
@@ -49,7 +51,8 @@ import zlib
 from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from itertools import repeat
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -62,11 +65,14 @@ __all__ = [
     "decode_table",
     "encode_table",
     "encode_values",
+    "gc_paused",
+    "make_record",
     "pack_strings",
     "table_schema",
     "unpack_strings",
 ]
 
+_M = TypeVar("_M", bound=BaseModel)
 _BIG = sys.byteorder == "big"
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 #: the most rows a table may claim (a plan of 100k ops has a few hundred thousand)
@@ -113,13 +119,69 @@ def unpack_strings(obj: Any, *, file: str, place: str = "strings",
         except (binascii.Error, ValueError, zlib.error) as exc:
             raise SpecError(f"not a packed string table (base64 of zlib data): {exc}",
                             file=file, place=place) from None
-        from placewise.io import parse_json
-
-        obj = parse_json(data, file=file, error=SpecError)
+        try:  # a list of strings holds no numbers to check
+            obj = json.loads(data)
+        except (ValueError, RecursionError) as exc:
+            raise SpecError(f"not a packed string table (its JSON: {exc})"[:200], file=file,
+                            place=place) from None
     if not isinstance(obj, list) or not all(isinstance(s, str) for s in obj):
         raise SpecError("the string table is a list of strings (or {\"zjson\": ...})",
                         file=file, place=place)
     return obj
+
+
+# ---- making records ---------------------------------------------------------------------------
+_FIELDS: dict[type, tuple[tuple[str, ...], dict[str, Any], set[str]]] = {}
+_new = object.__new__
+_set = object.__setattr__
+
+
+def _fields(cls: type[BaseModel]) -> tuple[tuple[str, ...], dict[str, Any], set[str]]:
+    got = _FIELDS.get(cls)
+    if got is None:
+        names = tuple(cls.model_fields)
+        defaults = {n: f.default for n, f in cls.model_fields.items() if not f.is_required()}
+        got = _FIELDS[cls] = (names, defaults, set(names))
+    return got
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Hold the cyclic garbage collector while a plan's records are made or read: a plan of
+    100k ops is a million small objects, and every collection pass would walk them all
+    (it doubles the time). Reference counting still frees what is dropped."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def make_record(cls: type[_M], values: dict[str, Any]) -> _M:
+    """A record of ``cls`` from values that are already of the fields' types (the plan's own,
+    or a column that was validated), fields left out taking their defaults: what
+    ``cls.model_construct(**values)`` makes, without its per-field bookkeeping.
+
+    >>> from placewise.plan_records import AlternativeRecord
+    >>> make_record(AlternativeRecord, {"device": "gpu", "reason": "no"}) == \\
+    ...     AlternativeRecord(device="gpu", reason="no")
+    True
+    """
+    names, defaults, fields_set = _fields(cls)
+    if len(values) != len(names):
+        for n, d in defaults.items():
+            if n not in values:
+                values[n] = d.copy() if isinstance(d, dict | list) else d
+    m = _new(cls)
+    _set(m, "__dict__", values)
+    # one set per class: a frozen record's set is never changed in place (model_copy
+    # copies it first)
+    _set(m, "__pydantic_fields_set__", fields_set)
+    _set(m, "__pydantic_extra__", None)
+    _set(m, "__pydantic_private__", None)
+    return m
 
 
 # ---- field kinds ------------------------------------------------------------------------------
@@ -551,9 +613,8 @@ def _table(cx: _Ctx, cls: type[BaseModel], table: Any, place: str, rows: int | N
             seen.add(key)
     columns = [_decode(cx, k, cols[name], n, f"{place}.{name}") for name, k in kinds.items()]
     names = list(kinds)
-    construct = cls.model_construct
-    recs = [construct(**dict(zip(names, row, strict=True)))
-            for row in zip(*columns, strict=True)] if names else []
+    recs = list(map(make_record, repeat(cls, n), map(dict, map(zip, repeat(names, n),
+                                                                zip(*columns, strict=True)))))
     return recs, keys
 
 

@@ -56,6 +56,7 @@ from placewise.plan_columns import (
     decode_mapping,
     decode_table,
     encode_table,
+    gc_paused,
     pack_strings,
     table_schema,
     unpack_strings,
@@ -158,6 +159,7 @@ def _replan(file: str, problem: str) -> SpecError:
                      f"schema version {SCHEMA_VERSION})", file=file, place="schema_version")
 
 
+@gc_paused()
 def plan_from_json(data: Mapping[str, Any] | str | bytes, *, file: str | None = None) -> Plan:
     """Validate a plan from its JSON object or text; ``SpecError`` on any problem."""
     file = file or "<plan>"
