@@ -475,7 +475,7 @@ def _screening(problem: Problem, dtypes: tuple[DType, ...], time_limit_s: float
 
     allowance = _SCREEN_SHARE * time_limit_s
     full = max(per_dev, default=1)
-    if estimate(full) <= allowance:
+    if full <= 1 or estimate(full) <= allowance:  # one precision a device: nothing to screen
         return None, ""
     keep = next((k for k in range(full - 1, 0, -1) if estimate(k) <= allowance), 1)
     explore = screen_dtypes(problem, dtypes, keep)
