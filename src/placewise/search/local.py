@@ -37,10 +37,13 @@ re-timed downstream of it (stopping where finish times do not change). The Metro
 is drawn first (accept iff the relative worsening is at most ``-T ln u``), so a move whose
 bound already exceeds the limit is rejected without touching the timeline. Among
 placements with similar estimates the walk prefers less total busy time (``TIE`` times the
-mean exclusive occupancy is added to the score, ``Estimator.score``). The scheduler is
-called at checkpoints — after at least ``check_every`` moves and at least ``check_share`` scheduler evaluations'
-worth of estimated work since the last (so checkpoints take at most about half the walk's
-time), and at the end: a checkpoint that is worse than the best scored placement sends
+mean exclusive occupancy is added to the score, ``Estimator.score``). Accepted moves off
+the longest path are re-timed in batches of up to ``defer`` (``Estimator.defer``; scores
+in between use finish times that may be stale downstream of them, and every batch is
+flushed before a move on the path, a move of several vertices and every checkpoint). The
+scheduler is called at checkpoints — after at least ``check_every`` moves and at least
+``check_share`` scheduler evaluations' worth of estimated work since the last (so
+checkpoints take at most about half the walk's time), and at the end: a checkpoint that is worse than the best scored placement sends
 the walk back to it. Only scheduler scores decide what is returned, and the walk returns
 the best of its starts and of what it scored, so it never returns worse than a start.
 
@@ -96,6 +99,9 @@ __all__ = ["Estimator", "LocalOutcome", "WeightGuard", "local_search"]
 
 EXACT_MAX = 300  # vertices up to which every move is scored by the scheduler
 TIE = 0.2  # weight of the mean exclusive occupancy in the estimated walk's score
+# estimated work per vertex or edge the estimator reads (its arrays are flat: measured at
+# 10,000 ops about a third of MOVE_VERTEX_S, which priced reads through the cost tables)
+READ_S = MOVE_VERTEX_S / 3
 DEFER = 32  # accepted moves off the longest path re-timed together (Estimator.defer)
 GUIDED = 0.3  # share of the estimated walk's moves aimed at the critical path or busiest device
 
@@ -151,7 +157,7 @@ class Estimator:
         self.throughput = throughput
         self.defer = defer
         self.touched = 0
-        self.full_scores = 0  # moves re-timed (the rest were scored from neighbours)
+        self.full_scores = 0  # re-timings (moves on the path, several vertices, flushes)
         self.flushes = 0  # times deferred moves were re-timed
         self.pending: dict[int, int] = {}
         self.reset(choice)
@@ -276,7 +282,7 @@ class Estimator:
         for e in range(len(ed.src)):
             self._edge(e, 1.0)
         self.lanes = m.comm.res_lanes
-        self.touched += 3 * n + 2 * len(ed.src)
+        self.touched += 9 * n + 6 * len(ed.src)  # a rebuild reads each several times
 
     def _finish(self, i: int) -> bool:
         ed = self.m.edges
@@ -452,7 +458,8 @@ class Estimator:
                         push(heap, x)
         undo.append((3, span))  # type: ignore[arg-type]
         self.span = max(endt, default=0.0) if lost else max(span, top)
-        self.touched += touched + (len(endt) if lost else 0)
+        # (the span recomputed by ``max``, a C loop, costs about 1/16 of a vertex read each)
+        self.touched += touched + (len(endt) // 16 if lost else 0)
         self.full_scores += 1
 
     def flush(self) -> float:
@@ -516,14 +523,10 @@ class Estimator:
                 self._move_loads(old)
                 return val, False
             self._seed(moves)
-            self.full_scores -= 1
-            if len(self.pending) < self.defer:
-                self.pending.update(moves)  # re-timed later, with others
-                return val, True
             self.pending.update(moves)
-            self.flush()
-            self.full_scores += 1
-            return self.score(), True
+            if len(self.pending) <= self.defer:
+                return val, True  # re-timed later, with others
+            return self.flush(), True
         if lv + tie > limit:
             self._move_loads(old)
             return lv + tie, False
@@ -889,7 +892,7 @@ def local_search(model: Model, tracker: Tracker,
             if took > move_wall:
                 move_wall = took
             tracker.estimates += 1
-            budget.charge(MOVE_BASE_S + MOVE_VERTEX_S * (est.touched - last_touched))
+            budget.charge(MOVE_BASE_S + READ_S * (est.touched - last_touched))
             last_touched = est.touched
             if ok:
                 accepted += 1
@@ -916,7 +919,7 @@ def local_search(model: Model, tracker: Tracker,
                     guard.reset(best)
                     path = None
                     est_val = est.score()
-                    budget.charge(MOVE_VERTEX_S * (est.touched - last_touched))
+                    budget.charge(READ_S * (est.touched - last_touched))
                     last_touched = est.touched
                 cur = est.choice
         if since_best == 0:
@@ -942,7 +945,7 @@ def local_search(model: Model, tracker: Tracker,
                 est.reset(cur)
                 path = None
                 est_val = est.score()
-                budget.charge(MOVE_VERTEX_S * (est.touched - last_touched))
+                budget.charge(READ_S * (est.touched - last_touched))
                 last_touched = est.touched
                 cur = est.choice
     if est is not None and tuple(est.choice) != best and tracker.can_evaluate(work=False):
