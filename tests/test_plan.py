@@ -249,8 +249,7 @@ def _mutated(path: str, value: Any) -> dict[str, Any]:
                 table = table[k]
             items = unpack_strings(data["strings"], file="f")
             strings = Strings()
-            for x in items:
-                strings(x)
+            strings.of(items)
             if row.isdigit():
                 i = int(row)
             else:

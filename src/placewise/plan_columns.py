@@ -52,6 +52,7 @@ from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
+from operator import attrgetter
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -78,26 +79,32 @@ _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 #: the most rows a table may claim (a plan of 100k ops has a few hundred thousand)
 _MAX_ROWS = 1 << 28
 #: zlib level of the packed columns (fixed: the same records give the same bytes)
-_LEVEL = 6
+_LEVEL = 1
 
 
 class Strings:
-    """The string table of a file being written: each string once, by first use."""
+    """The string table of a file being written: each string once, by first use (None is
+    -1)."""
 
-    __slots__ = ("index", "items")
+    __slots__ = ("index",)
 
     def __init__(self) -> None:
-        self.index: dict[str, int] = {}
-        self.items: list[str] = []
+        self.index: dict[str | None, int] = {None: -1}
 
     def __call__(self, s: str | None) -> int:
-        if s is None:
-            return -1
-        i = self.index.get(s)
-        if i is None:
-            i = self.index[s] = len(self.items)
-            self.items.append(s)
-        return i
+        index = self.index
+        return index.setdefault(s, len(index) - 1)
+
+    def of(self, values: Sequence[str | None]) -> list[int]:
+        """The indexes of ``values`` (interned as needed)."""
+        index = self.index
+        put = index.setdefault
+        return [put(s, len(index) - 1) for s in values]
+
+    @property
+    def items(self) -> list[str]:
+        """The strings, by index."""
+        return typing.cast(list[str], list(self.index)[1:])
 
 
 def pack_strings(items: list[str]) -> dict[str, str]:
@@ -287,9 +294,9 @@ def _encode(k: _Kind, values: list[Any], strings: Strings, packed: bool) -> Any:
     if not packed and tag in ("str", "enum", "int", "bool", "float"):
         return {"values": [_plain(v) for v in values]}
     if tag == "str":
-        return _ints([strings(v) for v in values])
-    if tag == "enum":
-        return _ints([-1 if v is None else strings(v.value) for v in values])
+        return _ints(strings.of(values))
+    if tag == "enum":  # ``_value_``: a plain attribute (``value`` and hashing are slow)
+        return _ints(strings.of([None if v is None else v._value_ for v in values]))
     if tag in ("int", "bool"):
         return _ints([int(v) for v in values])
     if tag == "float":
@@ -299,7 +306,7 @@ def _encode(k: _Kind, values: list[Any], strings: Strings, packed: bool) -> Any:
         flat = [x for v in values if v is not None for x in v]
         if not packed:
             return {"len": {"values": lens}, "items": {"values": flat}}
-        items = _ints([strings(x) for x in flat]) if tag == "strs" else _ints(flat)
+        items = _ints(strings.of(flat)) if tag == "strs" else _ints(flat)
         return {"len": _ints(lens), "items": items}
     if tag == "records":
         if k.optional:
@@ -311,10 +318,17 @@ def _encode(k: _Kind, values: list[Any], strings: Strings, packed: bool) -> Any:
         return {"len": _ints(lens) if packed else {"values": lens},
                 "rows": encode_table(k.cls, rows, strings, packed=packed)}
     if tag == "fdict":
-        by = {_plain(key): key for d in values for key in d}
-        if not packed:
-            return {key: {"values": [d.get(by[key]) for d in values]} for key in sorted(by)}
-        return {key: _floats([d.get(by[key], math.nan) for d in values]) for key in sorted(by)}
+        fill = math.nan if packed else None
+        cols: dict[str, list[Any]] = {}
+        for i, d in enumerate(values):
+            for key, v in d.items():
+                name = key._value_
+                col = cols.get(name)
+                if col is None:
+                    col = cols[name] = [fill] * len(values)
+                col[i] = v
+        return {name: _floats(cols[name]) if packed else {"values": cols[name]}
+                for name in sorted(cols)}
     if tag == "adict":
         out: dict[str, Any] = {}
         for key in sorted({key for d in values for key in d}):
@@ -323,7 +337,7 @@ def _encode(k: _Kind, values: list[Any], strings: Strings, packed: bool) -> Any:
             if not packed:
                 out[key] = {"values": col}
             elif all(isinstance(v, str) for v in present):
-                out[key] = _ints([strings(v) for v in col])
+                out[key] = _ints(strings.of(col))
             elif all(isinstance(v, int | float) and not isinstance(v, bool) for v in present):
                 out[key] = _floats([math.nan if v is None else float(v) for v in col])
             else:
@@ -340,9 +354,9 @@ def encode_table(cls: type[BaseModel], records: Sequence[BaseModel], strings: St
     the column ``_key``; ``packed=False``: every column in the readable ``values`` form."""
     cols: dict[str, Any] = {}
     if keys is not None:
-        cols["_key"] = _ints([strings(k) for k in keys]) if packed else {"values": list(keys)}
+        cols["_key"] = _ints(strings.of(keys)) if packed else {"values": list(keys)}
     for name, k in _kinds(cls).items():
-        cols[name] = _encode(k, [r.__dict__[name] for r in records], strings, packed)
+        cols[name] = _encode(k, list(map(attrgetter(name), records)), strings, packed)
     return {"rows": len(records), "cols": cols}
 
 
@@ -613,8 +627,16 @@ def _table(cx: _Ctx, cls: type[BaseModel], table: Any, place: str, rows: int | N
             seen.add(key)
     columns = [_decode(cx, k, cols[name], n, f"{place}.{name}") for name, k in kinds.items()]
     names = list(kinds)
-    recs = list(map(make_record, repeat(cls, n), map(dict, map(zip, repeat(names, n),
-                                                                zip(*columns, strict=True)))))
+    fields_set = _fields(cls)[2]
+    recs: list[Any] = []
+    append = recs.append
+    for values in map(dict, map(zip, repeat(names, n), zip(*columns, strict=True))):
+        m = _new(cls)  # make_record, inlined: every field is there
+        _set(m, "__dict__", values)
+        _set(m, "__pydantic_fields_set__", fields_set)
+        _set(m, "__pydantic_extra__", None)
+        _set(m, "__pydantic_private__", None)
+        append(m)
     return recs, keys
 
 

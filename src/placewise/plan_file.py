@@ -57,6 +57,7 @@ from placewise.plan_columns import (
     decode_table,
     encode_table,
     gc_paused,
+    make_record,
     pack_strings,
     table_schema,
     unpack_strings,
@@ -108,6 +109,7 @@ _MAPPINGS: dict[str, type[BaseModel]] = {
 
 
 # ---- writing ----------------------------------------------------------------------------------
+@gc_paused()
 def plan_to_json(plan: Plan, *, packed: bool = True) -> dict[str, Any]:
     """The JSON object of a plan: its small records as objects (fields that are None left
     out), its bulk tables by column (see the module docstring); ``packed=False``: every
@@ -116,9 +118,8 @@ def plan_to_json(plan: Plan, *, packed: bool = True) -> dict[str, Any]:
     data = plan.model_dump(mode="json", exclude_none=True, exclude={
         **bulk, "schedule": {"tasks": True, "critical_path": True}})
     strings = Strings()
-    construct = _Assignment.model_construct
     data["placement"] = encode_table(
-        _Assignment, [construct(device=a["device"], dtype=a["dtype"])
+        _Assignment, [make_record(_Assignment, {"device": a["device"], "dtype": a["dtype"]})
                       for a in plan.placement.values()], strings, keys=list(plan.placement),
         packed=packed)
     for key in ("regions", "ops", "tensors"):
@@ -128,7 +129,7 @@ def plan_to_json(plan: Plan, *, packed: bool = True) -> dict[str, Any]:
     data["schedule"]["tasks"] = encode_table(TaskRecord, plan.schedule.tasks, strings,
                                              packed=packed)
     data["schedule"]["critical_path"] = encode_table(
-        _Step, [_Step.model_construct(task=n) for n in plan.schedule.critical_path], strings,
+        _Step, [make_record(_Step, {"task": n}) for n in plan.schedule.critical_path], strings,
         packed=packed)
     data["crossings"] = encode_table(CrossingRecord, plan.crossings, strings, packed=packed)
     data["strings"] = pack_strings(strings.items) if packed else strings.items
