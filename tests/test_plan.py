@@ -169,6 +169,8 @@ def test_round_trip_and_schema(tmp_path: Path) -> None:
     jsonschema.Draft202012Validator.check_schema(schema)
     jsonschema.validate(json.loads(path.read_text()), schema,
                         cls=jsonschema.Draft202012Validator)
+    readable = json.loads(json.dumps(plan_to_json(plan, packed=False)))
+    jsonschema.validate(readable, schema, cls=jsonschema.Draft202012Validator)
 
 
 def test_published_schema_is_up_to_date() -> None:
