@@ -38,9 +38,12 @@ is drawn first (accept iff the relative worsening is at most ``-T ln u``), so a 
 bound already exceeds the limit is rejected without touching the timeline. Among
 placements with similar estimates the walk prefers less total busy time (``TIE`` times the
 mean exclusive occupancy is added to the score, ``Estimator.score``). Accepted moves off
-the longest path are re-timed in batches of up to ``defer`` (``Estimator.defer``; scores
-in between use finish times that may be stale downstream of them, and every batch is
-flushed before a move on the path, a move of several vertices and every checkpoint). The
+the longest path are re-timed in batches of up to ``defer`` (``Estimator.defer``): a move
+of several vertices all off the longest paths is then scored from the region's neighbours
+too (approximate where a path leaves the region and re-enters it), and scores in between
+use finish times that may be stale downstream of the batch; every batch is flushed before
+a move on the path and at every checkpoint, and ``Estimator.drift`` records the largest
+error a flush found. The
 scheduler is called at checkpoints — after at least ``check_every`` moves and at least
 ``check_share`` scheduler evaluations' worth of estimated work since the last (so
 checkpoints take at most about half the walk's time), and at the end: a checkpoint that is worse than the best scored placement sends
@@ -139,11 +142,12 @@ class Estimator:
     longest path through it), refreshed lazily.
 
     ``apply({vertex: candidate})`` returns ``(value, undo)``; ``revert(undo)`` restores.
-    ``defer``: up to this many accepted moves off the longest path are not re-timed at once
-    but together (``flush``, also before any move on the path, any move of several
-    vertices, the critical path and every checkpoint): in between, finish times downstream
-    of them are stale, so the longest-path part of later scores is approximate; with
-    ``defer=0`` every score is exact. ``propose(moves, limit)`` returns ``(score, applied)``: the move is applied (and kept)
+    ``defer``: up to this many accepted moves off the longest path (of one vertex, or of
+    several all off it, scored from their neighbours) are not re-timed at once but together
+    (``flush``, also before any move on the path and the critical path): in between, finish
+    times downstream of them are stale, so the longest-path part of later scores is
+    approximate (``drift``: the largest relative error a flush found); with ``defer=0``
+    every score is exact. ``propose(moves, limit)`` returns ``(score, applied)``: the move is applied (and kept)
     only if its value is at most ``limit``; else ``score`` is its value or a lower bound of
     it above ``limit``, and nothing changes. A move of one vertex off the longest paths is
     scored exactly from its neighbours (``through``); a move on them, or of several vertices,
@@ -160,6 +164,9 @@ class Estimator:
         self.full_scores = 0  # re-timings (moves on the path, several vertices, flushes)
         self.flushes = 0  # times deferred moves were re-timed
         self.pending: dict[int, int] = {}
+        # the largest relative error of a deferred move's score found when re-timed
+        self.drift = 0.0
+        self._believed: float | None = None
         self.reset(choice)
 
     # -- building blocks -------------------------------------------------------------------
@@ -257,6 +264,7 @@ class Estimator:
         ed = m.edges
         self.choice = list(choice)
         self.pending = {}
+        self._believed = None
         n = m.space.n
         ch = self.choice
         self.rel = [m.release(i, ch[i]) for i in range(n)]
@@ -469,7 +477,44 @@ class Estimator:
             self.pending = {}
             self._retime(seeds, [])
             self.flushes += 1
-        return self.score()
+        exact = self.score()
+        if self._believed is not None:
+            if exact > 0.0:
+                self.drift = max(self.drift, abs(exact - self._believed) / exact)
+            self._believed = None
+        return exact
+
+    def _region_through(self, moves: dict[int, int]) -> float:
+        """The longest path through the moved vertices (their candidates already set),
+        with finish times above and bottom levels below them as they are."""
+        ed = self.m.edges
+        e_in, e_out, src, dst = ed.e_in, ed.e_out, ed.src, ed.dst
+        fin, bl, dly = self.fin, self.bl, self.dly
+        rel, cst, tl = self.rel, self.cst, self.tl
+        local: dict[int, float] = {}
+        best = 0.0
+        touched = 0
+        for v in sorted(moves):
+            st = rel[v]
+            for e in e_in[v]:
+                u = src[e]
+                t = (local[u] if u in local else fin[u]) + dly[e]
+                if t > st:
+                    st = t
+            f = st + cst[v]
+            local[v] = f
+            b = tl[v]
+            for e in e_out[v]:
+                w = dst[e]
+                if w not in moves:
+                    t = dly[e] + bl[w]
+                    if t > b:
+                        b = t
+            if f + b > best:
+                best = f + b
+            touched += 1 + len(e_in[v]) + len(e_out[v])
+        self.touched += touched
+        return best
 
     def apply(self, moves: dict[int, int]) -> tuple[float, list[tuple[int, ...]]]:
         self.flush()
@@ -505,7 +550,12 @@ class Estimator:
             return val, True
         single = len(moves) == 1
         off_path = False
+        region = False
         thr = 0.0
+        if not single and self.defer:
+            span = self.span
+            fin, cst, bl = self.fin, self.cst, self.bl
+            region = all(fin[v] - cst[v] + bl[v] < span * (1.0 - 1e-12) for v in moves)
         if single:
             ((v, k),) = moves.items()
             span = self.span
@@ -524,8 +574,22 @@ class Estimator:
                 return val, False
             self._seed(moves)
             self.pending.update(moves)
+            self._believed = val
             if len(self.pending) <= self.defer:
                 return val, True  # re-timed later, with others
+            return self.flush(), True
+        if region:
+            # off the longest paths: scored from the region's neighbours (approximate where
+            # a path leaves the region and re-enters it), re-timed later with others
+            val = max(lv, self.span, self._region_through(moves)) + tie
+            if val > limit:
+                self._move_loads(old)
+                return val, False
+            self._seed(moves)
+            self.pending.update(moves)
+            self._believed = val
+            if len(self.pending) <= self.defer:
+                return val, True
             return self.flush(), True
         if lv + tie > limit:
             self._move_loads(old)
@@ -538,6 +602,7 @@ class Estimator:
             self.revert(undo)  # the deferred moves stay pending
             return val, False
         self.pending = {}
+        self._believed = None
         self._seed(moves)
         return val, True
 
