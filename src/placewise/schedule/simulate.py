@@ -960,9 +960,11 @@ class _Build:
                 if ci is None:
                     ci = get_copy(t, dev, rid)
                 made = c_made[ci]
-                if made >= 0 and made not in preds:
+                if made >= 0:
                     preds.append(made)
                 reads.append(ci)
+            if len(preds) > 1:  # each once, first seen first (a set: joins of 100k inputs)
+                preds = list(dict.fromkeys(preds))
             ti = len(t_name)
             read_copy.extend(reads)
             read_task.extend([ti] * len(reads))
