@@ -285,11 +285,6 @@ def _regions(problem: Problem, alternatives: bool) -> dict[str, RegionRecord]:
     return out
 
 
-def _assumption(v: Any) -> float | str:
-    """An assumption's value as the record holds it (a number is a float)."""
-    return v if isinstance(v, str) else float(v)
-
-
 def _task_record(t: Task) -> TaskRecord:
     """The scheduler's task, serialised as the plan records it (its cost's interval with
     the contention added, the terms summed per kind)."""
@@ -306,7 +301,8 @@ def _task_record(t: Task) -> TaskRecord:
         "contention_s": float(t.contention_s), "low_s": float(c.low_s + t.contention_s),
         "high_s": float(c.high_s + t.contention_s), "source": c.source,
         "bottleneck": c.bottleneck,
-        "assumptions": {k: _assumption(v) for k, v in c.assumptions},
+        "assumptions": {k: v if isinstance(v, str) else float(v)  # a number is a float
+                        for k, v in c.assumptions},
         "memory_bytes": c.memory_bytes, "buffer_bytes": c.buffer_bytes,
         "cores": tuple(t.cores) if t.cores else None})
 
