@@ -8,7 +8,8 @@ the suite near 20 minutes). Each run records the wall time the caller measured (
 ``--repeats`` runs at 1,000 ops; one run above), the time limit (the size-scaled default
 the command printed, or the one asked) and whether the wall time stayed within 10 % of it,
 the command's own split (loading, search, building, writing, the reserve it kept for
-building and writing), and the plan file's size. A second set of runs asks for explicit
+building and writing), its CPU time (user + system: steadier than wall time on a shared
+machine), and the plan file's size. A second set of runs asks for explicit
 limits (``EXPLICIT``) to check the bound where the user sets it. The growth exponent of
 wall time over size is fitted (least squares in log-log) per kind and machine, and over
 the medians of all default runs per size.
@@ -26,6 +27,7 @@ import json
 import math
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -60,11 +62,15 @@ def run_plan(model: Path, hw: str, out: Path, limit_s: float | None) -> dict[str
     cmd = [str(EXE), "plan", str(model), "--hw", hw, "--out", str(out), "--json"]
     if limit_s is not None:
         cmd += ["--time-limit", f"{limit_s:g}"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800,
                           env=dict(os.environ, COLUMNS="120"))
     wall = time.perf_counter() - t0
-    rec: dict[str, Any] = {"wall_s": round(wall, 3), "rc": proc.returncode}
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    rec: dict[str, Any] = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
+                           "rc": proc.returncode}
     if proc.returncode != 0:
         rec["error"] = proc.stderr.strip()[-400:]
         return rec
@@ -93,6 +99,7 @@ def _one(folder: Path, kind: str, n: int, hw: str, limit_s: float | None,
         "id": rid, "kind": kind, "ops": n, "machine": hw,
         "asked_s": limit_s, "time_limit_s": limit, "default_limit": limit_s is None,
         "wall_s": round(wall, 3), "walls_s": walls, "repeats": len(ok),
+        "cpu_s": mid["cpu_s"],
         "wall_over_limit": round(wall / limit, 3) if limit else None,
         "within_10pct": bool(limit) and wall <= limit * (1 + TOLERANCE),
         "load_s": t.get("load_s"), "search_s": t.get("search_s"), "build_s": t.get("build_s"),
@@ -140,9 +147,9 @@ def _round(x: float | None) -> float | None:
 
 def table(data: dict[str, Any]) -> str:
     runs = data["runs"]
-    lines = ["| graph | ops | machine | limit (s) | wall (s) | wall/limit | load | search | "
-             "build | write | reserve | plan MB | B/op |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| graph | ops | machine | limit (s) | wall (s) | wall/limit | cpu (s) | load | "
+             "search | build | write | reserve | plan MB | B/op |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in runs:
         if "error" in r:
             lines.append(f"| {r['kind']} | {r['ops']} | {r['machine']} | error: "
@@ -152,7 +159,8 @@ def table(data: dict[str, Any]) -> str:
         flag = "" if r["within_10pct"] else " **over**"
         lines.append(
             f"| {r['kind']} | {r['ops']} | {r['machine']} | {lim} | {r['wall_s']:.2f} | "
-            f"{r['wall_over_limit']:.2f}{flag} | {_s(r['load_s'])} | {_s(r['search_s'])} | "
+            f"{r['wall_over_limit']:.2f}{flag} | {_s(r.get('cpu_s'))} | {_s(r['load_s'])} | "
+            f"{_s(r['search_s'])} | "
             f"{_s(r['build_s'])} | {_s(r['write_s'])} | {_s(r['reserve_s'])} | "
             f"{r['plan_bytes'] / 1e6:.2f} | {r['bytes_per_op']:.0f} |")
     f = data.get("fits", {})

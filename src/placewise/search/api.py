@@ -133,9 +133,11 @@ DEFAULT_LIMIT_OP_S = 4e-4
 # Wall seconds to build the plan and write it after the search (``build_plan`` +
 # ``save_plan``), at ``PRIOR_SPEED``: kept out of the search's deadline. Calibrated by
 # ``benchmarks/search.py --suite cli``, which reports the estimate beside the time taken
-# (build + write on generated task graphs, 1k-100k ops, on the 2-core development machine).
+# (build + write on generated task graphs, 1k-100k ops, on the 2-core development machine,
+# plan file v2: 0.07-0.33 s at 1k, 1.1-2.7 s at 10k, 16-22 s at 100k; re-check it there
+# whenever build_plan or save_plan change).
 FINISH_BASE_S = 0.25
-FINISH_OP_S = 3e-4
+FINISH_OP_S = 2.2e-4
 # Nominal wall seconds per op of loading the model and building the problem, for the
 # deterministic work budget only (the deadline counts the time really spent).
 LOAD_OP_S = 1.5e-4
@@ -222,9 +224,9 @@ def finish_reserve_s(ops: int, speed: float = PRIOR_SPEED) -> float:
     ``PRIOR_SPEED`` until costing has measured this machine's).
 
     >>> finish_reserve_s(10_000)
-    3.25
+    2.45
     >>> finish_reserve_s(10_000, speed=2 * PRIOR_SPEED)
-    6.5
+    4.9
     """
     return round((FINISH_BASE_S + FINISH_OP_S * max(0, ops)) * speed / PRIOR_SPEED, 6)
 
@@ -254,18 +256,18 @@ class CommandBudget:
     >>> t = [100.0]
     >>> b = CommandBudget(10.0, ops=10_000, start=99.0, clock=lambda: t[0], least_s=0.5)
     >>> b.spent_s(), b.reserve_s, b.too_short(), b.overrun()
-    (1.0, 3.25, None, '')
+    (1.0, 2.45, None, '')
     >>> b.search_limits()
-    (9.0, 2.625, 3.25)
+    (9.0, 3.025, 2.45)
     >>> b.text()
-    'time limit 10 s for the whole command: 1 s spent loading, up to 5.75 s searching, 3.25 s kept to build and write the plan'
+    'time limit 10 s for the whole command: 1 s spent loading, up to 6.55 s searching, 2.45 s kept to build and write the plan'
     >>> t[0] = 108.0  # loading took 9 s
     >>> b.search_limits()[0], b.overrun()
-    (5.875, 'loading took 9 s of the 10 s time limit: the search still gets 2.62 s (its work budget), so the command overruns')
+    (5.475, 'loading took 9 s of the 10 s time limit: the search still gets 3.02 s (its work budget), so the command overruns')
     >>> CommandBudget.make(None, ops=1_000, start=0.0, clock=lambda: 0.0).text()[:54]
     'time limit 4.4 s (the default for 1000 ops: 4 s + 0.4 '
     >>> print(CommandBudget(1.0, ops=10_000, start=0.0, clock=lambda: 0.0, least_s=0.5).too_short())
-    --time-limit: 1 s is too short for 10000 ops: the least search (costing every vertex on every device and scoring one plan) takes about 0.5 s and building and writing the plan about 3.25 s: give --time-limit 4 or more
+    --time-limit: 1 s is too short for 10000 ops: the least search (costing every vertex on every device and scoring one plan) takes about 0.5 s and building and writing the plan about 2.45 s: give --time-limit 3 or more
     """
 
     __slots__ = ("clock", "default", "grown", "least_s", "limit_s", "ops", "raised",
