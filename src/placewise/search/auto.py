@@ -46,6 +46,7 @@ from placewise.search.result import RankKey, Tracker
 from placewise.search.space import (
     COST_QUERY_S,
     DP_STATE_S,
+    HEFT_QUERY_S,
     HEFT_UNIT_S,
     MOVE_VERTEX_S,
     Budget,
@@ -176,10 +177,11 @@ class Context:
             self.skip(f"baselines {', '.join(sorted(skipped, key=order.index))}",
                       tr.eval_work_s)
 
-    def charge_queries(self) -> None:
-        """Charge the budget for the crossings computed since the last call."""
+    def charge_queries(self, price_s: float = COST_QUERY_S) -> None:
+        """Charge the budget for the crossings computed since the last call, at
+        ``price_s`` each."""
         q = self.model.comm.queries
-        self.budget.charge(COST_QUERY_S * (q - self._queries))
+        self.budget.charge(price_s * (q - self._queries))
         self._queries = q
 
     def heft(self) -> tuple[int, ...] | None:
@@ -202,11 +204,11 @@ class Context:
             out = heft_schedule(self.model, throughput=self.throughput,
                                 stop=self.budget.stop_at(tr.eval_wall_s()))
         except SearchStopped as exc:
-            self.charge_queries()
+            self.charge_queries(HEFT_QUERY_S)
             self.stopped("heft", exc)
             return None
         self.budget.charge(HEFT_UNIT_S * work)
-        self.charge_queries()
+        self.charge_queries(HEFT_QUERY_S)
         tr.estimates += work
         prob = sp.problem
         replay = prob.released(out.release_s(prob.vertex_names))

@@ -96,15 +96,17 @@ from dataclasses import dataclass
 
 from placewise.schedule.evaluate import Objective
 from placewise.search.result import RankKey, Tracker
-from placewise.search.space import MOVE_BASE_S, MOVE_VERTEX_S, Model
+from placewise.search.space import HEFT_QUERY_S, MOVE_BASE_S, MOVE_VERTEX_S, Model
 
 __all__ = ["Estimator", "LocalOutcome", "WeightGuard", "local_search"]
 
 EXACT_MAX = 300  # vertices up to which every move is scored by the scheduler
 TIE = 0.2  # weight of the mean exclusive occupancy in the estimated walk's score
 # estimated work per vertex or edge the estimator reads (its arrays are flat: measured at
-# 10,000 ops about a third of MOVE_VERTEX_S, which priced reads through the cost tables)
-READ_S = MOVE_VERTEX_S / 3
+# 10,000 ops 0.23-0.32 us a read on layered and fork-join DAGs from HEFT's and single-device
+# starts, about an eighth of MOVE_VERTEX_S, which priced reads through the cost tables; at a
+# third of it the walk used its work budget in a third of the wall time)
+READ_S = MOVE_VERTEX_S / 8
 DEFER = 32  # accepted moves off the longest path re-timed together (Estimator.defer)
 GUIDED = 0.3  # share of the estimated walk's moves aimed at the critical path or busiest device
 
@@ -896,6 +898,19 @@ def local_search(model: Model, tracker: Tracker,
     improved = False
     converged = False
     last_touched = 0  # the estimator's construction is charged with the first move
+    comm = model.comm
+    last_queries = comm.queries
+
+    def charge_reads(base: float) -> None:
+        """Charge ``base`` and what the estimator read and the crossings it computed
+        (each a few cost-model questions, priced as HEFT's) since the last charge."""
+        nonlocal last_touched, last_queries
+        assert est is not None
+        budget.charge(base + READ_S * (est.touched - last_touched)
+                      + HEFT_QUERY_S * (comm.queries - last_queries))
+        last_touched = est.touched
+        last_queries = comm.queries
+
     clock = budget.clock
     path: list[int] | None = None  # the estimator's critical path (None: to recompute)
     check_spent = budget.spent_s()
@@ -957,8 +972,7 @@ def local_search(model: Model, tracker: Tracker,
             if took > move_wall:
                 move_wall = took
             tracker.estimates += 1
-            budget.charge(MOVE_BASE_S + READ_S * (est.touched - last_touched))
-            last_touched = est.touched
+            charge_reads(MOVE_BASE_S)
             if ok:
                 accepted += 1
                 est_val = val
@@ -984,8 +998,7 @@ def local_search(model: Model, tracker: Tracker,
                     guard.reset(best)
                     path = None
                     est_val = est.score()
-                    budget.charge(READ_S * (est.touched - last_touched))
-                    last_touched = est.touched
+                    charge_reads(0.0)
                 cur = est.choice
         if since_best == 0:
             improved = True
@@ -1010,8 +1023,7 @@ def local_search(model: Model, tracker: Tracker,
                 est.reset(cur)
                 path = None
                 est_val = est.score()
-                budget.charge(READ_S * (est.touched - last_touched))
-                last_touched = est.touched
+                charge_reads(0.0)
                 cur = est.choice
     if est is not None and tuple(est.choice) != best and tracker.can_evaluate(work=False):
         key, _ = tracker.evaluate(sp.placement(est.choice))

@@ -73,7 +73,12 @@ EVAL_BASE_S = 4e-4  # one full scheduler evaluation, fixed part
 EVAL_VERTEX_S = 2.5e-5  # one full scheduler evaluation, per vertex (12-30 us measured)
 MOVE_VERTEX_S = 2.5e-6  # one incremental estimate, per vertex or edge read (with revert)
 MOVE_BASE_S = 2e-5  # one incremental estimate, fixed part
-HEFT_UNIT_S = 2.4e-5  # HEFT, per candidate and per edge (crossings charged as queries)
+HEFT_UNIT_S = 2.4e-5  # HEFT, per candidate and per edge (crossings charged apart)
+# one crossing HEFT computed (``Comm.copy``), charged after HEFT ran: HEFT sizes itself with
+# COST_QUERY_S per crossing (an upper estimate), but charged at it HEFT used 2-2.6 times its
+# wall time of the work budget (10,000-op layered and fork-join DAGs on h100-sxm-server,
+# 59-63k crossings: 1.9-2.4 s wall, charged 4.7-5.0 s), leaving local search a fraction
+HEFT_QUERY_S = 1.2e-5
 DP_STATE_S = 2e-6  # one DP table entry
 # Wall seconds per second of the work estimates above, for sizing steps that cannot be
 # interrupted (``Budget.speed``, see ``Budget.fits``) before costing has measured it. Measured
