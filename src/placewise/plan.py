@@ -479,6 +479,13 @@ def _crossings(problem: Problem, ev: Evaluation) -> list[CrossingRecord]:
         }
         found.append((rec, ch))
 
+    out_pos: dict[str, int] = {}  # tensor -> its place in its producer's outputs
+
+    def out_index(pv: Any, t: str) -> int:
+        if t not in out_pos:
+            out_pos.update((o, k) for k, o in enumerate(pv.outputs))
+        return out_pos[t]
+
     for v in problem.vertices:
         a = placement[v.name]
         in_rids, _ = problem.io_reps(v.index, a.dtype)
@@ -493,7 +500,7 @@ def _crossings(problem: Problem, ev: Evaluation) -> list[CrossingRecord]:
                 pa = placement[pv.name]
                 _, out_rids = problem.io_reps(p, pa.dtype)
                 src_v, src_dev = pv.name, pa.device
-                src_rep = problem.reps[out_rids[pv.outputs.index(t)]]
+                src_rep = problem.reps[out_rids[out_index(pv, t)]]
                 prefer = [pa.dtype, a.dtype]
             if src_dev == a.device and src_rep == dst_rep:
                 continue
@@ -507,7 +514,7 @@ def _crossings(problem: Problem, ev: Evaluation) -> list[CrossingRecord]:
             pv = problem.vertices[p]
             pa = placement[pv.name]
             _, out_rids = problem.io_reps(p, pa.dtype)
-            src_rep = problem.reps[out_rids[pv.outputs.index(t)]]
+            src_rep = problem.reps[out_rids[out_index(pv, t)]]
             dst_rep = problem.reps[problem.natural_rid[t]]
             if pa.device == host and src_rep == dst_rep:
                 continue
