@@ -131,3 +131,79 @@ def test_auto_keeps_heft_as_a_start_on_a_graph_searched_by_estimate() -> None:
     assert heft, "HEFT was scored"
     assert r.objective_s <= min(heft)
     assert any(a.label == "local" for a in r.alternatives)
+
+
+@_FAST
+@given(kind=st.sampled_from(["layered", "fork-join", "chain"]), n=st.integers(2, 30),
+       seed=st.integers(0, 10_000))
+def test_coarsening_covers_every_vertex_once_per_level(kind: str, n: int, seed: int) -> None:
+    from placewise.search.multilevel import coarsen
+
+    model = _model(kind, n, seed, F32)
+    lv = coarsen(model, levels=4, max_size=8, seed=seed)
+    assert lv.clusters[0] == tuple((i,) for i in range(model.space.n))
+    for level, clusters in enumerate(lv.clusters):
+        members = sorted(v for c in clusters for v in c)
+        assert members == list(range(model.space.n))  # a partition: each vertex once
+        assert all(1 <= len(c) <= 8 for c in clusters)
+        for ci, c in enumerate(clusters):
+            assert all(lv.of[level][v] == ci for v in c)
+        if level:  # each cluster is a union of clusters of the level below
+            below = lv.of[level - 1]
+            for c in clusters:
+                assert {lv.cluster_of(level - 1, v) for v in c} == {
+                    lv.clusters[level - 1][below[v]] for v in c}
+                assert sum(len(x) for x in {lv.cluster_of(level - 1, v) for v in c}) == len(c)
+
+
+@_FAST
+@given(kind=st.sampled_from(["layered", "fork-join"]), n=st.integers(3, 30),
+       seed=st.integers(0, 10_000))
+def test_a_cluster_move_equals_its_vertex_moves_one_by_one(kind: str, n: int,
+                                                          seed: int) -> None:
+    import random as _random
+
+    from placewise.search.local import _Moves
+    from placewise.search.multilevel import coarsen
+
+    model = _model(kind, n, seed)
+    sp = model.space
+    rng = _random.Random(seed)
+    lv = coarsen(model, seed=seed)
+    start = [rng.randrange(len(c)) for c in sp.cands]
+    draw = _Moves(model, rng)
+    for _ in range(6):
+        level = rng.randint(0, lv.depth)
+        _kind, mv = draw.cluster(list(start), lv, level)
+        if not mv:
+            continue
+        whole = Estimator(model, start, throughput=False)
+        score, applied = whole.propose(mv, math.inf)
+        assert applied
+        steps = Estimator(model, start, throughput=False)
+        for v, k in mv.items():
+            steps.propose({v: k}, math.inf)
+        _same(whole, False)
+        assert whole.choice == steps.choice
+        assert score == pytest.approx(steps.score(), rel=1e-9)
+        assert whole.value() == pytest.approx(steps.value(), rel=1e-9)
+        # the cluster is one of the level's, moved to one device
+        assert set(mv) <= set(lv.cluster_of(level, next(iter(mv))))
+        assert len({sp.cand_dev[v][k] for v, k in mv.items()}) == 1
+        start = whole.choice
+
+
+@_FAST
+@given(n=st.integers(4, 24), seed=st.integers(0, 10_000))
+def test_the_window_bound_holds_on_fork_join(n: int, seed: int) -> None:
+    # forks and joins are barriers: the windows between them follow each other, so their
+    # busiest loads add up, and that sum still bounds the scheduler's makespan
+    model = _model("fork-join", n, seed, F32)
+    sp = model.space
+    rng = random.Random(seed)
+    for _ in range(4):
+        ch = [rng.randrange(len(c)) for c in sp.cands]
+        est = Estimator(model, ch, throughput=False)
+        ev = evaluate(sp.problem, sp.placement(ch))
+        assert est.window_value() <= ev.schedule.makespan_s * (1 + 1e-9)
+        assert est.value() >= est.load_value(exclusive_only=True)

@@ -9,7 +9,10 @@ precisions, accept by the objective (simulated annealing with restarts, seeded).
 - *region*: the same, but for a connected run of vertices on the moved end's device
   (breadth-first from it, up to a random size of 2..32);
 - *precision*: give a vertex, or its run, another precision on its device;
-- *random*: any vertex to any candidate (keeps the walk from getting stuck).
+- *random*: any vertex to any candidate (keeps the walk from getting stuck);
+- *cluster* (estimated walks, a share ``cluster`` of the moves not guided): a whole cluster
+  of the multilevel coarsening (``placewise.search.multilevel``) to one device, the
+  coarsest level first and finer ones as the walk goes on (the vertices' own level last).
 
 **Memory.** A move that would put more resident weights on a memory than it holds is
 rejected without scoring (``WeightGuard``), while the current plan fits.
@@ -25,7 +28,11 @@ walk restarts from the next starting placement, then from the best found; after
 graphs score moves *incrementally* with the contention-free estimate (``Estimator``): the
 larger of the longest path (graph inputs from the host, outputs back to it, crossing delays
 as the scheduler charges them) and the busiest exclusive resource (compute lanes, link
-directions; every tensor copy counted once, as the scheduler sends it once). Where no copy
+directions; every tensor copy counted once, as the scheduler sends it once) and the sum,
+over the *barrier windows* (``_windows``: the stretches between vertices every path passes
+through, such as a fork-join's forks and joins, which follow each other in every schedule),
+of each window's busiest exclusive resource — without it a placement that saturates a link
+within each stage looked as good as its global load. Where no copy
 shares a route's first hops or a conversion with another, this is a proven lower bound of
 the scheduler's makespan (``tests/search/test_incremental.py`` checks it). The estimator
 keeps every vertex's finish time and bottom level (the longest path from its start to the
@@ -95,6 +102,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from placewise.schedule.evaluate import Objective
+from placewise.search.multilevel import Levels, coarsen
 from placewise.search.result import RankKey, Tracker
 from placewise.search.space import HEFT_QUERY_S, MOVE_BASE_S, MOVE_VERTEX_S, Model
 
@@ -109,6 +117,7 @@ TIE = 0.2  # weight of the mean exclusive occupancy in the estimated walk's scor
 READ_S = MOVE_VERTEX_S / 8
 DEFER = 32  # accepted moves off the longest path re-timed together (Estimator.defer)
 GUIDED = 0.3  # share of the estimated walk's moves aimed at the critical path or busiest device
+CLUSTER = 0.4  # share of the estimated walk's other moves that move a cluster (multilevel)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,9 +203,12 @@ class Estimator:
         sp = m.space
         comm = m.comm
         load = self.load
+        wl = self._wload[self._vwin[i]]
         for r, s in comm.vertex_parts(sp.cands[i][k].device, sp.cost_s[i][k],
                                       sp.mem_bytes[i][k]):
             load[r] += sign * s
+            wl[r] = wl.get(r, 0.0) + sign * s
+        self._dirty.add(self._vwin[i])
         p = m.problem
         ed = m.edges
         for t in ed.reads[i]:
@@ -210,7 +222,26 @@ class Estimator:
         ed = self.m.edges
         u, v = ed.src[e], ed.dst[e]
         ch = self.choice
-        self._copy(self._edge_info(e, ch[u], ch[v])[0], sign)
+        key = self._edge_info(e, ch[u], ch[v])[0]
+        self._copy(key, sign)
+        w = self._ewin[e]
+        if w >= 0 and not (key[1] == key[3] and key[2] == key[4]):
+            wkey = (key, w)
+            refs = self._wrefs
+            n = refs.get(wkey, 0)
+            if sign > 0:
+                refs[wkey] = n + 1
+                if n:
+                    return
+            else:
+                if n > 1:
+                    refs[wkey] = n - 1
+                    return
+                del refs[wkey]
+            wl = self._wload[w]
+            for r, x in self.m.comm.copy(*key)[1]:
+                wl[r] = wl.get(r, 0.0) + sign * x
+            self._dirty.add(w)
 
     def _copy(self, key: tuple[str, str, int, str, int], sign: float) -> None:
         if key[1] == key[3] and key[2] == key[4]:
@@ -287,6 +318,14 @@ class Estimator:
         self._stale: set[int] = set()
         self.load = [0.0] * m.comm.n_resources
         self.refs: dict[tuple[str, str, int, str, int], int] = {}
+        if not hasattr(self, "_vwin"):
+            self._vwin, self._ewin, nw = _windows(m)
+            self._nwin = nw
+        self._wload: list[dict[int, float]] = [{} for _ in range(self._nwin)]
+        self._wrefs: dict[tuple[tuple[str, str, int, str, int], int], int] = {}
+        self._wmax = [0.0] * self._nwin
+        self._wsum = 0.0
+        self._dirty: set[int] = set()
         for i in range(n):
             self._own(i, self.choice[i], 1.0)
         for e in range(len(ed.src)):
@@ -373,10 +412,36 @@ class Estimator:
                 worst = v
         return worst
 
+    def window_value(self) -> float:
+        """The sum over the barrier windows (``_windows``) of each one's busiest exclusive
+        resource: the windows follow each other in every schedule, so their busiest loads
+        add up (0 without barriers)."""
+        dirty = self._dirty
+        if dirty:
+            excl = self.m.comm.res_exclusive
+            lanes = self.lanes
+            wmax = self._wmax
+            tot = self._wsum
+            for w in dirty:
+                if w < 0:
+                    continue
+                best = 0.0
+                for r, x in self._wload[w].items():
+                    if excl[r]:
+                        y = x / lanes[r]
+                        if y > best:
+                            best = y
+                tot += best - wmax[w]
+                wmax[w] = best
+            self.touched += 4 * len(dirty)
+            self._dirty = set()
+            self._wsum = tot
+        return self._wsum if self._nwin > 1 else 0.0
+
     def value(self) -> float:
         if self.throughput:
             return self.load_value(exclusive_only=False)
-        return max(self.load_value(exclusive_only=True), self.span)
+        return max(self.load_value(exclusive_only=True), self.span, self.window_value())
 
     def score(self) -> float:
         """What the walk minimizes: ``value()`` plus ``TIE`` times the mean occupancy of
@@ -567,7 +632,7 @@ class Estimator:
             if thr > limit:
                 return thr, False
         old = self._move_loads(moves)
-        lv = self.load_value(exclusive_only=True)
+        lv = max(self.load_value(exclusive_only=True), self.window_value())
         tie = self._tie()
         if off_path:
             val = max(lv, self.span, thr) + tie  # exact: the paths avoiding v keep the span
@@ -774,6 +839,33 @@ class _Moves:
                 return e
         return None
 
+    def cluster(self, choice: list[int], levels: Levels, level: int
+                ) -> tuple[str, dict[int, int]]:
+        """A whole cluster of ``level`` to one device: the cluster of an end of a crossing
+        edge to the other end's device, else of a random vertex to a random other device."""
+        sp = self.m.space
+        rng = self.rng
+        e = self._crossing(choice) if rng.random() < 0.6 else None
+        if e is not None:
+            ed = self.m.edges
+            a, b = ed.src[e], ed.dst[e]
+            if rng.random() < 0.5:
+                a, b = b, a
+            target = sp.cand_dev[b][choice[b]]
+        else:
+            a = rng.choice(self.movable)
+            here = sp.cand_dev[a][choice[a]]
+            devs = sorted({d for d in sp.cand_dev[a] if d != here})
+            if not devs:
+                return "cluster", {}
+            target = rng.choice(devs)
+        moves: dict[int, int] = {}
+        for v in levels.cluster_of(level, a):
+            k = self._to_device(v, target, -1, choice)
+            if k is not None and k != choice[v]:
+                moves[v] = k
+        return "cluster", moves
+
     def draw(self, choice: list[int]) -> tuple[str, dict[int, int]]:
         sp = self.m.space
         rng = self.rng
@@ -815,6 +907,61 @@ class _Moves:
         if k >= choice[v]:
             k += 1
         return "random", {v: k}
+
+
+def _windows(model: Model) -> tuple[list[int], list[int], int]:
+    """Barrier windows of the region DAG: a *barrier* is a vertex every other vertex is an
+    ancestor or a descendant of (a fork-join's forks and joins, a chain's links); with the
+    vertices in topological (index) order, it is one no edge jumps over, with every vertex
+    before it feeding something and every vertex after it fed. The barriers cut the
+    timeline into windows that follow each other in every schedule: each barrier's own
+    window, and between two of them the window of the vertices in between (with the copies
+    into and out of them). Returns each vertex's window, each edge's (-1: an edge between
+    windows further apart, counted in no window) and the number of windows."""
+    ed = model.edges
+    n = model.space.n
+    outdeg = [0] * n
+    indeg = [0] * n
+    far = [-1] * n  # the furthest destination of an edge from each vertex
+    for u, v in zip(ed.src, ed.dst, strict=True):
+        outdeg[u] += 1
+        indeg[v] += 1
+        if v > far[u]:
+            far[u] = v
+    fed_after = [True] * (n + 1)  # every vertex from i on has an input edge
+    for i in range(n - 1, -1, -1):
+        fed_after[i] = fed_after[i + 1] and indeg[i] > 0
+    barrier = [False] * n
+    reach = -1
+    feeding = True
+    for b in range(n):
+        if reach <= b and feeding and fed_after[b + 1] and n > 1:
+            barrier[b] = True
+        reach = max(reach, far[b])
+        feeding = feeding and outdeg[b] > 0
+    vwin = [0] * n
+    w = 0
+    for i in range(n):
+        if barrier[i]:
+            w += 1
+            vwin[i] = w
+            w += 1
+        else:
+            vwin[i] = w
+    nwin = w + 1
+    ewin = []
+    for u, v in zip(ed.src, ed.dst, strict=True):
+        a, b = vwin[u], vwin[v]
+        bu, bv = barrier[u], barrier[v]
+        if bu and bv:
+            ewin.append(a + 1 if b == a + 2 else -1)
+        elif bu:
+            ewin.append(b if b == a + 1 else -1)
+        elif bv:
+            ewin.append(a if b == a + 1 else -1)
+        else:
+            ewin.append(a if a == b else -1)
+    return vwin, ewin, nwin
 
 
 def _guided(est: Estimator, rng: random.Random, path: list[int]) -> tuple[str, dict[int, int]]:
@@ -863,7 +1010,7 @@ def local_search(model: Model, tracker: Tracker,
                  *, seed: int = 0, exact_max: int = EXACT_MAX, check_every: int = 200,
                  patience: int | None = None, t_start: float = 0.02, t_end: float = 1e-4,
                  max_stale: int = 3, guided: float = GUIDED, check_share: float = 1.0,
-                 defer: int = DEFER) -> LocalOutcome:
+                 defer: int = DEFER, cluster: float = CLUSTER) -> LocalOutcome:
     """Run the walk from ``starts`` ((label, candidate indexes[, rank key if already
     scored]), best first) until the tracker's budget is spent (see the module docstring)."""
     sp = model.space
@@ -888,6 +1035,9 @@ def local_search(model: Model, tracker: Tracker,
     start_used = budget.spent_s()
     span = max(budget.left_s(), 1e-9)
     est = None if exact else Estimator(model, cur, throughput=throughput, defer=defer)
+    levels = None if exact or cluster <= 0.0 else coarsen(model, seed=seed)
+    if levels is not None:
+        budget.charge(READ_S * levels.reads)
     guard = WeightGuard(model, cur)
     rejected_memory = 0
     est_val = est.score() if est else 0.0
@@ -922,6 +1072,9 @@ def local_search(model: Model, tracker: Tracker,
             if path is None:
                 path = est.critical_path()
             kind, mv = _guided(est, rng, path)
+        elif levels is not None and levels.depth and rng.random() < cluster and (
+                level := levels.level_at(frac)):
+            kind, mv = moves.cluster(cur, levels, level)
         else:
             kind, mv = moves.draw(cur)
         if not mv:
