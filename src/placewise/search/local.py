@@ -38,8 +38,10 @@ the scheduler's makespan (``tests/search/test_incremental.py`` checks it). The e
 keeps every vertex's finish time and bottom level (the longest path from its start to the
 end), so a move of one vertex is scored from its neighbours alone: the longest path
 through it is exact, and when the vertex is off the longest paths the new estimate is
-exactly the larger of that path, the old span and the new occupancy — no re-timing. A move
-on the longest path, or of several vertices, is first bounded by its occupancy, then
+exactly the larger of that path, the old span and the new occupancy — no re-timing; so is
+a move on the longest path when the occupancy is at least the larger of the old span and
+the path through it (the new span is at most that). Any other move on the longest path, or
+of several vertices, is first bounded by its occupancy, then
 re-timed downstream of it (stopping where finish times do not change). The Metropolis test
 is drawn first (accept iff the relative worsening is at most ``-T ln u``), so a move whose
 bound already exceeds the limit is rejected without touching the timeline. Among
@@ -583,6 +585,47 @@ class Estimator:
         self.touched += touched
         return best
 
+    def _snapshot(self, moves: dict[int, int]) -> list[float]:
+        """Per moved vertex, its release, cost, tail and the delays of its edges as they
+        are now (``_growth`` compares them after the move)."""
+        ed = self.m.edges
+        e_in, e_out = ed.e_in, ed.e_out
+        rel, cst, tl, dly = self.rel, self.cst, self.tl, self.dly
+        now: list[float] = []
+        for v in moves:
+            now.append(rel[v])
+            now.append(cst[v])
+            now.append(tl[v])
+            now.extend(dly[e] for e in e_in[v])
+            now.extend(dly[e] for e in e_out[v])
+        self.touched += len(now)
+        return now
+
+    def _growth(self, moves: dict[int, int], before: list[float]) -> float:
+        """How much longer any one path can get through the moved vertices, from
+        ``before`` (``_snapshot`` before the move) and the values now: a path passes a
+        vertex once, through one in-edge and one out-edge, so it grows by at most the sum
+        over the moved vertices of their cost's growth and their largest in- and
+        out-growth (a release or in-edge delay; a tail or out-edge delay)."""
+        ed = self.m.edges
+        e_in, e_out = ed.e_in, ed.e_out
+        now = self._snapshot(moves)
+        ed = self.m.edges
+        e_in, e_out = ed.e_in, ed.e_out
+        grow = 0.0
+        i = 0
+        for v in moves:
+            ni, no = len(e_in[v]), len(e_out[v])
+            up = now[i] - before[i]
+            for j in range(i + 3, i + 3 + ni):
+                up = max(up, now[j] - before[j])
+            down = now[i + 2] - before[i + 2]
+            for j in range(i + 3 + ni, i + 3 + ni + no):
+                down = max(down, now[j] - before[j])
+            grow += max(0.0, up) + max(0.0, now[i + 1] - before[i + 1]) + max(0.0, down)
+            i += 3 + ni + no
+        return grow
+
     def apply(self, moves: dict[int, int]) -> tuple[float, list[tuple[int, ...]]]:
         self.flush()
         old = self._move_loads(moves)
@@ -631,11 +674,17 @@ class Estimator:
             off_path = (self.fin[v] - self.cst[v] + self.bl[v]) < span * (1.0 - 1e-12)
             if thr > limit:
                 return thr, False
+        grow = self._snapshot(moves) if not single else None
         old = self._move_loads(moves)
         lv = max(self.load_value(exclusive_only=True), self.window_value())
         tie = self._tie()
-        if off_path:
-            val = max(lv, self.span, thr) + tie  # exact: the paths avoiding v keep the span
+        if grow is not None and not region and self.span + self._growth(moves, grow) <= lv:
+            region = True  # no path can outgrow the loads: the value is theirs, exactly
+        if off_path or (single and max(self.span, thr) <= lv):
+            # exact: the paths avoiding v keep the span; on the longest path, the new span
+            # is at most the larger of the old and the path through v, which the loads
+            # exceed: the value is the loads' (a fork-join's join need not be re-timed)
+            val = max(lv, self.span, thr) + tie
             if val > limit:
                 self._move_loads(old)
                 return val, False
