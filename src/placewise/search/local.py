@@ -12,17 +12,20 @@ precisions, accept by the objective (simulated annealing with restarts, seeded).
 - *random*: any vertex to any candidate (keeps the walk from getting stuck);
 - *cluster* (estimated walks, a share ``cluster`` of the moves not guided): a whole cluster
   of the multilevel coarsening (``placewise.search.multilevel``) to one device, the
-  coarsest level first and finer ones as the walk goes on (the vertices' own level last).
+  coarsest level first and finer ones as the walk goes on (the vertices' own level last):
+  finer by the share of the budget spent, and one level finer after each restart that
+  found nothing better (those restarts do not count towards stopping early).
 
 **Memory.** A move that would put more resident weights on a memory than it holds is
 rejected without scoring (``WeightGuard``), while the current plan fits.
 
 **Acceptance.** A move that improves is taken; a worse one with probability
 ``exp(-relative worsening / T)``, the temperature ``T`` falling geometrically from 2% to
-0.01% over the budget. A placement that fits in memory always beats one that does not
-(``placewise.search.result.rank_key``). After ``patience`` moves without a new best the
-walk restarts from the next starting placement, then from the best found; after
-``max_stale`` restarts in a row without a new best (and every start tried) it stops early.
+0.01% over the budget (or over ``COOL_RESTARTS`` restarts, if sooner). A placement that
+fits in memory always beats one that does not (``placewise.search.result.rank_key``). After
+``patience`` moves without a new best the walk restarts from the next starting placement,
+then from the best found; after ``max_stale`` restarts in a row without a new best (and
+every start tried, and every cluster level) it stops early.
 
 **Evaluation.** Up to ``exact_max`` vertices every move is scored by the scheduler. Larger
 graphs score moves *incrementally* with the contention-free estimate (``Estimator``): the
@@ -120,6 +123,10 @@ READ_S = MOVE_VERTEX_S / 8
 DEFER = 32  # accepted moves off the longest path re-timed together (Estimator.defer)
 GUIDED = 0.3  # share of the estimated walk's moves aimed at the critical path or busiest device
 CLUSTER = 0.4  # share of the estimated walk's other moves that move a cluster (multilevel)
+# restarts over which the temperature falls to its end even when the budget is far from
+# spent: with moves priced as measured, walks on 1,000-op graphs end by stale restarts
+# after a sixth of their budget, still at nearly the starting temperature
+COOL_RESTARTS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -1085,8 +1092,12 @@ def local_search(model: Model, tracker: Tracker,
     span = max(budget.left_s(), 1e-9)
     est = None if exact else Estimator(model, cur, throughput=throughput, defer=defer)
     levels = None if exact or cluster <= 0.0 else coarsen(model, seed=seed)
+    # the coarsest cluster level the walk still moves: one finer after each restart that
+    # found nothing better; the walk counts stale restarts (to stop early) only below it
+    top = 0
     if levels is not None:
         budget.charge(READ_S * levels.reads)
+        top = levels.depth
     guard = WeightGuard(model, cur)
     rejected_memory = 0
     est_val = est.score() if est else 0.0
@@ -1116,13 +1127,14 @@ def local_search(model: Model, tracker: Tracker,
     move_wall = 0.0  # the slowest estimated move so far (wall seconds; it cannot be cut)
     while not budget.exhausted():
         frac = min(1.0, (budget.spent_s() - start_used) / span)
-        temp = t_start * (t_end / t_start) ** frac
+        # cooled by the budget spent, or by the restarts where the walk ends early
+        temp = t_start * (t_end / t_start) ** max(frac, min(1.0, restarts / COOL_RESTARTS))
         if est is not None and moves.movable and rng.random() < guided:
             if path is None:
                 path = est.critical_path()
             kind, mv = _guided(est, rng, path)
         elif levels is not None and levels.depth and rng.random() < cluster and (
-                level := levels.level_at(frac)):
+                level := min(top, levels.level_at(frac))):
             kind, mv = moves.cluster(cur, levels, level)
         else:
             kind, mv = moves.draw(cur)
@@ -1207,7 +1219,10 @@ def local_search(model: Model, tracker: Tracker,
         if since_best >= patience:
             restarts += 1
             since_best = 0
-            stale = 0 if improved else stale + 1
+            if not improved and top > 0:
+                top -= 1  # a restart that found nothing: finer clusters from now on
+            else:
+                stale = 0 if improved else stale + 1
             improved = False
             if stale >= max_stale and next_start >= len(order):
                 converged = True
