@@ -207,6 +207,19 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def by_kind_ccr(runs: list[dict[str, Any]]) -> list[tuple[str, float, dict[str, Any]]]:
+    """Geometric means of auto / HEFT, auto / best start and auto / lower bound per graph
+    kind and target CCR (over presets and sizes)."""
+    out = []
+    for kind in dict.fromkeys(r["kind"] for r in runs):
+        for c in sorted({r["ccr_target"] for r in runs if r["kind"] == kind}):
+            sel = [r for r in runs if r["kind"] == kind and r["ccr_target"] == c]
+            out.append((kind, c, {"runs": len(sel), **{
+                k: _gmean([r[k] for r in sel if r[k]])
+                for k in ("auto_over_heft", "auto_over_best_start", "auto_over_lb")}}))
+    return out
+
+
 def _f(x: float | None, fmt: str = ".3f") -> str:
     return "—" if x is None else format(x, fmt)
 
@@ -229,6 +242,11 @@ def table(doc: dict[str, Any]) -> str:
         lines.append(f"| {hw} | {s['runs']} | {_f(s['gmean_auto_over_heft'])} | "
                      f"{_f(s['worst_auto_over_heft'])} | "
                      f"{_f(s['gmean_auto_over_best_start'])} |")
+    lines += ["", "| kind | CCR | runs | geomean auto / HEFT | geomean auto / best start | "
+              "geomean auto / lower bound |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for kind, c, s in by_kind_ccr(doc["runs"]):
+        lines.append(f"| {kind} | {c:g} | {s['runs']} | {_f(s['auto_over_heft'])} | "
+                     f"{_f(s['auto_over_best_start'])} | {_f(s['auto_over_lb'])} |")
     lines += ["", "| kind | ops | moves/s (walk) | moves/s (estimator) | re-timed share | "
               "deferred-score error (max) | local / HEFT |",
               "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
