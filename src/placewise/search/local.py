@@ -21,11 +21,12 @@ rejected without scoring (``WeightGuard``), while the current plan fits.
 
 **Acceptance.** A move that improves is taken; a worse one with probability
 ``exp(-relative worsening / T)``, the temperature ``T`` falling geometrically from 2% to
-0.01% over the budget (or over ``COOL_RESTARTS`` restarts, if sooner). A placement that
-fits in memory always beats one that does not (``placewise.search.result.rank_key``). After
-``patience`` moves without a new best the walk restarts from the next starting placement,
-then from the best found; after ``max_stale`` restarts in a row without a new best (and
-every start tried, and every cluster level) it stops early.
+0.01% over the budget (estimated walks: or over ``COOL_RESTARTS`` restarts, if sooner). A
+placement that fits in memory always beats one that does not
+(``placewise.search.result.rank_key``). After ``patience`` moves without a new best the
+walk restarts from the next starting placement, then from the best found; after
+``max_stale`` restarts in a row without a new best (and every start tried, and every
+cluster level) it stops early.
 
 **Evaluation.** Up to ``exact_max`` vertices every move is scored by the scheduler. Larger
 graphs score moves *incrementally* with the contention-free estimate (``Estimator``): the
@@ -1128,7 +1129,8 @@ def local_search(model: Model, tracker: Tracker,
     while not budget.exhausted():
         frac = min(1.0, (budget.spent_s() - start_used) / span)
         # cooled by the budget spent, or by the restarts where the walk ends early
-        temp = t_start * (t_end / t_start) ** max(frac, min(1.0, restarts / COOL_RESTARTS))
+        temp = t_start * (t_end / t_start) ** (frac if exact else max(
+            frac, min(1.0, restarts / COOL_RESTARTS)))
         if est is not None and moves.movable and rng.random() < guided:
             if path is None:
                 path = est.critical_path()
