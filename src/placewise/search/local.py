@@ -103,6 +103,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -113,6 +114,9 @@ from placewise.search.result import RankKey, Tracker
 from placewise.search.space import HEFT_QUERY_S, MOVE_BASE_S, MOVE_VERTEX_S, Model
 
 __all__ = ["Estimator", "LocalOutcome", "WeightGuard", "local_search"]
+
+# an edge's copy key, delay and occupancy per resource (None: no copy) for two candidates
+_EdgeInfo = tuple[tuple[str, str, int, str, int], float, tuple[tuple[int, float], ...] | None]
 
 EXACT_MAX = 300  # vertices up to which every move is scored by the scheduler
 TIE = 0.2  # weight of the mean exclusive occupancy in the estimated walk's score
@@ -160,16 +164,20 @@ class Estimator:
     (one hop per route, one precision per tensor), ``value()`` never exceeds the scheduler's
     makespan (checked by the tests). ``fin``/``endt``: each vertex's finish and end (its
     outputs on the host); ``bl``: its bottom level (from its start to the end of the
-    longest path through it), refreshed lazily.
+    longest path through it), refreshed lazily; kept relative to the next barrier where
+    every path runs through it (``_anchors``), so a move re-levels upstream only back to the
+    previous barrier.
 
     ``apply({vertex: candidate})`` returns ``(value, undo)``; ``revert(undo)`` restores.
     ``defer``: up to this many accepted moves off the longest path (of one vertex, or of
     several all off it, scored from their neighbours) are not re-timed at once but together
-    (``flush``, also before any move on the path and the critical path): in between, finish
+    (``flush``, also before any move on the path; ``critical_path`` reads the bottom
+    levels, which deferring leaves exact): in between, finish
     times downstream of them are stale, so the longest-path part of later scores is
     approximate (``drift``: the largest relative error a flush found); with ``defer=0``
     every score is exact. ``propose(moves, limit)`` returns ``(score, applied)``: the move is applied (and kept)
-    only if its value is at most ``limit``; else ``score`` is its value or a lower bound of
+    only if its value is at most ``limit`` (a deferred move that fills the batch is kept
+    and returns the exact score the flush found, which may exceed it); else ``score`` is its value or a lower bound of
     it above ``limit``, and nothing changes. A move of one vertex off the longest paths is
     scored exactly from its neighbours (``through``); a move on them, or of several vertices,
     first by its occupancy (a bound), then by re-timing downstream of it, stopping where
@@ -191,9 +199,9 @@ class Estimator:
         self.reset(choice)
 
     # -- building blocks -------------------------------------------------------------------
-    def _edge_info(self, e: int, ku: int, kv: int
-                   ) -> tuple[tuple[str, str, int, str, int], float]:
-        """Edge ``e``'s copy key and delay with its ends as candidates ``ku`` and ``kv``."""
+    def _edge_info(self, e: int, ku: int, kv: int) -> _EdgeInfo:
+        """Edge ``e``'s copy key, delay and occupancy (None: no copy, its ends hold the
+        tensor alike) with its ends as candidates ``ku`` and ``kv``."""
         key = (e, ku, kv)
         got = self._einfo.get(key)
         if got is None:
@@ -202,7 +210,9 @@ class Estimator:
             t = ed.tensor[e]
             d0, r0 = m._src(ed.src[e], ku, t)
             d1, r1 = m._src(ed.dst[e], kv, t)
-            got = ((t, d0, r0, d1, r1), m.comm.copy_s(t, d0, r0, d1, r1))
+            total, steps = m.comm.copy(t, d0, r0, d1, r1)
+            got = ((t, d0, r0, d1, r1), total,
+                   None if d0 == d1 and r0 == r1 else steps)
             self._einfo[key] = got
         return got
 
@@ -230,12 +240,30 @@ class Estimator:
 
     def _edge(self, e: int, sign: float) -> None:
         ed = self.m.edges
-        u, v = ed.src[e], ed.dst[e]
         ch = self.choice
-        key = self._edge_info(e, ch[u], ch[v])[0]
-        self._copy(key, sign)
+        ku, kv = ch[ed.src[e]], ch[ed.dst[e]]
+        info = self._einfo.get((e, ku, kv)) or self._edge_info(e, ku, kv)
+        steps = info[2]
+        if steps is None:
+            return  # no copy
+        key = info[0]
+        crefs = self.refs
+        c = crefs.get(key, 0)
+        counted = True
+        if sign > 0:
+            crefs[key] = c + 1
+            counted = c == 0
+        elif c > 1:
+            crefs[key] = c - 1
+            counted = False
+        else:
+            del crefs[key]
+        if counted:
+            load = self.load
+            for r, x in steps:
+                load[r] += sign * x
         w = self._ewin[e]
-        if w >= 0 and not (key[1] == key[3] and key[2] == key[4]):
+        if w >= 0:
             wkey = (key, w)
             refs = self._wrefs
             n = refs.get(wkey, 0)
@@ -249,7 +277,7 @@ class Estimator:
                     return
                 del refs[wkey]
             wl = self._wload[w]
-            for r, x in self.m.comm.copy(*key)[1]:
+            for r, x in steps:
                 wl[r] = wl.get(r, 0.0) + sign * x
             self._dirty.add(w)
 
@@ -313,8 +341,7 @@ class Estimator:
         self.rel = [m.release(i, ch[i]) for i in range(n)]
         self.tl = [m.tail(i, ch[i]) for i in range(n)]
         self.cst = [m.space.cost_s[i][ch[i]] for i in range(n)]
-        self._einfo: dict[tuple[int, int, int], tuple[tuple[str, str, int, str, int], float]] = (
-            getattr(self, "_einfo", {}))
+        self._einfo: dict[tuple[int, int, int], _EdgeInfo] = getattr(self, "_einfo", {})
         self.dly = [self._edge_info(e, ch[ed.src[e]], ch[ed.dst[e]])[1]
                     for e in range(len(ed.src))]
         self.fin = [0.0] * n
@@ -322,15 +349,21 @@ class Estimator:
         for i in range(n):
             self._finish(i)
         self.span = max(self.endt, default=0.0)
-        self.bl = [0.0] * n
-        for i in range(n - 1, -1, -1):
-            self.bl[i] = self._bottom(i)
-        self._stale: set[int] = set()
-        self.load = [0.0] * m.comm.n_resources
-        self.refs: dict[tuple[str, str, int, str, int], int] = {}
         if not hasattr(self, "_vwin"):
             self._vwin, self._ewin, nw = _windows(m)
             self._nwin = nw
+            self._nxt, self._bars = _anchors(m, self._vwin)
+            self._is_anchor = [False] * n
+            for b in self._bars:
+                self._is_anchor[b] = True
+        self._blr = [0.0] * n
+        for i in range(n - 1, -1, -1):
+            self._blr[i] = self._bottom(i)
+        self._boff = [0.0] * (n + 1)
+        self._anchor()
+        self._stale: set[int] = set()
+        self.load = [0.0] * m.comm.n_resources
+        self.refs: dict[tuple[str, str, int, str, int], int] = {}
         self._wload: list[dict[int, float]] = [{} for _ in range(self._nwin)]
         self._wrefs: dict[tuple[tuple[str, str, int, str, int], int], int] = {}
         self._wmax = [0.0] * self._nwin
@@ -360,16 +393,37 @@ class Estimator:
         return changed
 
     def _bottom(self, i: int) -> float:
+        """Vertex ``i``'s bottom level relative to its anchor (``_anchors``)."""
         ed = self.m.edges
         b = self.tl[i]
-        bl = self.bl
+        bl = self._blr
         dly = self.dly
         dst = ed.dst
+        a = self._nxt[i]
         for e in ed.e_out[i]:
-            t = dly[e] + bl[dst[e]]
+            w = dst[e]
+            t = dly[e] + (0.0 if w == a else bl[w])
             if t > b:
                 b = t
         return self.cst[i] + b
+
+    def _anchor(self) -> None:
+        """The anchors' own bottom levels (``_boff``), from the last anchor back."""
+        boff, blr, nxt = self._boff, self._blr, self._nxt
+        for b in self._bars:
+            boff[b] = blr[b] + boff[nxt[b]]
+        self.touched += len(self._bars)
+
+    @property
+    def bl(self) -> list[float]:
+        """Every vertex's bottom level (from its start to the end of the longest path
+        through it), as of the last refresh."""
+        boff = self._boff
+        return [r + boff[a] for r, a in zip(self._blr, self._nxt, strict=True)]
+
+    def bottom(self, i: int) -> float:
+        """Vertex ``i``'s bottom level, as of the last refresh."""
+        return self._blr[i] + self._boff[self._nxt[i]]
 
     def _refresh(self) -> None:
         """Bring the bottom levels up to date (from the vertices moved since)."""
@@ -380,27 +434,36 @@ class Estimator:
         heapq.heapify(heap)
         seen = set(self._stale)
         forced = self._stale
-        bl, tl, cst, dly = self.bl, self.tl, self.cst, self.dly
+        bl, tl, cst, dly = self._blr, self.tl, self.cst, self.dly
+        nxt, anchor = self._nxt, self._is_anchor
         ed = self.m.edges
         e_out, dst = ed.e_out, ed.dst
         pop, push = heapq.heappop, heapq.heappush
         touched = 0
+        anchors = False
         while heap:
             i = -pop(heap)
             b = tl[i]
             outs = e_out[i]
+            a = nxt[i]
             for e in outs:
-                t = dly[e] + bl[dst[e]]
+                w = dst[e]
+                t = dly[e] + (0.0 if w == a else bl[w])
                 if t > b:
                     b = t
             b += cst[i]
             touched += 1 + len(outs)
             if b != bl[i] or i in forced:
+                if b != bl[i] and anchor[i]:
+                    anchors = True
                 bl[i] = b
                 for q in preds[i]:
-                    if q not in seen:
+                    # a vertex anchored at i holds its bottom level relative to i's
+                    if q not in seen and nxt[q] != i:
                         seen.add(q)
                         push(heap, -q)
+        if anchors:
+            self._anchor()
         self._stale = set()
         self.touched += touched
 
@@ -482,7 +545,7 @@ class Estimator:
         ed = m.edges
         ch = self.choice
         fin = self.fin
-        bl = self.bl
+        blr, boff, nxt = self._blr, self._boff, self._nxt
         s = m.release(v, k)
         for e in ed.e_in[v]:
             u = ed.src[e]
@@ -492,7 +555,7 @@ class Estimator:
         b = m.tail(v, k)
         for e in ed.e_out[v]:
             w = ed.dst[e]
-            t = self._edge_info(e, k, ch[w])[1] + bl[w]
+            t = self._edge_info(e, k, ch[w])[1] + blr[w] + boff[nxt[w]]
             if t > b:
                 b = t
         self.touched += 1 + len(ed.e_in[v]) + len(ed.e_out[v])
@@ -566,7 +629,8 @@ class Estimator:
         with finish times above and bottom levels below them as they are."""
         ed = self.m.edges
         e_in, e_out, src, dst = ed.e_in, ed.e_out, ed.src, ed.dst
-        fin, bl, dly = self.fin, self.bl, self.dly
+        fin, dly = self.fin, self.dly
+        blr, boff, nxt = self._blr, self._boff, self._nxt
         rel, cst, tl = self.rel, self.cst, self.tl
         local: dict[int, float] = {}
         best = 0.0
@@ -584,7 +648,7 @@ class Estimator:
             for e in e_out[v]:
                 w = dst[e]
                 if w not in moves:
-                    t = dly[e] + bl[w]
+                    t = dly[e] + blr[w] + boff[nxt[w]]
                     if t > b:
                         b = t
             if f + b > best:
@@ -672,14 +736,14 @@ class Estimator:
         thr = 0.0
         if not single and self.defer:
             span = self.span
-            fin, cst, bl = self.fin, self.cst, self.bl
-            region = all(fin[v] - cst[v] + bl[v] < span * (1.0 - 1e-12) for v in moves)
+            fin, cst, bottom = self.fin, self.cst, self.bottom
+            region = all(fin[v] - cst[v] + bottom(v) < span * (1.0 - 1e-12) for v in moves)
         if single:
             ((v, k),) = moves.items()
             span = self.span
             thr = self.through(v, k)
             # the longest path through v now: its start plus its bottom level
-            off_path = (self.fin[v] - self.cst[v] + self.bl[v]) < span * (1.0 - 1e-12)
+            off_path = (self.fin[v] - self.cst[v] + self.bottom(v)) < span * (1.0 - 1e-12)
             if thr > limit:
                 return thr, False
         grow = self._snapshot(moves) if not single else None
@@ -731,28 +795,42 @@ class Estimator:
         return val, True
 
     def critical_path(self) -> list[int]:
-        """The vertices of one longest path (contention-free), last first."""
-        self.flush()
+        """The vertices of one longest path (contention-free), last first: traced forward
+        from the bottom levels, which are exact once refreshed even while moves are
+        deferred (they depend on nothing upstream), so no re-timing is needed: the longest
+        path starts at the vertex with the largest release plus bottom level and follows,
+        at each vertex, an out-edge whose delay plus bottom level makes up the rest."""
+        self._refresh()
         ed = self.m.edges
-        fin, endt = self.fin, self.endt
-        if not endt:
+        rel, cst, tl, dly = self.rel, self.cst, self.tl, self.dly
+        blr, boff, nxt = self._blr, self._boff, self._nxt
+        if not blr:
             return []
-        i = endt.index(max(endt))
+        if self._bars:
+            tops = [r + b + boff[a] for r, b, a in zip(rel, blr, nxt, strict=True)]
+        else:
+            tops = list(map(operator.add, rel, blr))
+        top = max(tops)
+        i = tops.index(top)
         path = [i]
-        tol = 1e-12 * max(self.span, 1e-30)
+        tol = 1e-12 * max(top, 1e-30)
+        e_out, dst = ed.e_out, ed.dst
         while True:
-            start = fin[i] - self.cst[i]
-            nxt = -1
-            for e in ed.e_in[i]:
-                u = ed.src[e]
-                if fin[u] + self.dly[e] >= start - tol:
-                    nxt = u
-                    break
-            if nxt < 0:
+            rest = blr[i] + boff[nxt[i]] - cst[i]
+            if tl[i] >= rest - tol:
                 break
-            path.append(nxt)
-            i = nxt
-        self.touched += 3 * len(path)
+            step = -1
+            for e in e_out[i]:
+                w = dst[e]
+                if dly[e] + blr[w] + boff[nxt[w]] >= rest - tol:
+                    step = w
+                    break
+            if step < 0:
+                break
+            path.append(step)
+            i = step
+        path.reverse()
+        self.touched += len(blr) // 16 + 3 * len(path)
         return path
 
 
@@ -1019,6 +1097,36 @@ def _windows(model: Model) -> tuple[list[int], list[int], int]:
         else:
             ewin.append(a if a == b else -1)
     return vwin, ewin, nwin
+
+
+def _anchors(model: Model, vwin: list[int]) -> tuple[list[int], list[int]]:
+    """Anchors of the bottom levels: ``cut``, the last barrier (``_windows``: odd windows)
+    before which no vertex delivers a graph output, and the barriers before it. Every path
+    from a vertex before ``cut`` runs through the next barrier after it (no edge jumps over
+    a barrier, every vertex before one feeds something, and none of them ends a path at the
+    host), so its bottom level is the longest path to that barrier's start plus the
+    barrier's own: the estimator keeps it relative to that barrier (its *anchor*), and a
+    move re-levels upstream only back to the previous barrier. Returns each vertex's anchor
+    (-1: none, the bottom level kept as it is: from ``cut`` on) and the anchors, last
+    first."""
+    n = model.space.n
+    delivers = model.edges.delivers
+    cut = -1
+    for i in range(n):
+        if vwin[i] % 2 == 1:
+            cut = i
+        if delivers[i]:
+            break
+    nxt = [-1] * n
+    bars: list[int] = []
+    nb = -1
+    for i in range(n - 1, -1, -1):
+        if i < cut:
+            nxt[i] = nb
+        if vwin[i] % 2 == 1 and i <= cut:
+            nb = i
+            bars.append(i)
+    return nxt, bars
 
 
 def _guided(est: Estimator, rng: random.Random, path: list[int]) -> tuple[str, dict[int, int]]:
