@@ -193,6 +193,7 @@ class Estimator:
         self.full_scores = 0  # re-timings (moves on the path, several vertices, flushes)
         self.flushes = 0  # times deferred moves were re-timed
         self.pending: dict[int, int] = {}
+        self.kept = False  # set by propose
         # the largest relative error of a deferred move's score found when re-timed
         self.drift = 0.0
         self._believed: float | None = None
@@ -718,8 +719,11 @@ class Estimator:
                 self.span = item[1]
 
     def propose(self, moves: dict[int, int], limit: float) -> tuple[float, bool]:
-        """Score a move against ``limit`` (see the class docstring)."""
+        """Score a move against ``limit`` (see the class docstring). ``kept``: whether an
+        applied move was of one vertex whose path stays below the span (a longest path not
+        through it stays one, up to deferred moves' staleness)."""
         self._refresh()
+        self.kept = False
         if self.throughput:
             old = self._move_loads(moves)
             val = self.load_value(exclusive_only=False)
@@ -763,6 +767,7 @@ class Estimator:
             self._seed(moves)
             self.pending.update(moves)
             self._believed = val
+            self.kept = single and thr < self.span
             if len(self.pending) <= self.defer:
                 return val, True  # re-timed later, with others
             return self.flush(), True
@@ -1301,7 +1306,8 @@ def local_search(model: Model, tracker: Tracker,
                 accepted += 1
                 est_val = val
                 cur = est.choice
-                path = None
+                if not (est.kept and path is not None and mv.keys().isdisjoint(path)):
+                    path = None  # (a vertex off it moved, its path shorter: still longest)
             else:
                 guard.undo(est.choice, mv)
             since_check += 1
