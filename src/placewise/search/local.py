@@ -103,7 +103,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import operator
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -239,14 +238,15 @@ class Estimator:
             d0, r0 = m._src(i, k, t)
             self._copy((t, d0, r0, p.host, p.natural_rid[t]), sign)
 
-    def _edge(self, e: int, sign: float) -> None:
+    def _edge(self, e: int, sign: float) -> float:
+        """Add or remove edge ``e``'s copy as its ends are placed now; returns its delay."""
         ed = self.m.edges
         ch = self.choice
         ku, kv = ch[ed.src[e]], ch[ed.dst[e]]
         info = self._einfo.get((e, ku, kv)) or self._edge_info(e, ku, kv)
         steps = info[2]
         if steps is None:
-            return  # no copy
+            return info[1]  # no copy
         key = info[0]
         crefs = self.refs
         c = crefs.get(key, 0)
@@ -271,16 +271,17 @@ class Estimator:
             if sign > 0:
                 refs[wkey] = n + 1
                 if n:
-                    return
+                    return info[1]
             else:
                 if n > 1:
                     refs[wkey] = n - 1
-                    return
+                    return info[1]
                 del refs[wkey]
             wl = self._wload[w]
             for r, x in steps:
                 wl[r] = wl.get(r, 0.0) + sign * x
             self._dirty.add(w)
+        return info[1]
 
     def _copy(self, key: tuple[str, str, int, str, int], sign: float) -> None:
         if key[1] == key[3] and key[2] == key[4]:
@@ -325,9 +326,9 @@ class Estimator:
         for v, k in moves.items():
             self._own(v, k, 1.0)
         dly = self.dly
+        edge = self._edge
         for e in edges:
-            self._edge(e, 1.0)
-            dly[e] = self._edge_info(e, ch[ed.src[e]], ch[ed.dst[e]])[1]
+            dly[e] = edge(e, 1.0)
         self.touched += len(moves) + len(edges)
         return old
 
@@ -354,6 +355,7 @@ class Estimator:
             self._vwin, self._ewin, nw = _windows(m)
             self._nwin = nw
             self._nxt, self._bars = _anchors(m, self._vwin)
+            self._starts = [i for i in range(n) if not ed.e_in[i] or ed.reads[i]]
             self._is_anchor = [False] * n
             for b in self._bars:
                 self._is_anchor[b] = True
@@ -811,12 +813,12 @@ class Estimator:
         blr, boff, nxt = self._blr, self._boff, self._nxt
         if not blr:
             return []
-        if self._bars:
-            tops = [r + b + boff[a] for r, b, a in zip(rel, blr, nxt, strict=True)]
-        else:
-            tops = list(map(operator.add, rel, blr))
+        # a longest path starts where nothing precedes it or graph inputs arrive (any other
+        # start extends backwards through a predecessor, no shorter)
+        starts = self._starts
+        tops = [rel[j] + blr[j] + boff[nxt[j]] for j in starts]
         top = max(tops)
-        i = tops.index(top)
+        i = starts[tops.index(top)]
         path = [i]
         tol = 1e-12 * max(top, 1e-30)
         e_out, dst = ed.e_out, ed.dst
@@ -835,7 +837,7 @@ class Estimator:
             path.append(step)
             i = step
         path.reverse()
-        self.touched += len(blr) // 16 + 3 * len(path)
+        self.touched += len(starts) + 3 * len(path)
         return path
 
 
