@@ -549,16 +549,18 @@ class Estimator:
         ch = self.choice
         fin = self.fin
         blr, boff, nxt = self._blr, self._boff, self._nxt
+        get, info = self._einfo.get, self._edge_info
+        src, dst = ed.src, ed.dst
         s = m.release(v, k)
         for e in ed.e_in[v]:
-            u = ed.src[e]
-            t = fin[u] + self._edge_info(e, ch[u], k)[1]
+            u = src[e]
+            t = fin[u] + (get((e, ch[u], k)) or info(e, ch[u], k))[1]
             if t > s:
                 s = t
         b = m.tail(v, k)
         for e in ed.e_out[v]:
-            w = ed.dst[e]
-            t = self._edge_info(e, k, ch[w])[1] + blr[w] + boff[nxt[w]]
+            w = dst[e]
+            t = (get((e, k, ch[w])) or info(e, k, ch[w]))[1] + blr[w] + boff[nxt[w]]
             if t > b:
                 b = t
         self.touched += 1 + len(ed.e_in[v]) + len(ed.e_out[v])
