@@ -26,6 +26,7 @@ __all__ = [
     "Bottleneck",
     "Cost",
     "CostModel",
+    "NoRuntimeTerms",
     "Representation",
     "Source",
     "Term",
@@ -187,3 +188,19 @@ class CostModel(Protocol):
     def fingerprint(self) -> str:
         """Identifies the calibration (or 'roofline') for plan files."""
         ...
+
+
+class NoRuntimeTerms:
+    """The runtime terms of ``CostModel`` for a model that measured none (a datasheet
+    roofline, a toy): no request hand-off, no per-request worker or client time. They are
+    properties of the runtime that runs a plan, measured by calibration
+    (``placewise.cost.calibrated``)."""
+
+    def request_cost(self, host: str, devices: Sequence[str] = ()) -> Cost | None:
+        return None
+
+    def request_busy_s(self, device: str) -> float | None:
+        return None
+
+    def client_busy_s(self) -> float | None:
+        return None

@@ -53,7 +53,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from placewise.cost.model import Bottleneck, Cost, Representation, Source, Term
+from placewise.cost.model import (
+    Bottleneck,
+    Cost,
+    NoRuntimeTerms,
+    Representation,
+    Source,
+    Term,
+)
 from placewise.errors import UnsupportedError
 from placewise.graph.ir import INT8_KINDS, Graph, Op, OpKind, Tensor
 from placewise.hardware.spec import Device, DeviceKind, Machine
@@ -354,7 +361,7 @@ def local_kernel_gap(dev: Device, kind: OpKind, dtype: DType) -> str | None:
     return None
 
 
-class RooflineModel:
+class RooflineModel(NoRuntimeTerms):
     """The analytic cost model of ``machine`` (see the module docstring for the terms).
 
     Implements ``placewise.cost.model.CostModel``.
@@ -630,18 +637,6 @@ class RooflineModel:
         """0.0: wake-up latency is a property of the runtime that runs a plan, measured by
         calibration (``placewise.calibrate.corun``), not of the hardware spec."""
         return 0.0
-
-    def request_cost(self, host: str, devices: Sequence[str] = ()) -> Cost | None:
-        """None: the request hand-off is the runtime's, measured by calibration."""
-        return None
-
-    def request_busy_s(self, device: str) -> float | None:
-        """None: per-request worker time is the runtime's, measured by calibration."""
-        return None
-
-    def client_busy_s(self) -> float | None:
-        """None: the client's time is the runtime's, measured by calibration."""
-        return None
 
     def fingerprint(self) -> str:
         return "roofline/v1"

@@ -29,7 +29,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from placewise.cost.model import Bottleneck, Cost, Representation, Source, Term
+from placewise.cost.model import (
+    Bottleneck,
+    Cost,
+    NoRuntimeTerms,
+    Representation,
+    Source,
+    Term,
+)
 from placewise.errors import UnsupportedError
 from placewise.graph.ir import Graph, Op, OpKind, Tensor
 from placewise.hardware.spec import Machine
@@ -74,7 +81,7 @@ def toy_machine(*, shared_controller: bool = False, gpu_lanes: int = 1,
     return Machine.model_validate(data)
 
 
-class ToyCostModel:
+class ToyCostModel(NoRuntimeTerms):
     """See the module docstring. ``times`` maps (op name, device) to seconds, ``memory``
     to the bytes the op moves through its device's memory (for contention)."""
 
@@ -97,15 +104,6 @@ class ToyCostModel:
 
     def wake_s(self, device: str) -> float:
         return self.wake.get(device, 0.0)
-
-    def request_cost(self, host: str, devices: Sequence[str] = ()) -> Cost | None:
-        return None
-
-    def request_busy_s(self, device: str) -> float | None:
-        return None
-
-    def client_busy_s(self) -> float | None:
-        return None
 
     def _check(self, op: Op, device: str, dtype: DType) -> None:
         try:
