@@ -259,7 +259,7 @@ def test_bottom_levels_anchored_at_barriers_agree_with_a_full_recompute(
     from placewise.graph.taskgraph import generate, parse_taskgraph
     from placewise.schedule import Problem
     from placewise.schedule.testing import ToyCostModel
-    from placewise.search.local import _anchors, _windows
+    from placewise.search.estimate import _anchors, _windows
 
     m = three_devices()
     rates = {d: m.device(d).peak(DType.FP32) for d in m.device_names}
