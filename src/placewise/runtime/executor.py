@@ -52,7 +52,13 @@ shared cores has no gates.
   ``in_flight=K`` keeps K requests in the pipeline (a worker runs request k+1's ready
   steps while another device still works on request k; older requests go first). A
   request's latency runs from the client writing its inputs to the host worker having
-  written its outputs to shared memory.
+  written its outputs to shared memory. ``run`` is a closed-loop client of the
+  asynchronous API an open-loop client (``serve.real``) drives itself: ``submit(arrays)``
+  hands one request over without waiting (a slot must be free: ``can_submit``),
+  ``poll(timeout_s)`` runs the in-process workers and reads the others' messages until a
+  request is done or the time is up and returns the ``Completion``s, ``finish(phase)``
+  waits for the rest and records the requests' telemetry under ``phase``. One loop
+  (``Executor._wait_some``) moves requests for both.
 - **telemetry** (``runtime.telemetry``): every task's start/end on ``CLOCK_MONOTONIC``
   with the plan's task names, its CPU time, per-op times, waits, live tensor bytes per
   device, process memory, and ``solo(repeats)``: each device replays one request's steps
@@ -126,6 +132,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SHM_PREFIX",
+    "Completion",
     "ExecutionError",
     "Executor",
     "Fault",
@@ -253,34 +260,32 @@ class _Proc:
     alive: bool = True
 
 
-class _RunState:
-    """One ``run``'s requests: when each was submitted, had its outputs, was done."""
+@dataclass(slots=True)
+class _Flight:
+    """A request in flight: when it was submitted, had its outputs, was done (on how many
+    of its ``workers``)."""
 
-    def __init__(self, n: int, base: int, n_workers: int) -> None:
-        self.base = base
-        self.n_workers = n_workers
-        self.results: list[list[np.ndarray[Any, Any]] | None] = [None] * n
-        self.submit_ns = [0] * n
-        self.out_ns = [0] * n
-        self.ready_ns = [0] * n
-        self.done_count = [0] * n
-        self.done_ns = [0] * n
-        self.outstanding = 0
-        self.finished = 0
+    submit_ns: int
+    workers: int
+    ready_ns: int = 0
+    out_ns: int = 0
+    done_ns: int = 0
+    done_count: int = 0
+    outputs: list[np.ndarray[Any, Any]] | None = None
 
-    def out(self, request: int, ready_ns: int, outputs: list[np.ndarray[Any, Any]]) -> None:
-        r = request - self.base
-        self.ready_ns[r] = ready_ns
-        self.results[r] = outputs
-        self.out_ns[r] = time.monotonic_ns()
 
-    def done(self, request: int, t_ns: int) -> None:
-        r = request - self.base
-        self.done_count[r] += 1
-        self.done_ns[r] = max(self.done_ns[r], t_ns)
-        if self.done_count[r] == self.n_workers:
-            self.outstanding -= 1
-            self.finished += 1
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """A request done on every worker (``Executor.poll``): its id, when the client
+    submitted it and when the host had written its outputs (``CLOCK_MONOTONIC``
+    nanoseconds, the clock of ``time.monotonic``; latency = ``outputs_ns - submit_ns``),
+    when the last worker was done with it, and its outputs (graph-output order)."""
+
+    request: int
+    submit_ns: int
+    outputs_ns: int
+    done_ns: int
+    outputs: list[np.ndarray[Any, Any]]
 
 
 class Executor:
@@ -377,6 +382,13 @@ class Executor:
         self._pending_send: dict[tuple[int, int], tuple[Any, ...]] = {}
         self._pending_recv: dict[tuple[int, int], tuple[str, tuple[Any, ...]]] = {}
         self._phase_peaks: dict[str, dict[str, int]] = {}
+        #: requests in flight by id; done since the last ``_record`` (for telemetry);
+        #: done since the last ``poll`` (for the client)
+        self._flight: dict[int, _Flight] = {}
+        self._finished: list[tuple[int, _Flight]] = []
+        self._completed: list[Completion] = []
+        self._progress_ns = 0  # the last time a request moved (hang detection)
+        self._gc_was: bool | None = None  # the collector's state while held off
         #: the client process's CPU seconds in the last ``run`` outside the workers
         #: (submitting requests, handling completions; telemetry collection excluded):
         #: 0.0 when the host's worker runs in this process, since all the client then does
@@ -519,6 +531,8 @@ class Executor:
                     c.close()
         pending = {p.device for p in self._procs}
         self._inline.sort(key=lambda x: x[0].device != prog.host)  # the host first
+        for iw, _ in self._inline:  # requests hand their results back to the client
+            iw.on_output, iw.on_done = self._on_output, self._on_done
         for iw, _ in self._inline:  # set up while the worker processes start theirs
             report(f"setting up {iw.device} in this process")
             try:  # each pins the thread to its cores: its session's threads inherit them
@@ -773,105 +787,253 @@ class Executor:
                     self._raise_died(p, "sending a command")
 
     # -- running requests --
-    def run(self, inputs: Sequence[Sequence[Any]], *, phase: str = "isolated",
-            in_flight: int = 1, capture: bool = False) -> list[list[np.ndarray[Any, Any]]]:
-        """Run one request per element of ``inputs`` (each: arrays in graph-input order),
-        keeping at most ``in_flight`` requests in the pipeline; returns each request's
-        outputs (graph-output order). Telemetry is kept under ``phase``."""
-        if not self._started or self._closed:
-            raise PlacewiseError("the executor is not running (call start())")
-        k = max(1, min(int(in_flight), self.slots))
-        g = self.program.graph
-        n = len(inputs)
-        for i, arrays in enumerate(inputs):  # refused before anything runs
-            if len(arrays) != len(g.inputs):
-                raise InputError(f"request {i} has {len(arrays)} inputs, the graph takes "
-                                 f"{len(g.inputs)}", place="inputs")
-            for name, arr in zip(g.inputs, arrays, strict=True):
-                want = self._views_in[name][0].shape
-                if tuple(np.shape(arr)) != want:
-                    raise InputError(f"input {name!r} of request {i} has shape "
-                                     f"{list(np.shape(arr))}, the plan's graph has "
-                                     f"{list(want)}", place="inputs")
-        group = self._inline
-        st = _RunState(n, self._next_request,
-                       sum(1 for p in self._procs if p.alive) + len(group))
-        base = st.base
-        self._next_request += n
-        nxt = 0
-        host = group[0][0] if group else None
-        client_cpu0 = time.process_time()
-        for w, _ in group:
-            w.on_output, w.on_done = st.out, st.done
-        collecting = gc.isenabled()
-        gc.disable()  # a collection of this process's heap would land inside a request
+    @property
+    def outstanding(self) -> int:
+        """Requests submitted and not yet done on every worker."""
+        return len(self._flight)
 
-        def handle(ready: Sequence[Any]) -> None:
-            for msg, _p in self._messages(ready, f"{phase} requests"):
-                if msg[0] == "out":  # the host's worker process wrote the outputs
-                    slot = int(msg[1]) % self.slots
-                    st.out(int(msg[1]), int(msg[2]),
-                           [np.array(self._views_out[o][slot], copy=True) for o in g.outputs])
-                elif msg[0] == "done":
-                    st.done(int(msg[1]), int(msg[2]))
+    @property
+    def can_submit(self) -> bool:
+        """Whether ``submit`` has a slot: the next request's slot (``request % slots``, as
+        the workers address shared memory) is not held by a request still in flight. With
+        requests finishing in order this is ``outstanding < slots``."""
+        return (self._next_request - self.slots) not in self._flight
 
+    def submit(self, arrays: Sequence[Any], *, capture: bool = False) -> int:
+        """Hand one request (arrays in graph-input order) to the pipeline without waiting;
+        returns its request id. ``PlacewiseError`` when no slot is free (keep
+        ``outstanding`` below ``slots``; see ``can_submit``). Its completion comes back
+        from ``poll``; its telemetry is recorded by ``finish``."""
+        self._check_running()
+        self._check_inputs(arrays, "the request")
+        if not self.can_submit:
+            raise PlacewiseError(f"no free slot: {len(self._flight)} requests in flight on "
+                                 f"{self.slots} slots (poll for completions first)")
+        self._hold_gc()
         try:
-            while st.finished < n:
-                while nxt < n and st.outstanding < k:
-                    r = base + nxt
-                    arrays = inputs[nxt]
-                    st.submit_ns[nxt] = time.monotonic_ns()
-                    if host is not None:
-                        host.inline_inputs[r] = arrays
-                        for w, _ in group:
-                            w.begin(r, bool(capture))
-                    else:
-                        slot = r % self.slots
-                        for name, arr in zip(g.inputs, arrays, strict=True):
-                            np.copyto(self._views_in[name][slot], np.asarray(arr),
-                                      casting="unsafe")
-                    self._send_all("go", r, int(bool(capture)))
-                    nxt += 1
-                    st.outstanding += 1
-                if group:
-                    w = group[0][0]
-                    try:
-                        if any((w := g[0]).advance(g[1]) for g in group):
-                            continue
-                        got = wait_group(group, self.timeout_s, self._wait_objects(), handle)
-                    except (PlacewiseError, KeyboardInterrupt):
-                        raise
-                    except Exception as exc:
-                        self._raise_host_error(exc, w)
-                    if got is None:
-                        self._raise_hang(f"{phase} requests", self.timeout_s)
-                    continue
-                if k > 1 and st.outstanding * 2 >= k and self.refill_s > 0:
-                    # enough queued: let completions pile up and handle them together,
-                    # rather than waking (and taking a core from a worker) for each one
-                    time.sleep(self.refill_s)
-                timeout = self.timeout_s
-                ready = mp_wait(self._wait_objects(), timeout)
-                if not ready:
-                    self._raise_hang(f"{phase} requests", timeout)
-                handle(ready)
+            return self._submit(arrays, capture)
+        except BaseException:
+            self.close()
+            raise
+
+    def poll(self, timeout_s: float = 0.0) -> list[Completion]:
+        """Run the in-process workers' ready steps and read the worker processes' messages
+        until at least one request is done, or ``timeout_s`` has passed (a wait may run
+        over by a worker's spin time, ``spin_s``); returns the requests done since the last
+        ``poll``, in the order they were done. A run that makes no progress for ``timeout_s`` of the
+        executor while requests are in flight raises ``ExecutionError`` (hung), as does a
+        worker that fails; the executor is then closed."""
+        self._check_running()
+        try:
+            return self._wait_some(max(0.0, float(timeout_s)), 1, "requests in flight")
+        except BaseException:
+            self.close()
+            raise
+
+    def finish(self, phase: str) -> list[Completion]:
+        """Wait for every request still in flight (returned, with those done but not yet
+        polled), record the requests submitted since the last ``finish`` or ``run`` under
+        ``phase`` (``RequestRecord``) and collect the workers' telemetry of them."""
+        self._check_running()
+        got: list[Completion] = []
+        try:
+            while True:  # returns what is done, or nothing once nothing is in flight
+                got += self._wait_some(None, 1, f"{phase} requests")
+                if not self._flight:
+                    break
         except BaseException:
             self.close()
             raise
         finally:
-            if collecting:
-                gc.enable()
-            for w, _ in group:
-                w.on_output = w.on_done = None
-        for r in range(n):
-            self._requests.append(RequestRecord(base + r, phase, st.submit_ns[r],
-                                                st.ready_ns[r],
-                                                max(st.done_ns[r], st.out_ns[r]),
-                                                st.out_ns[r]))
-        # the client's own CPU time for these requests (telemetry collection excluded)
-        self.last_run_cpu_s = 0.0 if group else time.process_time() - client_cpu0
+            self._release_gc()
+        self._record(phase)
         self._flush(phase)
-        return [x if x is not None else [] for x in st.results]
+        return got
+
+    def run(self, inputs: Sequence[Sequence[Any]], *, phase: str = "isolated",
+            in_flight: int = 1, capture: bool = False) -> list[list[np.ndarray[Any, Any]]]:
+        """Run one request per element of ``inputs`` (each: arrays in graph-input order),
+        keeping at most ``in_flight`` requests in the pipeline; returns each request's
+        outputs (graph-output order). Telemetry is kept under ``phase``. The closed-loop
+        client of ``submit`` / ``poll`` / ``finish``: the next request goes in as soon as
+        one is done."""
+        self._check_running()
+        if self._flight or self._finished or self._completed:
+            raise PlacewiseError("requests submitted with submit() are not finished (call "
+                                 "finish() first)")
+        k = max(1, min(int(in_flight), self.slots))
+        n = len(inputs)
+        for i, arrays in enumerate(inputs):  # refused before anything runs
+            self._check_inputs(arrays, f"request {i}")
+        base = self._next_request
+        results: list[list[np.ndarray[Any, Any]]] = [[] for _ in range(n)]
+        client_cpu0 = time.process_time()
+        self._hold_gc()  # a collection of this process's heap would land inside a request
+        try:
+            nxt = done = 0
+            while done < n:
+                while nxt < n and len(self._flight) < k and self.can_submit:
+                    self._submit(inputs[nxt], capture)
+                    nxt += 1
+                for c in self._wait_some(None, k, f"{phase} requests"):
+                    results[c.request - base] = c.outputs
+                    done += 1
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            self._release_gc()
+        self._record(phase)
+        # the client's own CPU time for these requests (telemetry collection excluded)
+        self.last_run_cpu_s = 0.0 if self._inline else time.process_time() - client_cpu0
+        self._flush(phase)
+        return results
+
+    def _check_running(self) -> None:
+        if not self._started or self._closed:
+            raise PlacewiseError("the executor is not running (call start())")
+
+    def _check_inputs(self, arrays: Sequence[Any], label: str) -> None:
+        g = self.program.graph
+        if len(arrays) != len(g.inputs):
+            raise InputError(f"{label} has {len(arrays)} inputs, the graph takes "
+                             f"{len(g.inputs)}", place="inputs")
+        for name, arr in zip(g.inputs, arrays, strict=True):
+            want = self._views_in[name][0].shape
+            if tuple(np.shape(arr)) != want:
+                raise InputError(f"input {name!r} of {label} has shape "
+                                 f"{list(np.shape(arr))}, the plan's graph has "
+                                 f"{list(want)}", place="inputs")
+
+    def _hold_gc(self) -> None:
+        """Keep this process's garbage collector off while requests are in flight, until
+        ``_release_gc`` (a collection would land inside a request)."""
+        if self._gc_was is None:
+            self._gc_was = gc.isenabled()
+            gc.disable()
+
+    def _release_gc(self) -> None:
+        if self._gc_was is not None:
+            if self._gc_was:
+                gc.enable()
+            self._gc_was = None
+
+    def _submit(self, arrays: Sequence[Any], capture: bool) -> int:
+        """Hand request ``arrays`` (checked, its slot free) to the workers."""
+        r = self._next_request
+        self._next_request += 1
+        n_workers = sum(1 for p in self._procs if p.alive) + len(self._inline)
+        self._flight[r] = _Flight(time.monotonic_ns(), n_workers)
+        if self._inline:
+            self._inline[0][0].inline_inputs[r] = arrays
+            for w, _ in self._inline:
+                w.begin(r, bool(capture))
+        else:
+            slot = r % self.slots
+            for name, arr in zip(self.program.graph.inputs, arrays, strict=True):
+                np.copyto(self._views_in[name][slot], np.asarray(arr), casting="unsafe")
+        self._send_all("go", r, int(bool(capture)))
+        self._progress_ns = time.monotonic_ns()
+        return r
+
+    def _on_output(self, request: int, ready_ns: int, outputs: list[np.ndarray[Any, Any]]
+                   ) -> None:
+        """The host has written request ``request``'s outputs (at ``ready_ns``)."""
+        f = self._flight[request]
+        f.ready_ns = ready_ns
+        f.outputs = outputs
+        f.out_ns = time.monotonic_ns()
+
+    def _on_done(self, request: int, t_ns: int) -> None:
+        """A worker is done with request ``request``; the last one frees its slot."""
+        f = self._flight[request]
+        f.done_count += 1
+        f.done_ns = max(f.done_ns, t_ns)
+        if f.done_count == f.workers:
+            del self._flight[request]
+            self._finished.append((request, f))
+            self._completed.append(Completion(request, f.submit_ns, f.ready_ns,
+                                              max(f.done_ns, f.out_ns), f.outputs or []))
+
+    def _handle(self, ready: Sequence[Any], what: str) -> None:
+        """The messages of the ready worker pipes: outputs and done notices."""
+        g = self.program.graph
+        for msg, _p in self._messages(ready, what):
+            if msg[0] == "out":  # the host's worker process wrote the outputs
+                r = int(msg[1])
+                slot = r % self.slots
+                self._on_output(r, int(msg[2]), [np.array(self._views_out[o][slot], copy=True)
+                                                 for o in g.outputs])
+            elif msg[0] == "done":
+                self._on_done(int(msg[1]), int(msg[2]))
+        self._progress_ns = time.monotonic_ns()
+
+    def _wait_some(self, timeout_s: float | None, window: int, what: str
+                   ) -> list[Completion]:
+        """The one loop that moves requests: run the in-process workers' ready steps (one
+        at a time, older requests first) and read the worker processes' messages until a
+        request is done or ``timeout_s`` has passed (``None``: until one is done, or
+        nothing is in flight). No progress for ``self.timeout_s`` with requests in flight
+        is a hang. Without in-process workers, while at least half of a ``window`` of
+        several requests is in flight the messages are read every ``refill_s`` rather
+        than as each comes. Returns (and forgets) the requests done so far."""
+        group = self._inline
+        end = None if timeout_s is None else time.monotonic() + timeout_s
+
+        def handle(ready: Sequence[Any]) -> None:
+            self._handle(ready, what)
+
+        first = True  # one look at the pipes, even with no time to wait
+        while not self._completed:
+            if group:
+                w = group[0][0]
+                try:
+                    if any((w := gw[0]).advance(gw[1]) for gw in group):
+                        self._progress_ns = time.monotonic_ns()
+                        continue
+                except (PlacewiseError, KeyboardInterrupt):
+                    raise
+                except Exception as exc:
+                    self._raise_host_error(exc, w)
+            now = time.monotonic()
+            if end is None and not self._flight:
+                break
+            if end is not None and now >= end and not first:
+                break
+            first = False
+            stall = self.timeout_s - (time.monotonic_ns() - self._progress_ns) / 1e9
+            wait = max(0.0, stall) if self._flight else math.inf
+            if end is not None:
+                wait = min(wait, max(0.0, end - now))
+            if group:
+                try:
+                    got = wait_group(group, wait, self._wait_objects(), handle)
+                except (PlacewiseError, KeyboardInterrupt):
+                    raise
+                except Exception as exc:
+                    self._raise_host_error(exc, w)
+                if got is not None:
+                    self._progress_ns = time.monotonic_ns()
+            else:
+                if (window > 1 and len(self._flight) * 2 >= window and self.refill_s > 0):
+                    # enough queued: let completions pile up and handle them together,
+                    # rather than waking (and taking a core from a worker) for each one
+                    time.sleep(self.refill_s)
+                ready = mp_wait(self._wait_objects(), wait)
+                if ready:
+                    handle(ready)
+            if (self._flight and not self._completed and time.monotonic_ns()
+                    - self._progress_ns >= self.timeout_s * 1e9):
+                self._raise_hang(what, self.timeout_s)
+        got_now, self._completed = self._completed, []
+        return got_now
+
+    def _record(self, phase: str) -> None:
+        """The requests done since the last record, as ``RequestRecord``s of ``phase``."""
+        for r, f in sorted(self._finished, key=lambda x: x[0]):
+            self._requests.append(RequestRecord(r, phase, f.submit_ns, f.ready_ns,
+                                                max(f.done_ns, f.out_ns), f.out_ns))
+        self._finished = []
 
     def _flush(self, phase: str) -> None:
         """Collect the workers' records since the last flush."""
@@ -1009,6 +1171,7 @@ class Executor:
         if self._closed:
             return
         self._closed = True
+        self._release_gc()
         # a second Ctrl-C must not cut the clean-up short (leaving workers or shared memory
         # behind): SIGINT is held while closing (main thread only) and re-raised after
         held: list[int] = []
