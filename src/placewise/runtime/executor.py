@@ -139,6 +139,9 @@ __all__ = [
     "source_reload_args",
 ]
 
+#: the granularity of a wait on pipes (``multiprocessing.connection.wait``: poll(2) takes
+#: milliseconds, rounded up)
+_WAIT_GRAIN_S = 1e-3
 #: every shared-memory segment the executor creates is named ``/dev/shm/placewise-...``
 SHM_PREFIX = "placewise-"
 _ALIGN = 64
@@ -979,6 +982,7 @@ class Executor:
         than as each comes. Returns (and forgets) the requests done so far."""
         group = self._inline
         end = None if timeout_s is None else time.monotonic() + timeout_s
+        end_ns = 0 if end is None else int(end * 1e9)
 
         def handle(ready: Sequence[Any]) -> None:
             self._handle(ready, what)
@@ -990,6 +994,8 @@ class Executor:
                 try:
                     if any((w := gw[0]).advance(gw[1]) for gw in group):
                         self._progress_ns = time.monotonic_ns()
+                        if end is not None and self._progress_ns >= end_ns:
+                            break  # the time is up: the next steps wait for the next call
                         continue
                 except (PlacewiseError, KeyboardInterrupt):
                     raise
@@ -1001,10 +1007,18 @@ class Executor:
             if end is not None and now >= end and not first:
                 break
             first = False
+            if end is not None and not self._flight:
+                # nothing in flight, so no message to wait for: a sleep keeps the time
+                # to the microsecond (a pipe wait rounds up to the millisecond)
+                time.sleep(max(0.0, end - now))
+                continue
             stall = self.timeout_s - (time.monotonic_ns() - self._progress_ns) / 1e9
-            wait = max(0.0, stall) if self._flight else math.inf
+            wait = max(0.0, stall)
             if end is not None:
-                wait = min(wait, max(0.0, end - now))
+                # the pipe wait sleeps whole milliseconds (after a worker's spin): block
+                # for what surely ends before ``end``, poll the rest
+                wait = min(wait, max(0.0, end - now - _WAIT_GRAIN_S
+                                     - (self.spin_s if group else 0.0)))
             if group:
                 try:
                     got = wait_group(group, wait, self._wait_objects(), handle)

@@ -44,12 +44,15 @@ if TYPE_CHECKING:
     from placewise.plan import Plan
     from placewise.runtime.opexec import ModelSource
 
-__all__ = ["validate_plan"]
+__all__ = ["check_machine", "check_runnable", "load_planned_source", "validate_plan"]
 
 Progress = Callable[[str, float], None]
 
 
-def _check_machine(plan: Plan, machine: Machine | None, file: str | None) -> Machine:
+def check_machine(plan: Plan, machine: Machine | None, file: str | None) -> Machine:
+    """The machine ``plan`` runs on: ``machine``, or this one (``load_local()``); a plan
+    made for a preset, or whose machine fingerprint is not this machine's, is an
+    ``InputError`` (``file``: the plan file, named in the message)."""
     from placewise.hardware.spec import list_presets
     from placewise.plan import check_fingerprints
 
@@ -66,7 +69,7 @@ def _check_machine(plan: Plan, machine: Machine | None, file: str | None) -> Mac
     return machine
 
 
-def _check_plan(plan: Plan, machine: Machine, file: str | None) -> None:
+def check_runnable(plan: Plan, machine: Machine, file: str | None) -> None:
     """Refuse, before anything is loaded or run, a plan the independent checker
     (``placewise.check``) finds broken on ``machine``: a device the machine lacks, a kernel
     its backends do not have (int8 outside ``graph.ir.INT8_KINDS``), an impossible
@@ -86,7 +89,7 @@ def _check_plan(plan: Plan, machine: Machine, file: str | None) -> None:
                      file=file, place=f"check {first.check.value}")
 
 
-def _load_planned_source(ref: str, plan: Plan, shapes: Any) -> ModelSource:
+def load_planned_source(ref: str, plan: Plan, shapes: Any) -> ModelSource:
     """The plan's model as it was planned: bound to the plan's batch, or (a model whose
     inputs have a fixed leading dim, or a zoo reference that names its own batch, planned
     without ``--batch``) as it is; the graph fingerprint decides which."""
@@ -139,14 +142,14 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
         file = os.fspath(plan)
         plan = load_plan(file)
     report("checking the plan against this machine and the model", 0.0)
-    machine = _check_machine(plan, machine, file)
+    machine = check_machine(plan, machine, file)
     # the plan first: nothing of the model is loaded for a plan that cannot run here
-    _check_plan(plan, machine, file)
+    check_runnable(plan, machine, file)
     # model files are read by the checked loaders (a .pt2 archive is checked entry by entry
     # before torch sees it, with weights-only unpickling forced); nothing of the model runs
     # before its graph's fingerprint is the plan's
     if source is None or isinstance(source, str):
-        src = _load_planned_source(source or plan.model, plan, shapes)
+        src = load_planned_source(source or plan.model, plan, shapes)
     else:
         src = source
     if src.graph is None:
