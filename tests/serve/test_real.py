@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from placewise.errors import ExecutionError, InputError
+from placewise.errors import ExecutionError, InputError, PlacewiseError
 from placewise.plan import Plan, build_plan
-from placewise.runtime.executor import Fault
-from placewise.runtime.opexec import ModelSource, load_source
+from placewise.runtime.executor import Executor, Fault
+from placewise.runtime.opexec import ModelSource, load_source, request_inputs
 from placewise.runtime.program import program_from_plan
 from placewise.schedule import evaluate
 from placewise.serve.policies import parse_batching
@@ -47,7 +47,7 @@ def setup() -> dict[str, Any]:
     program = program_from_plan(plan, src.graph, local_machine())
     vertex_on = {t.device: t.name for t in program.tasks if t.kind.value == "compute"}
     return {"plan": plan, "source": src, "files": partition_files(program, src),
-            "vertex_on": vertex_on}
+            "vertex_on": vertex_on, "program": program}
 
 
 def _serve(setup: dict[str, Any], times: Any, batching: str, **kw: Any) -> RealServe:
@@ -184,4 +184,38 @@ def test_bad_arguments_are_refused_before_anything_runs(setup: dict[str, Any]) -
     with pytest.raises(InputError, match="non-decreasing"):
         _serve(setup, np.array([1.0, 0.0]), "none")
     assert max_batch(parse_batching("dynamic:max_batch=6,max_delay=1ms")) == 6
+    _assert_clean()
+
+
+def test_the_executor_serves_an_open_loop_client(setup: dict[str, Any]) -> None:
+    """submit / poll / finish: requests go in without waiting, come back as they are done,
+    with the outputs run() gives, and are recorded under the phase finish() names."""
+    src: ModelSource = setup["source"]
+    assert src.graph is not None
+    reqs = request_inputs(src, src.graph, 3, 0)
+    with Executor(setup["program"], src, reference_inputs=reqs[0], slots=2,
+                  partition_files=setup["files"]) as ex:
+        ex.start()
+        want = ex.run(reqs, phase="closed")
+        assert ex.poll(0.01) == [] and ex.outstanding == 0  # nothing in flight: a wait
+        a, b = ex.submit(reqs[0]), ex.submit(reqs[1])
+        assert ex.outstanding == 2 and not ex.can_submit
+        with pytest.raises(PlacewiseError, match="no free slot"):
+            ex.submit(reqs[2])
+        got = []
+        while len(got) < 2:
+            got += ex.poll(1.0)
+        assert sorted(c.request for c in got) == [a, b]
+        for c in got:
+            assert c.submit_ns < c.outputs_ns <= c.done_ns
+            np.testing.assert_allclose(c.outputs[0], want[c.request - a][0], rtol=1e-6)
+        c3 = ex.submit(reqs[2])
+        with pytest.raises(PlacewiseError, match="finish"):
+            ex.run(reqs, phase="mixed")  # the open-loop requests are not finished
+        rest = ex.finish("open")
+        assert [c.request for c in rest] == [c3] and ex.outstanding == 0
+        tel = ex.telemetry()
+        assert [r.request for r in tel.requests_of("open")] == [a, b, c3]
+        assert len(tel.requests_of("closed")) == 3
+        assert {t.phase for t in tel.tasks} == {"closed", "open"}
     _assert_clean()
