@@ -15,7 +15,7 @@ import pytest
 
 from placewise.errors import ExecutionError, InputError, PlacewiseError
 from placewise.plan import Plan, build_plan
-from placewise.runtime.executor import Executor, Fault
+from placewise.runtime.executor import Completion, Executor, Fault
 from placewise.runtime.opexec import ModelSource, load_source, request_inputs
 from placewise.runtime.program import program_from_plan
 from placewise.schedule import evaluate
@@ -202,7 +202,7 @@ def test_the_executor_serves_an_open_loop_client(setup: dict[str, Any]) -> None:
         assert ex.outstanding == 2 and not ex.can_submit
         with pytest.raises(PlacewiseError, match="no free slot"):
             ex.submit(reqs[2])
-        got = []
+        got: list[Completion] = []
         while len(got) < 2:
             got += ex.poll(1.0)
         assert sorted(c.request for c in got) == [a, b]
