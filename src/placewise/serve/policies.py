@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from placewise.errors import InputError
 
 __all__ = ["BATCHERS", "Batcher", "DynamicBatcher", "NoBatcher", "StaticBatcher",
-           "parse_batching"]
+           "parse_batching", "parse_seconds"]
 
 
 class Batcher:
@@ -103,7 +103,8 @@ class DynamicBatcher(Batcher):
 _UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 
 
-def _seconds(text: str, place: str) -> float:
+def parse_seconds(text: str, place: str) -> float:
+    """A duration: ``2ms``, ``0.5s``, ``300us`` or a plain number of seconds."""
     m = re.fullmatch(r"([0-9]*\.?[0-9]+(?:e-?[0-9]+)?)(s|ms|us)?", text.strip())
     if m is None:
         raise InputError(f"{text!r} is not a duration (e.g. 2ms, 0.5s)", place=place)
@@ -137,7 +138,7 @@ def _dynamic(args: str) -> Batcher:
     if "max_batch" not in opts:
         raise InputError("dynamic batching needs max_batch=B", place="--batching dynamic")
     batch = _positive(opts["max_batch"], "--batching dynamic max_batch")
-    delay = _seconds(opts.get("max_delay", "0"), "--batching dynamic max_delay")
+    delay = parse_seconds(opts.get("max_delay", "0"), "--batching dynamic max_delay")
     pref = tuple(sorted({_positive(p, "--batching dynamic preferred")
                          for p in opts.get("preferred", "").split("/") if p}))
     if any(p > batch for p in pref):

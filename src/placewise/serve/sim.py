@@ -1,30 +1,45 @@
-"""A batcher in front of a pipeline of stages, simulated request by request.
+"""The plan as a loaded service, simulated: arrivals, per-replica queues with the
+admission and batching policy (``serve.queue``), a router, and each replica's pipeline of
+resources (the plan's devices and links).
 
-**Model.** Requests arrive at given times (``placewise.serve.arrivals``) into one FIFO
-queue. Whenever the first stage is free and requests are queued, the batcher
-(``placewise.serve.policies``) decides how many to send as one batch; it is asked again at
-every arrival and at its deadline. A batch of ``b`` requests then flows through the stages
-in order (the plan's partitions, each on its own device): stage ``k`` takes
-``service_s(b)[k]`` seconds and serves one batch at a time, first come first served, so
-several batches are in flight across stages at once. A request's latency is its batch's
-finish on the last stage minus its arrival; its wait, its batch's start minus its arrival.
+**Model.** Requests arrive open loop (given times: Poisson, gamma, a trace) or from
+``clients`` closed-loop clients (each sends a request, waits for its answer, thinks for an
+exponential time of mean ``think_s`` and sends the next). A router sends each arrival to a
+replica: ``round-robin``, or ``least-outstanding`` (fewest requests queued or in service;
+ties to the lowest index). A replica's queue admits it or not (queue limit, preemption) and,
+whenever fewer than ``in_flight`` of its batches are in service, the batcher decides how
+many queued requests to send as one batch (asked again at every arrival, completion and
+batcher deadline). ``in_flight`` is the executor's window (its request slots; default: one
+per stage of the service): ``1`` forms the next batch when the previous one is done; as
+many as the pipeline's stages lets a batch enter while earlier ones are further down.
 
-**Admission** (Triton's queue policy): with ``queue_limit``, a request that arrives to a
-full queue is rejected; with ``timeout_s``, a queued request whose wait exceeds it when a
-batch is formed is dropped as timed out. **Conservation**: ``arrived = completed +
-rejected + timed_out + in_flight`` (in flight: queued when arrivals ended and never sent,
-e.g. fewer than ``B`` left for ``static:B``).
+**Service.** A batch of ``b`` requests costs what the plan's schedule costs at batch ``b``
+(``StageTimes``: see ``serve.service``): its latency ``L`` through an idle pipeline, and for
+each resource ``j`` (in the order the schedule first uses them) the offset ``a_j`` at which
+it starts work on the batch and its occupancy ``w_j``. Each resource serves one batch at a
+time, first come first served: with the batch dispatched at ``t`` and ``shift`` the delay
+so far, resource ``j`` starts at ``s_j = max(t + a_j + shift, free_j)``, ``shift += s_j -
+(t + a_j + shift)``, holds until ``free_j = s_j + w_j``, and the batch completes at ``t + L +
+shift``. For a chain of stages (``a_j`` the sum of the earlier stages' times, ``L`` their
+sum) this is the exact tandem-queue recurrence; for a plan whose resources overlap within a
+request it keeps the single-request latency ``L`` and the evaluator's throughput ``1 /
+max_j w_j`` at saturation, with the delay between approximated by the shift. A request's
+latency is its batch's completion minus its arrival; its wait, the dispatch minus its arrival.
 
-Because stages are FIFO and the batcher only sends when the first stage is free, every
-batch's times follow from the previous batch's by a recurrence: the loop is linear in the
-number of requests, with no event heap.
+**Conservation**: ``arrived = completed + rejected + timed_out + in_flight`` (in flight:
+queued when arrivals ended and never sent, e.g. fewer than ``B`` left for ``static:B``).
+
+Events are taken in time order (arrivals before dispatches at the same instant, so a batch
+formed at ``t`` holds the requests that arrived at ``t``); every replica's next dispatch
+time is kept until its state changes, so a run costs a few dictionary and deque operations
+per request.
 
 >>> import numpy as np
 >>> from placewise.serve.policies import parse_batching
->>> r = simulate(np.array([0.0, 0.1, 0.2]), lambda b: (0.5,), parse_batching("none"))
+>>> r = simulate(Workload(np.array([0.0, 0.1, 0.2])), lambda b: (0.5,), parse_batching("none"))
 >>> r.latency_s.round(3).tolist(), r.completed, r.conserved()
 ([0.5, 0.9, 1.3], 3, True)
->>> r = simulate(np.array([0.0, 0.1, 0.2]), lambda b: (0.5,),
+>>> r = simulate(Workload(np.array([0.0, 0.1, 0.2])), lambda b: (0.5,),
 ...              parse_batching("dynamic:max_batch=2,max_delay=0.05"))
 >>> r.batch_sizes.tolist(), r.latency_s.round(3).tolist()
 ([1, 2], [0.55, 0.95, 0.85])
@@ -32,26 +47,103 @@ number of requests, with no event heap.
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from placewise.errors import InputError
 from placewise.serve.policies import Batcher
+from placewise.serve.queue import Admission, RequestQueue
 
-__all__ = ["ServeResult", "quantile_ci", "simulate"]
+__all__ = ["ROUTERS", "ClosedLoop", "ServeResult", "StageTimes", "Workload", "chain",
+           "quantile_ci", "simulate"]
 
-ServiceFn = Callable[[int], Sequence[float]]
+ROUTERS = ("round-robin", "least-outstanding")
+
+
+@dataclass(frozen=True, slots=True)
+class StageTimes:
+    """What one batch costs (module docstring): ``latency_s`` through an idle pipeline;
+    per resource (``resources`` names them) its start ``offsets_s`` and ``occupancy_s``."""
+
+    latency_s: float
+    offsets_s: tuple[float, ...]
+    occupancy_s: tuple[float, ...]
+    resources: tuple[str, ...] = ()
+
+
+def chain(times: Sequence[float], names: Sequence[str] = ()) -> StageTimes:
+    """Stages one after another, each taking its time.
+
+    >>> chain([1.0, 2.0])
+    StageTimes(latency_s=3.0, offsets_s=(0.0, 1.0), occupancy_s=(1.0, 2.0), resources=())
+    """
+    t = [float(x) for x in times]
+    offsets = tuple(float(x) for x in np.concatenate([[0.0], np.cumsum(t)[:-1]])) if t else ()
+    return StageTimes(float(sum(t)), offsets, tuple(t), tuple(names))
+
+
+ServiceFn = Callable[..., "StageTimes | Sequence[float]"]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Open-loop arrivals: ``times_s`` (non-decreasing), each request's class index
+    (``classes``; None: all class 0) and shape index (``shapes``; None: one shape, the
+    service is called as ``service(b)``; else ``service(b, shape)`` with a batch priced at
+    its largest member's shape index, as a padded batch runs)."""
+
+    times_s: np.ndarray
+    classes: np.ndarray | None = None
+    shapes: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        t = np.asarray(self.times_s, dtype=float)
+        if t.ndim != 1 or (len(t) > 1 and bool((np.diff(t) < 0).any())) or (
+                len(t) and not bool(np.isfinite(t).all())):
+            raise InputError("arrival times must be a finite, non-decreasing sequence",
+                             place="arrivals")
+        for name in ("classes", "shapes"):
+            a = getattr(self, name)
+            if a is not None and np.shape(a) != t.shape:
+                raise InputError(f"{name} must give one value per arrival", place="arrivals")
+
+
+@dataclass(frozen=True)
+class ClosedLoop:
+    """``clients`` closed-loop clients with exponential think times of mean ``think_s``,
+    for ``requests`` requests in all or until ``duration_s`` (whichever first; at least
+    one given). ``shares``: the class mix (a request's class is drawn from it)."""
+
+    clients: int
+    think_s: float = 0.0
+    requests: int | None = None
+    duration_s: float | None = None
+    shares: tuple[float, ...] = (1.0,)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.clients, bool) or not isinstance(self.clients, int) or self.clients < 1:
+            raise InputError(f"the concurrency must be a positive integer, got "
+                             f"{self.clients!r}", place="--concurrency")
+        if not (math.isfinite(self.think_s) and self.think_s >= 0):
+            raise InputError(f"the think time must be >= 0, got {self.think_s}",
+                             place="--think")
+        if self.requests is None and self.duration_s is None:
+            raise InputError("a closed loop needs --requests or --duration", place="--requests")
 
 
 @dataclass(frozen=True)
 class ServeResult:
-    """One simulated run. ``latency_s`` and ``wait_s`` are per completed request in
-    arrival order; ``batch_sizes`` per batch in dispatch order; ``busy_s`` per stage;
-    ``span_s`` from the first arrival to the last completion."""
+    """One run, simulated or measured. Per completed request (arrival order):
+    ``latency_s``, ``wait_s``, ``classes``; per batch (dispatch order): ``batch_sizes``;
+    per resource (``resources``): ``busy_s``; ``span_s`` from the first arrival to the last
+    completion. ``preempted`` (part of ``rejected``) and ``delayed`` count what the queue
+    policy did; ``padded``: request slots sent empty (batches padded up to the size that
+    runs); ``arrived_by_class`` etc.: the counts per class index."""
 
     arrived: int
     completed: int
@@ -63,6 +155,14 @@ class ServeResult:
     batch_sizes: np.ndarray
     busy_s: tuple[float, ...]
     span_s: float
+    classes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    resources: tuple[str, ...] = ()
+    preempted: int = 0
+    delayed: int = 0
+    padded: int = 0
+    arrived_by_class: tuple[int, ...] = ()
+    rejected_by_class: tuple[int, ...] = ()
+    timed_out_by_class: tuple[int, ...] = ()
 
     @property
     def throughput_rps(self) -> float:
@@ -99,89 +199,248 @@ def quantile_ci(samples: np.ndarray, q: float, *, z: float = 1.96
     return (mid, low, high)
 
 
-def simulate(arrivals_s: np.ndarray, service_s: ServiceFn, batcher: Batcher, *,
-             queue_limit: int | None = None, timeout_s: float | None = None,
-             deterministic: bool = True) -> ServeResult:
-    """Simulate ``batcher`` in front of the stages ``service_s(b)`` describes (see the
-    module docstring). ``arrivals_s`` must be non-decreasing. ``deterministic``: a batch of
-    ``b`` always takes ``service_s(b)`` (asked once per size); else ``service_s`` is asked
-    for every batch (random service times)."""
-    arr = np.asarray(arrivals_s, dtype=float)
-    if arr.ndim != 1 or (len(arr) > 1 and bool((np.diff(arr) < 0).any())):
-        raise InputError("arrival times must be a non-decreasing sequence", place="arrivals")
-    if queue_limit is not None and queue_limit < 1:
-        raise InputError(f"the queue limit must be >= 1, got {queue_limit}",
-                         place="--queue-limit")
-    if timeout_s is not None and not timeout_s > 0:
-        raise InputError(f"the timeout must be > 0, got {timeout_s}", place="--timeout")
-    times = arr.tolist()
-    n = len(times)
-    cache: dict[int, tuple[float, ...]] = {}
-    stages = len(tuple(service_s(1)))
-    free = [0.0] * stages
-    busy = [0.0] * stages
-    latency = [math.nan] * n
-    wait = [math.nan] * n
+class _Replica:
+    """One copy of the plan: its queue, resources and batches in service."""
+
+    __slots__ = ("busy", "free", "next_t", "order", "out", "outstanding", "queue")
+
+    def __init__(self, queue: RequestQueue) -> None:
+        self.queue = queue
+        self.free: list[float] = []
+        self.busy: list[float] = []
+        self.out: list[float] = []  # completion times of the batches in service (heap)
+        self.outstanding: list[tuple[float, int]] = []  # (completion, requests) heap
+        self.next_t = math.inf
+        self.order: tuple[int, ...] = ()
+
+    def load(self, now: float) -> int:
+        """Requests queued or in service at ``now``."""
+        o = self.outstanding
+        while o and o[0][0] <= now:
+            heapq.heappop(o)
+        return len(self.queue) + sum(k for _, k in o)
+
+
+def _as_stages(x: StageTimes | Sequence[float]) -> StageTimes:
+    return x if isinstance(x, StageTimes) else chain(x)
+
+
+def simulate(workload: Workload | ClosedLoop | np.ndarray, service_s: ServiceFn, batcher: Batcher, *,
+             admission: Admission | None = None, priorities: Sequence[int] = (1,),
+             replicas: int = 1, router: str = "round-robin", in_flight: int | None = None,
+             pad_to: int | None = None, deterministic: bool = True,
+             queue_limit: int | None = None, timeout_s: float | None = None) -> ServeResult:
+    """Simulate the service (module docstring). ``service_s(b)`` (``service_s(b, shape)``
+    for a workload with shapes) gives a batch's ``StageTimes`` or, for a chain, its stage
+    times. ``priorities[c]``: class ``c``'s priority (1 = highest). ``pad_to``: batches run
+    padded to that size (a fixed-shape executor; ``padded`` counts the empty slots).
+    ``deterministic``: a batch of ``b`` always costs ``service_s(b)`` (asked once per size);
+    else it is asked for every batch. ``queue_limit``/``timeout_s``: shorthands for an
+    ``Admission``."""
+    if admission is None:
+        admission = Admission(queue_limit, timeout_s)
+    if router not in ROUTERS:
+        raise InputError(f"unknown router {router!r} (known: {', '.join(ROUTERS)})",
+                         place="--router")
+    for name, v in (("--replicas", replicas), ("--in-flight", in_flight or 1)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise InputError(f"must be a positive integer, got {v!r}", place=name)
+    if pad_to is not None and pad_to < 1:
+        raise InputError(f"the padded batch must be >= 1, got {pad_to}", place="pad_to")
+    if not isinstance(workload, Workload | ClosedLoop):
+        workload = Workload(np.asarray(workload, dtype=float))
+    closed = workload if isinstance(workload, ClosedLoop) else None
+    n_classes = len(priorities)
+    reps = [_Replica(RequestQueue(batcher, admission, priorities)) for _ in range(replicas)]
+
+    # -- arrivals: a list grown as closed-loop clients send; open loop: given up front --
+    times: list[float]
+    classes: list[int]
+    shapes: list[int] | None = None
+    if closed is None:
+        assert isinstance(workload, Workload)
+        times = np.asarray(workload.times_s, dtype=float).tolist()
+        classes = (np.zeros(len(times), dtype=np.int64) if workload.classes is None
+                   else np.asarray(workload.classes, dtype=np.int64)).tolist()
+        if workload.shapes is not None:
+            shapes = np.asarray(workload.shapes, dtype=np.int64).tolist()
+        limit_n = len(times)
+        horizon = math.inf
+    else:
+        times, classes = [], []
+        limit_n = closed.requests if closed.requests is not None else 2**62
+        horizon = closed.duration_s if closed.duration_s is not None else math.inf
+    if classes and (min(classes) < 0 or max(classes) >= n_classes):
+        raise InputError(f"a request names class {max(classes)}, but {n_classes} classes are "
+                         f"given", place="classes")
+    rng = np.random.default_rng(closed.seed if closed else 0)
+    shares = np.asarray(closed.shares if closed else (1.0,), dtype=float)
+    shares = shares / shares.sum()
+    pending: list[tuple[float, int]] = []  # closed loop: (send time, client) heap
+
+    def client_sends(t: float, client: int) -> None:
+        think = float(rng.exponential(closed.think_s)) if closed and closed.think_s > 0 else 0.0
+        heapq.heappush(pending, (t + think, client))
+
+    if closed is not None:
+        for c in range(closed.clients):
+            client_sends(0.0, c)
+    owner: list[int] = []  # closed loop: request -> its client
+
+    cache: dict[tuple[int, int], StageTimes] = {}
+    names: tuple[str, ...] = ()
+    latency: list[float] = []
+    wait: list[float] = []
+    done_ids: list[int] = []
     sizes: list[int] = []
-    queue: deque[int] = deque()
-    rejected = timed_out = 0
-    nxt = 0  # next arrival not yet admitted
-    now = 0.0
-    end = times[0] if n else 0.0
-    limit = queue_limit if queue_limit is not None else math.inf
+    rejected_ids: list[int] = []
+    dropped_ids: list[int] = []
+    padded = 0
+    end = 0.0
+    rr = 0
+    nxt = 0  # next open-loop arrival
 
-    def admit(until: float) -> None:
-        nonlocal nxt, rejected
-        while nxt < n and times[nxt] <= until:
-            if len(queue) >= limit:
-                rejected += 1
-            else:
-                queue.append(nxt)
-            nxt += 1
+    def price(k: int, shape: int) -> StageTimes:
+        nonlocal names
+        key = (k, shape)
+        st = cache.get(key) if deterministic else None
+        if st is None:
+            raw = service_s(k) if shapes is None else service_s(k, shape)
+            st = _as_stages(raw)
+            if len(st.offsets_s) != len(st.occupancy_s):
+                raise InputError("a batch's offsets and occupancies differ in length",
+                                 place="service")
+            cache[key] = st
+            if not names:
+                names = st.resources or tuple(f"stage{j}" for j in range(len(st.offsets_s)))
+        return st
 
+    in_service_max = in_flight if in_flight is not None else max(
+        1, len(price(1, 0).offsets_s))
+
+    track_load = router == "least-outstanding" and replicas > 1
+
+    def plan_next(rep: _Replica, now: float) -> None:
+        """When ``rep`` next dispatches if nothing else happens."""
+        if not len(rep.queue):
+            rep.next_t = math.inf
+            return
+        gate = now
+        if len(rep.out) >= in_service_max:
+            # the in_flight-th earliest completion frees a place
+            gate = max(now, heapq.nsmallest(len(rep.out) - in_service_max + 1, rep.out)[-1])
+        rep.next_t = rep.queue.next_time(gate)
+
+    def dispatch(rep: _Replica, t: float) -> None:
+        nonlocal padded, end
+        out = rep.out
+        while out and out[0] <= t:
+            heapq.heappop(out)
+        batch, dropped = rep.queue.take(t)
+        for r in dropped:
+            dropped_ids.append(r)
+            if closed is not None:
+                client_sends(t, owner[r])
+        if batch:
+            k = len(batch)
+            shape = max(shapes[r] for r in batch) if shapes is not None else 0
+            run = k if pad_to is None else max(k, pad_to)
+            padded += run - k
+            st = price(run, shape)
+            if not rep.free:
+                rep.free = [0.0] * len(st.offsets_s)
+                rep.busy = [0.0] * len(st.offsets_s)
+            free, busy = rep.free, rep.busy
+            shift = 0.0
+            for j, (a, w) in enumerate(zip(st.offsets_s, st.occupancy_s, strict=True)):
+                s = t + a + shift
+                if free[j] > s:
+                    shift += free[j] - s
+                    s = free[j]
+                free[j] = s + w
+                busy[j] += w
+            fin = t + st.latency_s + shift
+            heapq.heappush(out, fin)
+            if track_load:
+                heapq.heappush(rep.outstanding, (fin, k))
+            sizes.append(k)
+            if fin > end:
+                end = fin
+            for r in batch:
+                done_ids.append(r)
+                latency.append(fin - times[r])
+                wait.append(t - times[r])
+                if closed is not None:
+                    client_sends(fin, owner[r])
+        plan_next(rep, t)
+
+    def arrive(rid: int, t: float, cls: int) -> None:
+        nonlocal rr
+        if router == "round-robin" or replicas == 1:
+            rep = reps[rr % replicas]
+            rr += 1
+        else:
+            rep = min(reps, key=lambda p: p.load(t))
+        lost = rep.queue.offer(rid, t, cls)
+        for r in lost:
+            rejected_ids.append(r)
+            if closed is not None:
+                client_sends(t, owner[r])
+        plan_next(rep, t)
+
+    issued = 0
     while True:
-        now = max(now, free[0])
-        admit(now)
-        if timeout_s is not None:
-            while queue and now - times[queue[0]] > timeout_s:
-                queue.popleft()
-                timed_out += 1
-        if not queue:
-            if nxt >= n:
-                break
-            now = times[nxt]
-            continue
-        k = batcher.decide(len(queue), now - times[queue[0]])
-        if k == 0:
-            deadline = batcher.deadline_s(times[queue[0]])
-            if nxt < n and times[nxt] <= deadline:
-                now = times[nxt]
-                continue
-            if deadline == math.inf:
-                break  # never enough requests (static:B): the rest stays in flight
-            now = deadline
-            k = batcher.decide(len(queue), now - times[queue[0]]) or len(queue)
-        k = min(k, len(queue))
-        svc = cache.get(k) if deterministic else None
-        if svc is None:
-            svc = cache[k] = tuple(float(s) for s in service_s(k))
-        t = now
-        for j in range(stages):
-            start = t if t > free[j] else free[j]
-            t = start + svc[j]
-            free[j] = t
-            busy[j] += svc[j]
-        sizes.append(k)
-        for _ in range(k):
-            r = queue.popleft()
-            latency[r] = t - times[r]
-            wait[r] = now - times[r]
-        end = max(end, t)
-    lat = np.asarray(latency)
-    done = ~np.isnan(lat)
-    completed = int(done.sum())
-    in_flight = n - completed - rejected - timed_out
-    span = end - (times[0] if n else 0.0)
-    return ServeResult(n, completed, rejected, timed_out, in_flight, lat[done],
-                       np.asarray(wait)[done], np.asarray(sizes, dtype=np.int64),
-                       tuple(busy), span)
+        if closed is None:
+            ta = times[nxt] if nxt < limit_n else math.inf
+        else:
+            ta = pending[0][0] if pending and issued < limit_n else math.inf
+            if ta > horizon:
+                ta = math.inf
+        rep = reps[0] if replicas == 1 else min(reps, key=lambda p: p.next_t)
+        if ta <= rep.next_t and ta < math.inf:
+            if closed is None:
+                arrive(nxt, ta, classes[nxt])
+                nxt += 1
+            else:
+                _, client = heapq.heappop(pending)
+                cls = int(rng.choice(len(shares), p=shares)) if len(shares) > 1 else 0
+                times.append(ta)
+                classes.append(cls)
+                owner.append(client)
+                arrive(len(owner) - 1, ta, cls)
+            issued += 1
+        elif rep.next_t < math.inf:
+            dispatch(rep, rep.next_t)
+        else:
+            break
+
+    in_flight_n = sum(len(r.queue.drain()) for r in reps)
+    n = len(times)
+    order = np.argsort(np.asarray(done_ids, dtype=np.int64), kind="stable")
+    lat = np.asarray(latency)[order]
+    wt = np.asarray(wait)[order]
+    cls_arr = np.asarray(classes, dtype=np.int64)
+    done_cls = cls_arr[np.asarray(done_ids, dtype=np.int64)[order]] if done_ids else \
+        np.zeros(0, dtype=np.int64)
+
+    def by_class(ids: list[int]) -> tuple[int, ...]:
+        return tuple(int(x) for x in np.bincount(cls_arr[np.asarray(ids, dtype=np.int64)],
+                                                 minlength=n_classes)) if ids else \
+            (0,) * n_classes
+
+    first = min(times) if times else 0.0
+    busy_all: list[float] = []
+    res_names: list[str] = []
+    for i, r in enumerate(reps):
+        width = len(names) or len(r.busy)
+        vals = r.busy or [0.0] * width
+        busy_all.extend(vals)
+        res_names.extend(names if replicas == 1 else [f"r{i}/{x}" for x in names])
+    return ServeResult(
+        n, len(done_ids), len(rejected_ids), len(dropped_ids), in_flight_n, lat, wt,
+        np.asarray(sizes, dtype=np.int64), tuple(busy_all), max(0.0, end - first),
+        done_cls, tuple(res_names), sum(r.queue.preempted for r in reps),
+        sum(r.queue.delayed for r in reps), padded,
+        tuple(int(x) for x in np.bincount(cls_arr, minlength=n_classes)) if n else
+        (0,) * n_classes,
+        by_class(rejected_ids), by_class(dropped_ids))
