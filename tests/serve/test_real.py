@@ -19,9 +19,9 @@ from placewise.runtime.executor import Completion, Executor, Fault
 from placewise.runtime.opexec import ModelSource, load_source, request_inputs
 from placewise.runtime.program import program_from_plan
 from placewise.schedule import evaluate
-from placewise.serve.policies import parse_batching
+from placewise.serve.policies import max_batch, parse_batching
 from placewise.serve.queue import Admission
-from placewise.serve.real import SERVE, RealServe, max_batch, serve_real
+from placewise.serve.real import SERVE, RealServe, serve_real
 from placewise.serve.sim import Workload
 from tests.runtime.helpers import (
     TINY_MLP,

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from placewise.errors import InputError
 
 __all__ = ["BATCHERS", "Batcher", "DynamicBatcher", "NoBatcher", "StaticBatcher",
-           "parse_batching", "parse_seconds"]
+           "max_batch", "parse_batching", "parse_seconds"]
 
 
 class Batcher:
@@ -145,6 +145,16 @@ def _dynamic(args: str) -> Batcher:
         raise InputError(f"preferred sizes {pref} exceed max_batch={batch}",
                          place="--batching dynamic preferred")
     return DynamicBatcher(batch, delay, pref)
+
+
+def max_batch(batcher: Batcher) -> int:
+    """The largest batch ``batcher`` ever sends (its decision with an endless queue whose
+    oldest request has waited forever).
+
+    >>> max_batch(parse_batching("none")), max_batch(parse_batching("static:4"))
+    (1, 4)
+    """
+    return max(1, int(batcher.decide(2**62, math.inf)))
 
 
 #: policy name -> parser of its options (the text after ``name:``)

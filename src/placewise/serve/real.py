@@ -51,7 +51,7 @@ import numpy as np
 
 from placewise.errors import InputError
 from placewise.runtime.executor import Completion, Executor
-from placewise.serve.policies import Batcher
+from placewise.serve.policies import Batcher, max_batch
 from placewise.serve.queue import Admission, RequestQueue
 from placewise.serve.sim import ServeResult, Workload
 
@@ -110,17 +110,6 @@ class RealServe:
 class _Batch:
     ids: list[int]
     dispatch_s: float
-
-
-def max_batch(batcher: Batcher) -> int:
-    """The largest batch ``batcher`` ever sends (its decision with an endless queue whose
-    oldest request has waited forever).
-
-    >>> from placewise.serve.policies import parse_batching
-    >>> max_batch(parse_batching("none")), max_batch(parse_batching("static:4"))
-    (1, 4)
-    """
-    return int(batcher.decide(2**62, math.inf))
 
 
 def serve_real(plan: Plan | str | os.PathLike[str], workload: Workload | np.ndarray,
