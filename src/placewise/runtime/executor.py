@@ -141,6 +141,8 @@ __all__ = [
 
 #: the granularity of a wait on pipes (``multiprocessing.connection.wait``: poll(2) takes
 #: milliseconds, rounded up)
+#: the last part of an idle wait spun rather than slept (see ``_wait_some``)
+_SPIN_S = 3e-4
 _WAIT_GRAIN_S = 1e-3
 #: every shared-memory segment the executor creates is named ``/dev/shm/placewise-...``
 SHM_PREFIX = "placewise-"
@@ -1008,9 +1010,11 @@ class Executor:
                 break
             first = False
             if end is not None and not self._flight:
-                # nothing in flight, so no message to wait for: a sleep keeps the time
-                # to the microsecond (a pipe wait rounds up to the millisecond)
-                time.sleep(max(0.0, end - now))
+                # nothing in flight, so no message to wait for: sleep, then spin the last
+                # _SPIN_S (a sleep overshoots by the kernel's timer slack, 50-100 us here;
+                # a pipe wait rounds up to the millisecond)
+                if end - now > _SPIN_S:
+                    time.sleep(end - now - _SPIN_S)
                 continue
             stall = self.timeout_s - (time.monotonic_ns() - self._progress_ns) / 1e9
             wait = max(0.0, stall)
