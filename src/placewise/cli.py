@@ -677,7 +677,7 @@ def serve(
     per_batch: Annotated[str, typer.Option("--per-batch", help="same (the plan's placement re-evaluated at batch b) or replan (searched at b)")] = "same",
     replicas: Annotated[int, typer.Option(help="Copies of the plan behind a router")] = 1,
     router: Annotated[str, typer.Option(help="round-robin or least-outstanding")] = "round-robin",
-    in_flight: Annotated[int | None, typer.Option("--in-flight", help="Batches in the pipeline at once per replica (default: the plan's devices)")] = None,
+    in_flight: Annotated[int | None, typer.Option("--in-flight", help="Batches in the pipeline at once per replica (default: as many as it holds at saturation, ceil(latency / period))")] = None,
     slo_p99: Annotated[str | None, typer.Option("--slo-p99", help="p99 objective of requests without a class objective (e.g. 5ms)")] = None,
     find_max_rate: Annotated[bool, typer.Option("--find-max-rate", help="Search the highest Poisson rate whose p99 meets --slo-p99")] = False,
     sweep_values: Annotated[str | None, typer.Option("--sweep", help="Rates (120, or 60% of capacity) or, with --concurrency, client counts: 30%,60%,80%")] = None,
@@ -697,7 +697,7 @@ def serve(
     from placewise.serve.arrivals import load_trace
     from placewise.serve.policies import parse_batching, parse_seconds
     from placewise.serve.queue import Admission, RequestClass, parse_class
-    from placewise.serve.run import ServeSetup, run_once, sweep
+    from placewise.serve.run import ServeSetup, default_window, run_once, sweep
     from placewise.serve.run import find_max_rate as search_rate
     from placewise.serve.service import PlanService
     from placewise.serve.sim import Workload
@@ -746,13 +746,12 @@ def serve(
                             {**base_shapes, **s} or None, file=str(plan_file))
                 for s in shapes_list]
     service: Any = services[0] if len(services) == 1 else (lambda b, k: services[k](b))
-    devices = plan.devices_used()
     setup = ServeSetup(
         batcher, classes, admission, rate=rate, cv=cv, concurrency=concurrency,
         think_s=parse_seconds(think, "--think"), trace=trace,
         requests=requests if requests is not None else (None if dur else 10_000),
         duration_s=dur, seed=seed, replicas=replicas, router=router,
-        in_flight=in_flight or max(1, len(devices)), pad_to=plan.batch if real else None,
+        in_flight=in_flight or default_window(services[0], batcher), pad_to=plan.batch if real else None,
         slo_p99_s=slo)
     result: dict[str, Any] = {"plan": str(plan_file), "machine": machine.name,
                               "batching": batcher.describe(), "admission": admission.text(),

@@ -43,7 +43,7 @@ from placewise.serve.sim import (
     simulate,
 )
 
-__all__ = ["ServeSetup", "capacity_rps", "find_max_rate", "run_once", "sweep", "workload"]
+__all__ = ["ServeSetup", "capacity_rps", "default_window", "find_max_rate", "run_once", "sweep", "workload"]
 
 Progress = Callable[[str, float], None]
 
@@ -140,6 +140,19 @@ def capacity_rps(service: ServiceFn, setup: ServeSetup) -> float:
         raise InputError("the plan's service takes no time: no capacity to load",
                          place="plan")
     return setup.replicas * max_batch(setup.batcher) / busiest
+
+
+def default_window(service: ServiceFn, batcher: Batcher) -> int:
+    """Batches in flight at once by default: as many as the pipeline holds at saturation,
+    ``ceil(L / max_j w_j)`` at the batcher's largest batch (at least 1), so that the
+    window (Little's law: throughput <= window / latency) does not cap the plan's
+    throughput."""
+    raw = service(max_batch(batcher))
+    st = raw if isinstance(raw, StageTimes) else chain(raw)
+    busiest = max(st.occupancy_s, default=0.0)
+    if not busiest > 0:
+        return 1
+    return max(1, math.ceil(st.latency_s / busiest - 1e-9))
 
 
 def _p99_verdict(x: np.ndarray, slo: float) -> str:

@@ -1,0 +1,279 @@
+"""The plan as a loaded service (issue 14): simulator speed, simulated against measured on
+this machine, and the latency-optimal against the throughput-optimal plan under load.
+
+Suites (``--suite``, default all):
+
+- ``speed``: ``placewise.serve.sim.simulate`` on 10^4, 10^5 and 10^6 Poisson requests with
+  dynamic batching (max_batch 8, 1 ms, preferred 4/8) through a 2-device pipeline whose
+  stage times grow with the batch; median of ``--speed-repeats`` runs, events (arrivals and
+  dispatches) per second.
+- ``accuracy``: for each zoo model (``--models``), two plans on ``local`` with the
+  calibrated cost model: ``latency`` (auto, latency objective) and ``throughput`` (auto,
+  throughput objective: pipelined over devices where that pays). Batching ``none`` serves
+  the batch-1 plans; ``dynamic`` serves the batch-4 plans (max_batch 4, max_delay 2 ms,
+  batches padded to 4, as the executor runs them). The measured capacity of each
+  (plan, batching) is the completion rate of a real run offered three times the plan's
+  predicted capacity (queue limit 32); then loads of 30/60/80 % of it are served for real
+  (``--repeats`` runs, same seeded arrivals) and simulated on the same arrivals with the
+  same policy and window. Errors: simulated / measured - 1, of p50, p99 and throughput;
+  the spread is max - min of the real repeats over their median. A second simulation
+  feeds the simulator the *measured* service (the plan's stage times scaled so that an
+  isolated batch takes the median service time measured at 30 % load, latency minus
+  wait): it separates the queueing model's error from the cost model's.
+- ``preset``: the latency- and throughput-optimal plans of ``--preset-model`` on
+  ``--preset``, simulated at rising Poisson load (fractions of the throughput plan's
+  capacity), p50/p99 side by side.
+
+    .venv/bin/python benchmarks/serve.py --suite speed
+    .venv/bin/python benchmarks/serve.py --suite accuracy --models mlp,resnet,bert
+
+Writes ``benchmarks/results/serve.json`` (``--out``) and prints tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from validation import CACHE_DIR, _calibrations
+
+LOADS = (0.3, 0.6, 0.8)
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def speed(repeats: int) -> list[dict[str, Any]]:
+    from placewise.serve import parse_batching, poisson_arrivals, simulate
+
+    b = parse_batching("dynamic:max_batch=8,max_delay=1ms,preferred=4/8")
+
+    def svc(k: int) -> tuple[float, float]:
+        return (5e-5 + 2e-5 * k, 4e-5 + 2e-5 * k)
+
+    rows = []
+    for n in (10_000, 100_000, 1_000_000):
+        arr = poisson_arrivals(8000.0, n, seed=1)
+        times = []
+        r = None
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            r = simulate(arr, svc, b, in_flight=2)
+            times.append(time.perf_counter() - t0)
+        assert r is not None and r.conserved()
+        events = n + len(r.batch_sizes)
+        med = statistics.median(times)
+        rows.append({"requests": n, "median_s": med, "min_s": min(times), "max_s": max(times),
+                     "events": events, "events_per_s": events / med,
+                     "mean_batch": float(r.batch_sizes.mean())})
+        _log(f"speed {n}: {med:.3f} s ({min(times):.3f}-{max(times):.3f}), "
+             f"{events / med:.3g} events/s")
+    return rows
+
+
+def _plan(name: str, batch: int, objective: str, machine: Any, cal: Any) -> Any:
+    from placewise.cost.load import load_cost_model
+    from placewise.graph.fuse import fuse
+    from placewise.graph.zoo import load_zoo
+    from placewise.plan import build_plan
+    from placewise.schedule.placement import Problem
+    from placewise.search.api import plan_search
+
+    graph = load_zoo(f"zoo:{name}", batch=batch)
+    problem = Problem(graph, fuse(graph), machine, load_cost_model(machine, cal), batch=batch)
+    res = plan_search(problem, strategy="auto", objective=objective, time_limit_s=10.0)
+    return build_plan(problem, res, model_ref=f"zoo:{name}", strategy="auto",
+                      objective=objective)
+
+
+def _err(sim: float | None, real: float | None) -> float | None:
+    return None if not sim or not real else sim / real - 1
+
+
+def accuracy(models: list[str], repeats: int, requests: int, cache: Path
+             ) -> list[dict[str, Any]]:
+    from placewise.cost.load import load_cost_model
+    from placewise.hardware.probe import load_local
+    from placewise.serve import Admission, StageTimes, Workload, parse_batching
+    from placewise.serve.real import serve_real
+    from placewise.serve.report import summarize
+    from placewise.serve.run import ServeSetup, capacity_rps, default_window, run_once, workload
+    from placewise.serve.service import PlanService
+
+    machine = load_local()
+    rows: list[dict[str, Any]] = []
+    for name in models:
+        cals = _calibrations(name, [1, 4], machine, cache, 0.5, _log)
+        for objective in ("latency", "throughput"):
+            for policy, batch in (("none", 1), ("dynamic:max_batch=4,max_delay=2ms", 4)):
+                plan = _plan(name, batch, objective, machine, cals[batch])
+                devices = plan.devices_used()
+                svc = PlanService(plan, machine, load_cost_model(machine, cals[batch]))
+                batcher = parse_batching(policy)
+                window = default_window(svc, batcher)
+                base = ServeSetup(batcher, in_flight=window, pad_to=batch, seed=11)
+                pred_cap = capacity_rps(svc, base)
+                # the measured capacity: offered 3x the predicted, a bounded queue
+                t0 = time.perf_counter()
+                over = Workload(np.cumsum(np.random.default_rng(5).exponential(
+                    1 / (3 * pred_cap), requests)))
+                sat = serve_real(plan, over, batcher, admission=Admission(32),
+                                 in_flight=window, machine=machine, limit_s=60)
+                cap = sat.result.throughput_rps
+                _log(f"{name} {objective} {policy}: devices {devices}, predicted capacity "
+                     f"{pred_cap:.4g}/s, measured {cap:.4g}/s "
+                     f"({time.perf_counter() - t0:.1f} s)")
+                scale = None
+                for load in LOADS:
+                    setup = replace(base, rate=load * cap, requests=requests)
+                    wl = workload(setup)
+                    assert isinstance(wl, Workload)
+                    reals = []
+                    for _ in range(repeats):
+                        got = serve_real(plan, wl, batcher, in_flight=window,
+                                         machine=machine, limit_s=120)
+                        reals.append(summarize(got.result))
+                    _, sim = run_once(svc, setup)
+                    med = {k: statistics.median([r[k] for r in reals if r[k] is not None])
+                           for k in ("p50_s", "p99_s", "throughput_rps", "mean_wait_s")}
+                    if scale is None:  # measured isolated service at the lowest load
+                        service = [r["mean_latency_s"] - r["mean_wait_s"] for r in reals]
+                        scale = statistics.median(service) / svc(batch).latency_s
+
+                    def scaled(b: int, s: float = scale, svc: Any = svc) -> StageTimes:
+                        st = svc(b)
+                        return StageTimes(st.latency_s * s,
+                                          tuple(x * s for x in st.offsets_s),
+                                          tuple(x * s for x in st.occupancy_s), st.resources)
+
+                    _, sim_m = run_once(scaled, setup)
+                    spread = {k: (max(r[k] for r in reals) - min(r[k] for r in reals))
+                              / med[k] if med[k] else None
+                              for k in ("p50_s", "p99_s", "throughput_rps")}
+                    row = {
+                        "model": name, "plan": objective, "devices": devices,
+                        "batching": policy, "batch": batch, "load": load,
+                        "rate_rps": load * cap, "capacity_measured_rps": cap,
+                        "capacity_predicted_rps": pred_cap, "requests": requests,
+                        "real": med, "real_runs": reals and [
+                            {k: r[k] for k in ("p50_s", "p99_s", "throughput_rps",
+                                               "mean_batch", "rejected")} for r in reals],
+                        "spread": spread,
+                        "sim": {k: sim[k] for k in ("p50_s", "p99_s", "throughput_rps",
+                                                    "mean_wait_s", "mean_batch")},
+                        "sim_measured_service": {k: sim_m[k] for k in (
+                            "p50_s", "p99_s", "throughput_rps", "mean_batch")},
+                        "service_scale": scale,
+                        "err": {k: _err(sim[k], med[k]) for k in
+                                ("p50_s", "p99_s", "throughput_rps")},
+                        "err_measured_service": {k: _err(sim_m[k], med[k]) for k in
+                                                 ("p50_s", "p99_s", "throughput_rps")},
+                        "late_p99_s": got.late_s.p99_s,
+                    }
+                    rows.append(row)
+                    e, em = row["err"], row["err_measured_service"]
+                    _log(f"  load {load:.0%} ({load * cap:.4g}/s): real p50 "
+                         f"{med['p50_s'] * 1e3:.3f} ms p99 {med['p99_s'] * 1e3:.3f} ms; "
+                         f"sim err p50 {e['p50_s']:+.1%} p99 {e['p99_s']:+.1%} tput "
+                         f"{e['throughput_rps']:+.1%}; with measured service p50 "
+                         f"{em['p50_s']:+.1%} p99 {em['p99_s']:+.1%}; spread p50 "
+                         f"{spread['p50_s']:.1%} p99 {spread['p99_s']:.1%}")
+    return rows
+
+
+def preset_table(model: str, preset: str) -> list[dict[str, Any]]:
+    from placewise.cost.load import load_cost_model
+    from placewise.graph.fuse import fuse
+    from placewise.graph.load import load_model
+    from placewise.hardware.spec import load_machine
+    from placewise.plan import build_plan
+    from placewise.schedule.placement import Problem
+    from placewise.search.api import plan_search
+    from placewise.serve import parse_batching
+    from placewise.serve.run import ServeSetup, capacity_rps, default_window, run_once
+    from placewise.serve.service import PlanService
+
+    machine = load_machine(preset)
+    graph = load_model(model)
+    cm = load_cost_model(machine, None)
+    problem = Problem(graph, fuse(graph), machine, cm)
+    plans = {}
+    for objective in ("latency", "throughput"):
+        res = plan_search(problem, strategy="auto", objective=objective, time_limit_s=10.0)
+        plans[objective] = build_plan(problem, res, model_ref=model, strategy="auto",
+                                      objective=objective)
+    svcs = {k: PlanService(p, machine, cm) for k, p in plans.items()}
+    none = parse_batching("none")
+    setups = {k: ServeSetup(none, in_flight=default_window(svcs[k], none), requests=100_000,
+                            seed=3) for k in plans}
+    cap = capacity_rps(svcs["throughput"], setups["throughput"])
+    rows = []
+    for frac in (0.1, 0.2, 0.3, 0.35, 0.4, 0.45, 0.5, 0.7, 0.8, 0.9, 0.95):
+        row: dict[str, Any] = {"load_of_throughput_plan_capacity": frac, "rate_rps": frac * cap}
+        for k in plans:
+            s = replace(setups[k], rate=frac * cap)
+            if frac * cap >= capacity_rps(svcs[k], s):
+                row[k] = None  # beyond this plan's capacity: the queue grows without bound
+                continue
+            _, fig = run_once(svcs[k], s)
+            row[k] = {"p50_s": fig["p50_s"], "p99_s": fig["p99_s"],
+                      "devices": plans[k].devices_used()}
+        rows.append(row)
+    return [{"model": model, "preset": preset,
+             "latency_plan": {"latency_s": plans["latency"].predicted_latency_s,
+                              "throughput_rps": plans["latency"].throughput_rps,
+                              "devices": plans["latency"].devices_used()},
+             "throughput_plan": {"latency_s": plans["throughput"].predicted_latency_s,
+                                 "throughput_rps": plans["throughput"].throughput_rps,
+                                 "devices": plans["throughput"].devices_used()},
+             "rows": rows}]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--suite", default="speed,accuracy,preset")
+    ap.add_argument("--models", default="mlp,resnet,bert")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--requests", type=int, default=1000)
+    ap.add_argument("--speed-repeats", type=int, default=3)
+    ap.add_argument("--preset", default="jetson-agx-orin")
+    ap.add_argument("--preset-model", default="zoo:bert")
+    ap.add_argument("--cache", type=Path, default=Path(CACHE_DIR))
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/serve.json"))
+    a = ap.parse_args()
+    suites = a.suite.split(",")
+    result: dict[str, Any] = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                              "machine": platform.processor() or platform.machine(),
+                              "cpus": os.cpu_count(), "command": " ".join(sys.argv)}
+    if a.out.is_file():
+        result = {**json.loads(a.out.read_text()), **result}
+    if "speed" in suites:
+        result["speed"] = speed(a.speed_repeats)
+    if "preset" in suites:
+        result["preset"] = preset_table(a.preset_model, a.preset)
+        for r in result["preset"][0]["rows"]:
+            _log(json.dumps(r))
+    if "accuracy" in suites:
+        a.cache.mkdir(parents=True, exist_ok=True)
+        result["accuracy"] = accuracy(a.models.split(","), a.repeats, a.requests, a.cache)
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    _log(f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()
