@@ -918,7 +918,8 @@ def demo(
     requests: Annotated[int, typer.Option(help="Requests to time in validation")] = 20,
 ) -> None:
     """The whole story on a built-in model and this machine: inspect, probe, profile, plan on a
-    preset and on this machine, explain, validate, and predicted vs measured."""
+    preset and on this machine, explain, validate (predicted vs measured), and serve the plan
+    under load, simulated and real."""
     import tempfile
 
     from placewise.calibrate.context import profile_in_context
@@ -991,8 +992,40 @@ def demo(
     with _progress("validating") as cb:
         report = validate_plan(local_plan, requests=requests, machine=local, progress=cb)
     sys.stdout.write(render_validation(report))
+
+    out.rule("8. the plan as a loaded service, simulated and for real")
+    _demo_serve(local_plan, plan_file, cal_file, local)
     out.rule("done")
     out.print(f"artifacts in {folder}")
+
+
+def _demo_serve(plan: Any, plan_file: Path, cal_file: Path, machine: Any) -> None:
+    """Serve the demo's local plan at half its predicted capacity, simulated and real."""
+    from placewise.cost.load import load_cost_model
+    from placewise.serve.policies import parse_batching
+    from placewise.serve.real import serve_real
+    from placewise.serve.report import summarize
+    from placewise.serve.run import ServeSetup, capacity_rps, default_window, run_once
+    from placewise.serve.service import PlanService
+
+    service = PlanService(plan, machine, load_cost_model(machine, cal_file))
+    batcher = parse_batching("none")
+    base = ServeSetup(batcher, in_flight=default_window(service, batcher), pad_to=plan.batch)
+    rate = 0.5 * capacity_rps(service, base)
+    out.print(f"$ placewise serve {plan_file} --calibration {cal_file} --rate {rate:.4g} "
+              f"--requests 1000 --real")
+    setup = ServeSetup(batcher, rate=rate, requests=1000, in_flight=base.in_flight,
+                       pad_to=plan.batch)
+    _, sim = run_once(service, setup)
+    with _progress("serving (real)") as cb:
+        got = serve_real(plan, _workload_of(setup), batcher, in_flight=setup.in_flight,
+                         machine=machine, limit_s=60, progress=cb)
+    real = summarize(got.result)
+    _render_serve({"plan": str(plan_file), "machine": machine.name,
+                   "batching": batcher.describe(), "admission": "unbounded", "replicas": 1,
+                   "router": "round-robin", "window": setup.in_flight, "per_batch": "same",
+                   "service": [service.describe(plan.batch)], "simulated": sim,
+                   "measured": real, **real}, True)
 
 
 def _render_search(res: Any, machine_name: str) -> None:
