@@ -269,11 +269,16 @@ def test_closed_loop_duration_bound() -> None:
 
 
 def test_closed_loop_rejected_clients_send_again() -> None:
-    """A queue of one and three clients: at 0 one queues and two are rejected; the two
-    send again at once (no think), are rejected again ... until requests run out."""
-    r = simulate(ClosedLoop(clients=3, requests=30), lambda b: (1.0,), NONE, queue_limit=1)
-    assert r.arrived == 30 and r.conserved()
-    assert r.rejected > 0 and r.completed + r.rejected + r.in_flight == 30
+    """A queue of one, three clients thinking 0.5 s on average, 1 s of service: rejected
+    clients think and send again, the request budget is spent, and an admitted request
+    found the queue empty, so it waits at most the 1 s of the batch in service."""
+    r = simulate(ClosedLoop(clients=3, think_s=0.5, requests=30, seed=2), lambda b: (1.0,),
+                 NONE, queue_limit=1)
+    assert r.arrived == 30 and r.conserved() and r.in_flight == 0
+    assert r.rejected > 0 and r.completed == 30 - r.rejected
+    assert float(r.wait_s.max()) <= 1.0 + 1e-12
+    assert float(r.latency_s.max()) <= 2.0 + 1e-12
+    assert r.throughput_rps <= 1.0 + 1e-12
 
 
 @pytest.mark.xfail(strict=True, reason="BUG: a rejected closed-loop client with no think "
