@@ -157,9 +157,6 @@ def test_simulated_preemption_is_counted_in_rejected_and_preempted() -> None:
             assert r.wait_s.tolist() == pytest.approx([0.0, 1.0])
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: RequestQueue._victim takes the newest *delayed* "
-                   "request of the lowest level before the queued ones, which are newer; the "
-                   "docstrings say the newest request of the lowest priority is evicted")
 def test_preemption_evicts_the_newest_even_when_older_ones_were_delayed() -> None:
     q = RequestQueue(NONE, Admission(queue_limit=3, timeout_s=1.0, timeout_action="delay",
                                      preempt=True), priorities=[1, 2])
@@ -281,9 +278,6 @@ def test_closed_loop_rejected_clients_send_again() -> None:
     assert r.throughput_rps <= 1.0 + 1e-12
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a rejected closed-loop client with no think "
-                   "time sends again at the same instant, arrivals come before dispatches, so "
-                   "with only a duration bound simulate never returns (time never advances)")
 def test_closed_loop_with_rejections_and_only_a_duration_terminates() -> None:
     def alarm(signum: int, frame: object) -> None:
         raise TimeoutError("simulate did not return within 3 s")
@@ -525,9 +519,6 @@ def test_bad_simulator_arguments_name_the_place() -> None:
     assert _place(e) == "service"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: the out-of-range class message names "
-                   "max(classes), not the offending index (a class -1 is reported as "
-                   "'class 1')")
 def test_a_negative_class_is_named_in_the_message() -> None:
     with pytest.raises(InputError, match="class -1"):
         simulate(Workload(np.zeros(3), classes=np.array([0, -1, 1])), lambda b: (1.0,),

@@ -66,7 +66,8 @@ def load_trace(path: str | os.PathLike[str], classes: Sequence[str] = ("default"
     "shape": {"input_ids": [1, 128]}}``. ``t`` (seconds from the start, non-decreasing) is
     required; ``class`` must be one of ``classes`` (default: the first); ``shape`` (input
     name -> dims) where shapes vary. Blank lines are skipped. Returns the times, class
-    indices, shape indices and the distinct shapes (index 0: no shape given, ``{}``). A
+    indices, shape indices and the distinct shapes, smallest first (by elements over
+    every input; "no shape given", ``{}``, is the first). A
     line that is not such an object is an ``InputError`` naming the file and the line.
     """
     p = os.fspath(path)
@@ -127,8 +128,14 @@ def load_trace(path: str | os.PathLike[str], classes: Sequence[str] = ("default"
             raise InputError("the trace is not UTF-8 text", file=p) from None
     if not times:
         raise InputError("the trace holds no arrivals", file=p)
+    # shape indices by size (elements over every input), so that the largest index of a
+    # batch is its largest shape (a mixed batch is priced padded to it)
+    order = sorted(range(len(shapes)), key=lambda i: (
+        sum(math.prod(d) for d in shapes[i].values()), sorted(shapes[i].items())))
+    rank = np.empty(len(shapes), dtype=np.int64)
+    rank[order] = np.arange(len(shapes))
     return (np.asarray(times), np.asarray(cls, dtype=np.int64),
-            np.asarray(shp, dtype=np.int64), shapes)
+            rank[np.asarray(shp, dtype=np.int64)], [shapes[i] for i in order])
 
 
 def _shape_key(shape: Any, file: str, place: str

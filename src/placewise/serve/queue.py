@@ -175,7 +175,7 @@ class RequestQueue:
     def _victim(self, lvl: int) -> int | None:
         """The newest queued request of the lowest priority below ``lvl``, removed."""
         for low in range(len(self._queues) - 1, lvl, -1):
-            for dq in (self._delayed[low], self._queues[low]):
+            for dq in (self._queues[low], self._delayed[low]):  # the newest first
                 if dq:
                     return dq.pop()
         return None

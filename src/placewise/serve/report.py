@@ -94,6 +94,12 @@ def summarize(r: ServeResult, classes: Sequence[RequestClass] = (RequestClass("d
     if n < P99_MIN_SAMPLES:
         notes.append(f"p99 from {n} samples: fewer than {P99_MIN_SAMPLES}, so not even the "
                      f"largest bounds it with 95 % confidence; run more requests")
+    if len(classes) > 1:
+        few = [f"class {k} ({c['n']})" for k, c in per_class.items()
+               if c["n"] < P99_MIN_SAMPLES]
+        if few:
+            notes.append(f"p99 per class from fewer than {P99_MIN_SAMPLES} samples: "
+                         f"{', '.join(few)}")
     return {
         "arrived": r.arrived, "completed": r.completed, "rejected": r.rejected,
         "timed_out": r.timed_out, "in_flight": r.in_flight, "conserved": r.conserved(),

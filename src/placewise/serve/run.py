@@ -205,9 +205,9 @@ def find_max_rate(service: ServiceFn, setup: ServeSetup, slo_p99_s: float, *,
             return ok
 
     lo, hi = 0.0, cap
-    steps = max(1, math.ceil(math.log2(1.0 / tolerance)))
+    steps = 40  # at most: the bracket halves each time
     for i in range(steps + 1):
-        report(f"rate {(lo + hi) / 2:.4g}/s", i / (steps + 1))
+        report(f"rate {(lo + hi) / 2:.4g}/s", min(1.0, i / 10))
         mid = hi if i == 0 else (lo + hi) / 2
         if trial(mid):
             lo = mid

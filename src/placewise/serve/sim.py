@@ -4,7 +4,8 @@ resources (the plan's devices and links).
 
 **Model.** Requests arrive open loop (given times: Poisson, gamma, a trace) or from
 ``clients`` closed-loop clients (each sends a request, waits for its answer, thinks for an
-exponential time of mean ``think_s`` and sends the next). A router sends each arrival to a
+exponential time of mean ``think_s`` and sends the next; a client whose request was
+rejected sends again, after a think time, once a replica next takes a batch off its queue). A router sends each arrival to a
 replica: ``round-robin``, or ``least-outstanding`` (fewest requests queued or in service;
 ties to the lowest index). A replica's queue admits it or not (queue limit, preemption) and,
 whenever fewer than ``in_flight`` of its batches are in service, the batcher decides how
@@ -271,7 +272,8 @@ def simulate(workload: Workload | ClosedLoop | np.ndarray, service_s: ServiceFn,
         limit_n = closed.requests if closed.requests is not None else 2**62
         horizon = closed.duration_s if closed.duration_s is not None else math.inf
     if classes and (min(classes) < 0 or max(classes) >= n_classes):
-        raise InputError(f"a request names class {max(classes)}, but {n_classes} classes are "
+        bad = min(classes) if min(classes) < 0 else max(classes)
+        raise InputError(f"a request names class {bad}, but {n_classes} classes are "
                          f"given", place="classes")
     rng = np.random.default_rng(closed.seed if closed else 0)
     shares = np.asarray(closed.shares if closed else (1.0,), dtype=float)
@@ -286,6 +288,7 @@ def simulate(workload: Workload | ClosedLoop | np.ndarray, service_s: ServiceFn,
         for c in range(closed.clients):
             client_sends(0.0, c)
     owner: list[int] = []  # closed loop: request -> its client
+    parked: list[int] = []  # closed loop: clients whose request was rejected
 
     cache: dict[tuple[int, int], StageTimes] = {}
     names: tuple[str, ...] = ()
@@ -341,6 +344,10 @@ def simulate(workload: Workload | ClosedLoop | np.ndarray, service_s: ServiceFn,
             dropped_ids.append(r)
             if closed is not None:
                 client_sends(t, owner[r])
+        if parked and (batch or dropped):  # room in a queue: rejected clients try again
+            for c in parked:
+                client_sends(t, c)
+            parked.clear()
         if batch:
             k = len(batch)
             shape = max(shapes[r] for r in batch) if shapes is not None else 0
@@ -385,7 +392,7 @@ def simulate(workload: Workload | ClosedLoop | np.ndarray, service_s: ServiceFn,
         for r in lost:
             rejected_ids.append(r)
             if closed is not None:
-                client_sends(t, owner[r])
+                parked.append(owner[r])
         plan_next(rep, t)
 
     issued = 0
