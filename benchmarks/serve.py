@@ -248,6 +248,58 @@ def preset_table(model: str, preset: str) -> list[dict[str, Any]]:
              "rows": rows}]
 
 
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.0%}"
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x * 1e3:.3g}"
+
+
+def tables(result: dict[str, Any]) -> str:
+    """Markdown tables of a results file."""
+    out: list[str] = []
+    if result.get("speed"):
+        out += ["| requests | median s | min-max s | events/s | mean batch |",
+                "| ---: | ---: | ---: | ---: | ---: |"]
+        out += [f"| {r['requests']:,} | {r['median_s']:.3f} | {r['min_s']:.3f}-"
+                f"{r['max_s']:.3f} | {r['events_per_s']:.3g} | {r['mean_batch']:.2f} |"
+                for r in result["speed"]]
+        out.append("")
+    if result.get("accuracy"):
+        out += ["| model | plan (devices) | batching | load | rate/s | real p50 ms | p50 err "
+                "| real p99 ms | p99 err | tput err | spread p50/p99 | measured-service "
+                "p50/p99 err |",
+                "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+                "| ---: |"]
+        for r in result["accuracy"]:
+            e, m, sp = r["err"], r["err_measured_service"], r["spread"]
+            out.append(
+                f"| {r['model']} | {r['plan']} ({'+'.join(r['devices'])}) | "
+                f"{r['batching'].split(':')[0]} | {r['load']:.0%} | {r['rate_rps']:.4g} | "
+                f"{_ms(r['real']['p50_s'])} | {_pct(e['p50_s'])} | {_ms(r['real']['p99_s'])} "
+                f"| {_pct(e['p99_s'])} | {_pct(e['throughput_rps'])} | "
+                f"{sp['p50_s']:.0%}/{sp['p99_s']:.0%} | {_pct(m['p50_s'])}/{_pct(m['p99_s'])} |")
+        out.append("")
+    for t in result.get("preset", []):
+        out += [f"{t['model']} on {t['preset']}: latency plan "
+                f"{_ms(t['latency_plan']['latency_s'])} ms, "
+                f"{t['latency_plan']['throughput_rps']:.4g}/s on "
+                f"{'+'.join(t['latency_plan']['devices'])}; throughput plan "
+                f"{_ms(t['throughput_plan']['latency_s'])} ms, "
+                f"{t['throughput_plan']['throughput_rps']:.4g}/s on "
+                f"{'+'.join(t['throughput_plan']['devices'])}", "",
+                "| load (of the throughput plan's capacity) | rate/s | latency plan p50 / p99 "
+                "ms | throughput plan p50 / p99 ms |", "| ---: | ---: | ---: | ---: |"]
+        for r in t["rows"]:
+            cells = [f"{_ms(r[k]['p50_s'])} / {_ms(r[k]['p99_s'])}" if r[k] else "saturated"
+                     for k in ("latency", "throughput")]
+            out.append(f"| {r['load_of_throughput_plan_capacity']:.0%} | {r['rate_rps']:.4g} "
+                       f"| {cells[0]} | {cells[1]} |")
+        out.append("")
+    return "\n".join(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--suite", default="speed,accuracy,preset")
@@ -259,7 +311,11 @@ def main() -> None:
     ap.add_argument("--preset-model", default="zoo:bert")
     ap.add_argument("--cache", type=Path, default=Path(CACHE_DIR))
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/serve.json"))
+    ap.add_argument("--table", type=Path, help="Print the markdown tables of a results file")
     a = ap.parse_args()
+    if a.table:
+        print(tables(json.loads(a.table.read_text())))
+        return
     suites = a.suite.split(",")
     result: dict[str, Any] = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                               "machine": platform.processor() or platform.machine(),
