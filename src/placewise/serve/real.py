@@ -139,10 +139,9 @@ def serve_real(plan: Plan | str | os.PathLike[str], workload: Workload | np.ndar
     left running either way.
     """
     from placewise.plan import Plan as _Plan
-    from placewise.plan import check_fingerprints, load_plan
+    from placewise.plan import load_plan
     from placewise.runtime.opexec import request_inputs
-    from placewise.runtime.program import program_from_plan
-    from placewise.validate.run import check_machine, check_runnable, load_planned_source
+    from placewise.validate.run import planned_program
 
     report: Progress = progress or (lambda _m, _f: None)
     wl = workload if isinstance(workload, Workload) else Workload(np.asarray(workload,
@@ -164,17 +163,8 @@ def serve_real(plan: Plan | str | os.PathLike[str], workload: Workload | np.ndar
                          f"the plan runs batches of {batch} (plan with --batch {biggest}, or "
                          f"batch at most {batch})", place="--batching")
     report("checking the plan against this machine and the model", 0.0)
-    machine = check_machine(plan, machine, file)
-    check_runnable(plan, machine, file)
-    if source is None or isinstance(source, str):
-        src = load_planned_source(source or plan.model, plan, shapes)
-    else:
-        src = source
-    if src.graph is None:
-        raise InputError("the model source has no graph", file=src.ref)
-    graph = src.graph
-    check_fingerprints(plan, graph=graph, file=file)
-    program = program_from_plan(plan, graph, machine)
+    machine, src, program = planned_program(plan, machine, source, shapes, file)
+    graph = program.graph
     pool = request_inputs(src, graph, inputs, seed)
     timeout = max(timeout_s, 100.0 * float(plan.makespan_s))
     opts = dict(executor_options or {})

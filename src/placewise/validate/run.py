@@ -27,7 +27,7 @@ from placewise.runtime.campaign import (
     run_campaign,
 )
 from placewise.runtime.executor import Executor
-from placewise.runtime.program import program_from_plan
+from placewise.runtime.program import ExecProgram, program_from_plan
 from placewise.validate.attribution import attribute_latency, attribute_throughput
 from placewise.validate.baseline import plan_baselines
 from placewise.validate.quality import looks_like_logits, output_quality, reference_outputs
@@ -44,7 +44,8 @@ if TYPE_CHECKING:
     from placewise.plan import Plan
     from placewise.runtime.opexec import ModelSource
 
-__all__ = ["check_machine", "check_runnable", "load_planned_source", "validate_plan"]
+__all__ = ["check_machine", "check_runnable", "load_planned_source", "planned_program",
+           "validate_plan"]
 
 Progress = Callable[[str, float], None]
 
@@ -108,6 +109,29 @@ def load_planned_source(ref: str, plan: Plan, shapes: Any) -> ModelSource:
     return src
 
 
+def planned_program(plan: Plan, machine: Machine | None, source: ModelSource | str | None,
+                    shapes: Any, file: str | None
+                    ) -> tuple[Machine, ModelSource, ExecProgram]:
+    """The checked way from a plan to what the executor runs (``validate`` and ``serve
+    --real``): this machine (``check_machine``), the plan runnable on it
+    (``check_runnable``) before anything of the model is loaded, the model as planned
+    (read by the checked loaders: a .pt2 archive is checked entry by entry before torch
+    sees it, with weights-only unpickling forced) whose graph's fingerprint must be the
+    plan's, and the program."""
+    from placewise.plan import check_fingerprints
+
+    machine = check_machine(plan, machine, file)
+    check_runnable(plan, machine, file)
+    if source is None or isinstance(source, str):
+        src = load_planned_source(source or plan.model, plan, shapes)
+    else:
+        src = source
+    if src.graph is None:
+        raise InputError("the model source has no graph", file=src.ref)
+    check_fingerprints(plan, graph=src.graph, file=file)
+    return machine, src, program_from_plan(plan, src.graph, machine)
+
+
 def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
                   source: ModelSource | str | None = None, machine: Machine | None = None,
                   progress: Progress | None = None, baseline: bool = True,
@@ -132,7 +156,7 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
     model.
     """
     from placewise.plan import Plan as _Plan
-    from placewise.plan import check_fingerprints, load_plan
+    from placewise.plan import load_plan
 
     report: Progress = progress or (lambda _m, _f: None)
     if requests < 1:
@@ -142,21 +166,8 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
         file = os.fspath(plan)
         plan = load_plan(file)
     report("checking the plan against this machine and the model", 0.0)
-    machine = check_machine(plan, machine, file)
-    # the plan first: nothing of the model is loaded for a plan that cannot run here
-    check_runnable(plan, machine, file)
-    # model files are read by the checked loaders (a .pt2 archive is checked entry by entry
-    # before torch sees it, with weights-only unpickling forced); nothing of the model runs
-    # before its graph's fingerprint is the plan's
-    if source is None or isinstance(source, str):
-        src = load_planned_source(source or plan.model, plan, shapes)
-    else:
-        src = source
-    if src.graph is None:
-        raise InputError("the model source has no graph", file=src.ref)
-    graph = src.graph
-    check_fingerprints(plan, graph=graph, file=file)
-    program = program_from_plan(plan, graph, machine)
+    machine, src, program = planned_program(plan, machine, source, shapes, file)
+    graph = program.graph
     from placewise.runtime.opexec import request_inputs
 
     if inputs is not None:
