@@ -20,6 +20,9 @@ Suites (``--suite``, default all):
   feeds the simulator the *measured* service: the plan's latency scaled to the p50 service time
   (latency minus queue wait) of batches measured at 10 % load, and its occupancies scaled to the measured
   capacity. It separates the queueing model's error from the cost model's.
+- ``gaps``: the service time of one request against the idle time before it
+  (``--gap-model``'s batch-1 latency plan on ``local``, requests one at a time), with the
+  client's idle wait sleeping or spinning.
 - ``preset``: the latency- and throughput-optimal plans of ``--preset-model`` on
   ``--preset``, simulated at rising Poisson load (fractions of the throughput plan's
   capacity), p50/p99 side by side.
@@ -200,6 +203,43 @@ def accuracy(models: list[str], repeats: int, requests: int, cache: Path
     return rows
 
 
+def gaps(model: str, cache: Path, requests: int) -> list[dict[str, Any]]:
+    """Service time against the idle gap before each request: the batch-1 latency plan of
+    ``model`` on ``local``, one request at a time (deterministic arrivals, the gap after
+    the previous one's expected end), no batching; the client's idle wait sleeping (then
+    spinning its last 300 us, the default) or spinning throughout."""
+    import placewise.runtime.executor as executor
+    from placewise.hardware.probe import load_local
+    from placewise.serve import Workload, parse_batching
+    from placewise.serve.real import serve_real
+
+    machine = load_local()
+    cal = _calibrations(model, [1], machine, cache, 0.5, _log)[1]
+    plan = _plan(model, 1, "latency", machine, cal)
+    spin0 = executor._SPIN_S
+    rows = []
+    try:
+        for gap_ms in (0.0, 0.5, 2.0, 10.0):
+            period = 2.2 * plan.predicted_latency_s + gap_ms * 1e-3
+            t = np.arange(requests) * period
+            for mode, spin in (("sleep", spin0), ("spin", 10.0)):
+                executor._SPIN_S = spin
+                got = serve_real(plan, Workload(t), parse_batching("none"), in_flight=1,
+                                 machine=machine, limit_s=120)
+                r = got.result
+                svc = r.latency_s - r.wait_s
+                rows.append({"model": model, "gap_ms": gap_ms, "idle_wait": mode,
+                             "predicted_s": plan.predicted_latency_s,
+                             "service_p50_s": float(np.median(svc)),
+                             "service_p90_s": float(np.quantile(svc, 0.9)),
+                             "n": len(svc)})
+                _log(f"gap {gap_ms} ms, {mode}: service p50 {np.median(svc) * 1e3:.3f} ms "
+                     f"(predicted {plan.predicted_latency_s * 1e3:.3f} ms)")
+    finally:
+        executor._SPIN_S = spin0
+    return rows
+
+
 def preset_table(model: str, preset: str) -> list[dict[str, Any]]:
     from placewise.cost.load import load_cost_model
     from placewise.graph.fuse import fuse
@@ -281,6 +321,13 @@ def tables(result: dict[str, Any]) -> str:
                 f"| {_pct(e['p99_s'])} | {_pct(e['throughput_rps'])} | "
                 f"{sp['p50_s']:.0%}/{sp['p99_s']:.0%} | {_pct(m['p50_s'])}/{_pct(m['p99_s'])} |")
         out.append("")
+    if result.get("gaps"):
+        out += ["| model | idle gap before each request | client waits by | service p50 ms | "
+                "p90 ms | predicted ms |", "| --- | ---: | --- | ---: | ---: | ---: |"]
+        out += [f"| {r['model']} | {r['gap_ms']:g} ms | {r['idle_wait']} | "
+                f"{_ms(r['service_p50_s'])} | {_ms(r['service_p90_s'])} | "
+                f"{_ms(r['predicted_s'])} |" for r in result["gaps"]]
+        out.append("")
     for t in result.get("preset", []):
         out += [f"{t['model']} on {t['preset']}: latency plan "
                 f"{_ms(t['latency_plan']['latency_s'])} ms, "
@@ -307,6 +354,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--speed-repeats", type=int, default=3)
+    ap.add_argument("--gap-model", default="bert")
     ap.add_argument("--preset", default="jetson-agx-orin")
     ap.add_argument("--preset-model", default="zoo:bert")
     ap.add_argument("--cache", type=Path, default=Path(CACHE_DIR))
@@ -328,6 +376,9 @@ def main() -> None:
         result["preset"] = preset_table(a.preset_model, a.preset)
         for r in result["preset"][0]["rows"]:
             _log(json.dumps(r))
+    if "gaps" in suites:
+        a.cache.mkdir(parents=True, exist_ok=True)
+        result["gaps"] = gaps(a.gap_model, a.cache, 300)
     if "accuracy" in suites:
         a.cache.mkdir(parents=True, exist_ok=True)
         result["accuracy"] = accuracy(a.models.split(","), a.repeats, a.requests, a.cache)
