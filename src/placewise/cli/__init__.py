@@ -1,4 +1,4 @@
-"""The command line. The only module that prints.
+"""The command line. The only package that prints (``cli.serve``: the ``serve`` command).
 
 Exit status: 0 ok; 2 bad input (one line on stderr: file, place, problem); 3 infeasible
 (nothing fits: names the tier and the amount); 1 a real run failed (worker crashed or hung:
@@ -656,211 +656,6 @@ def validate(
         raise typer.Exit(1)
 
 
-# ---- serve ---------------------------------------------------------------------------------------
-@app.command()
-def serve(
-    plan_file: Annotated[Path, typer.Argument(metavar="PLAN", help="Plan JSON")],
-    rate: Annotated[float | None, typer.Option(help="Open-loop arrivals per second (Poisson; with --cv, gamma)")] = None,
-    cv: Annotated[float | None, typer.Option(help="Coefficient of variation of inter-arrival times (1: Poisson; >1: bursty)")] = None,
-    concurrency: Annotated[int | None, typer.Option(help="Closed-loop clients (each waits for its answer, thinks, sends again)")] = None,
-    think: Annotated[str, typer.Option(help="Mean think time of a closed-loop client (e.g. 2ms)")] = "0",
-    trace_file: Annotated[Path | None, typer.Option("--trace", help="Replay arrivals: JSON lines {\"t\": s, \"class\": NAME, \"shape\": {INPUT: DIMS}}")] = None,
-    requests: Annotated[int | None, typer.Option(help="Run length in requests (default 10000 unless --duration)")] = None,
-    duration: Annotated[str | None, typer.Option(help="Run length in seconds of arrivals (e.g. 30s)")] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the arrival process")] = 0,
-    request_class: Annotated[list[str] | None, typer.Option("--class", help="NAME:share=0.2,priority=1,slo_p99=5ms (repeat; priority 1 is the highest)")] = None,
-    batching: Annotated[str, typer.Option(help="none, static:B, or dynamic:max_batch=B,max_delay=D,preferred=P1/P2")] = "none",
-    queue_limit: Annotated[int | None, typer.Option("--queue-limit", help="Queued requests at most; more are rejected")] = None,
-    timeout: Annotated[str | None, typer.Option(help="Per-request queue timeout (e.g. 20ms)")] = None,
-    timeout_action: Annotated[str, typer.Option("--timeout-action", help="reject or delay (Triton's queue policy)")] = "reject",
-    preempt: Annotated[bool, typer.Option("--preempt", help="A full queue evicts its newest lowest-priority request for a higher-priority arrival")] = False,
-    per_batch: Annotated[str, typer.Option("--per-batch", help="same (the plan's placement re-evaluated at batch b) or replan (searched at b)")] = "same",
-    replicas: Annotated[int, typer.Option(help="Copies of the plan behind a router")] = 1,
-    router: Annotated[str, typer.Option(help="round-robin or least-outstanding")] = "round-robin",
-    in_flight: Annotated[int | None, typer.Option("--in-flight", help="Batches in the pipeline at once per replica (default: as many as it holds at saturation, ceil(latency / period))")] = None,
-    slo_p99: Annotated[str | None, typer.Option("--slo-p99", help="p99 objective of requests without a class objective (e.g. 5ms)")] = None,
-    find_max_rate: Annotated[bool, typer.Option("--find-max-rate", help="Search the highest Poisson rate whose p99 meets --slo-p99")] = False,
-    sweep_values: Annotated[str | None, typer.Option("--sweep", help="Rates (120, or 60% of capacity) or, with --concurrency, client counts: 30%,60%,80%")] = None,
-    real: Annotated[bool, typer.Option("--real", help="Also serve it for real on this machine (open loop, same arrivals and policy) and print both")] = False,
-    limit: Annotated[str, typer.Option(help="Wall-time bound of a --real run")] = "60s",
-    hw: Annotated[str | None, typer.Option("--hw", help="The plan's machine (default: its preset, or local)")] = None,
-    calibration: Annotated[Path | None, typer.Option(help="The calibration the plan was made with")] = None,
-    model: Annotated[str | None, typer.Option(help="The plan's model, if moved")] = None,
-    shape: Annotated[list[str] | None, typer.Option("--shape", help="Input bindings the plan was made with: NAME=DIMS")] = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """The plan as a loaded service: tails, queues, batches, utilisation; simulated, and
-    with --real measured."""
-    from placewise.cost.load import load_cost_model
-    from placewise.hardware.spec import list_presets
-    from placewise.plan import load_plan
-    from placewise.serve.arrivals import load_trace
-    from placewise.serve.policies import parse_batching, parse_seconds
-    from placewise.serve.queue import Admission, RequestClass, parse_class
-    from placewise.serve.run import ServeSetup, default_window, run_once, sweep
-    from placewise.serve.run import find_max_rate as search_rate
-    from placewise.serve.service import PlanService
-    from placewise.serve.sim import Workload
-
-    given = [x for x in (rate is not None, concurrency is not None, trace_file is not None) if x]
-    if len(given) != 1:
-        raise InputError("give one arrival process: --rate, --concurrency or --trace",
-                         place="--rate")
-    if rate is not None and not (rate > 0 and rate < float("inf")):
-        raise InputError(f"the arrival rate must be > 0, got {rate}", place="--rate")
-    if cv is not None and not (cv > 0 and cv < float("inf")):
-        raise InputError(f"the coefficient of variation must be > 0, got {cv}", place="--cv")
-    if requests is not None and requests < 1:
-        raise InputError(f"requests must be a positive integer, got {requests}",
-                         place="--requests")
-    dur = parse_seconds(duration, "--duration") if duration is not None else None
-    if dur is not None and not dur > 0:
-        raise InputError("the duration must be > 0", place="--duration")
-    classes = tuple(parse_class(c) for c in request_class or ()) or (RequestClass("default"),)
-    if len({c.name for c in classes}) != len(classes):
-        raise InputError("a class is declared twice", place="--class")
-    batcher = parse_batching(batching)
-    admission = Admission(queue_limit, parse_seconds(timeout, "--timeout") if timeout else None,
-                          timeout_action, preempt)
-    slo = parse_seconds(slo_p99, "--slo-p99") if slo_p99 else None
-    if find_max_rate and slo is None:
-        raise InputError("--find-max-rate needs --slo-p99", place="--slo-p99")
-    wall = parse_seconds(limit, "--limit")
-    trace = None
-    shapes_list: list[dict[str, tuple[int, ...]]] = [{}]
-    if trace_file is not None:
-        t, cls, shp, shapes_list = load_trace(trace_file, [c.name for c in classes])
-        trace = Workload(t, cls if len(classes) > 1 else None,
-                         shp if len(shapes_list) > 1 else None)
-    plan = load_plan(plan_file)
-    preset = plan.machine.name in list_presets()
-    machine = resolve_machine(hw or (plan.machine.name if preset else "local"))
-    if calibration is not None and not calibration.is_file():
-        raise InputError("no such file", file=str(calibration))
-    cost_model = load_cost_model(machine, calibration)
-    if cost_model.fingerprint() != plan.fingerprints.calibration and calibration is None:
-        raise InputError("the plan was made with a calibration: pass it with --calibration",
-                         file=str(plan_file), place="fingerprints.calibration")
-    base_shapes = _parse_shapes(shape) or {}
-    services = [PlanService(plan, machine, cost_model, per_batch, model,
-                            {**base_shapes, **s} or None, file=str(plan_file))
-                for s in shapes_list]
-    service: Any = services[0] if len(services) == 1 else (lambda b, k: services[k](b))
-    setup = ServeSetup(
-        batcher, classes, admission, rate=rate, cv=cv, concurrency=concurrency,
-        think_s=parse_seconds(think, "--think"), trace=trace,
-        requests=requests if requests is not None else (None if dur else 10_000),
-        duration_s=dur, seed=seed, replicas=replicas, router=router,
-        in_flight=in_flight or default_window(services[0], batcher), pad_to=plan.batch if real else None,
-        slo_p99_s=slo)
-    result: dict[str, Any] = {"plan": str(plan_file), "machine": machine.name,
-                              "batching": batcher.describe(), "admission": admission.text(),
-                              "per_batch": per_batch, "replicas": replicas, "router": router,
-                              "window": setup.in_flight,
-                              "classes": [c.text() for c in classes],
-                              "service": [services[0].describe(b) for b in sorted(
-                                  {1, plan.batch, _largest(batcher)})]}
-    with _progress("serving (simulated)") as cb:
-        if find_max_rate:
-            assert slo is not None
-            result["find_max_rate"] = search_rate(services[0], setup, slo, progress=cb)
-        if sweep_values:
-            result["sweep"] = sweep(service, setup, sweep_values.split(","), progress=cb)
-        cb("one run", 0.9)
-        _, fig = run_once(service, setup)
-    result.update(fig)
-    if real:
-        from placewise.serve.real import serve_real
-        from placewise.serve.report import summarize
-
-        wl = _workload_of(setup)
-        with _progress("serving (real)") as cb:
-            got = serve_real(plan, wl, batcher, admission=admission,
-                             priorities=setup.priorities, in_flight=setup.in_flight,
-                             limit_s=wall, seed=seed, machine=machine, progress=cb)
-        measured = summarize(got.result, classes, slo_p99_s=slo)
-        result = {**result, **measured, "simulated": fig, "measured": measured,
-                  "late_s": {k: getattr(got.late_s, k) for k in got.late_s.__slots__},
-                  "tags": got.tags, "real_notes": list(got.notes)}
-    if as_json:
-        _print_json(result)
-        return
-    _render_serve(result, real)
-
-
-def _largest(batcher: Any) -> int:
-    from placewise.serve.policies import max_batch
-
-    return max_batch(batcher)
-
-
-def _workload_of(setup: Any) -> Any:
-    from placewise.serve.run import workload
-    from placewise.serve.sim import ClosedLoop
-
-    wl = workload(setup)
-    if isinstance(wl, ClosedLoop):
-        raise InputError("--real drives the executor open loop: use --rate or --trace",
-                         place="--concurrency")
-    return wl
-
-
-def _render_serve(r: dict[str, Any], real: bool) -> None:
-    def fs(x: Any) -> str:
-        return format_seconds(x) if isinstance(x, int | float) else "-"
-
-    out.print(f"[bold]serve[/bold] {r['plan']} on {r['machine']}: {r['batching']}; "
-              f"{r['admission']}; {r['replicas']} replica(s), {r['router']}; "
-              f"{r['window']} batch(es) in flight; per batch: {r['per_batch']}")
-    out.print(_table("service per batch (the plan evaluated at b)",
-                     ["batch", "latency", "period", "throughput/s", "bottleneck"],
-                     [[s["batch"], fs(s["latency_s"]), fs(s["period_s"]),
-                       f"{s['throughput_rps']:.4g}", s["bottleneck"]] for s in r["service"]]))
-    runs = [("simulated", r["simulated"]), ("measured", r["measured"])] if real else [
-        ("simulated", r)]
-    out.print(_table("requests", ["", "arrived", "completed", "rejected", "timed out",
-                                  "in flight", "conserved"],
-                     [[k, f["arrived"], f["completed"], f["rejected"], f["timed_out"],
-                       f["in_flight"], f["conserved"]] for k, f in runs]))
-    out.print(_table("latency", ["", "n", "p50", "p90", "p95", "p99", "p99.9", "mean wait"], [
-        [k, f["n"], fs(f["p50_s"]), fs(f["p90_s"]), fs(f["p95_s"]),
-         fs(f["p99_s"]) + ("" if f["p99_reliable"] else " (n<299)"), fs(f["p999_s"]),
-         fs(f["mean_wait_s"])] for k, f in runs]))
-    out.print(_table("rates", ["", "req/s", "goodput/s", "mean batch", "padded", "preempted"], [
-        [k, f"{f['throughput_rps']:.4g}", f"{f['goodput_rps']:.4g}",
-         f"{f['mean_batch']:.3g}" if f["mean_batch"] else "-", f["padded"], f["preempted"]]
-        for k, f in runs]))
-    if len(r["per_class"]) > 1:
-        rows = []
-        for k, f in runs:
-            for name, c in f["per_class"].items():
-                rows.append([f"{k} {name}", c["priority"], c["arrived"], c["completed"],
-                             c["rejected"] + c["timed_out"], fs(c["p50_s"]), fs(c["p99_s"]),
-                             fs(c["slo_p99_s"]), c["slo_met"], f"{c['goodput_rps']:.4g}"])
-        out.print(_table("per class", ["", "priority", "arrived", "completed", "lost", "p50",
-                                       "p99", "p99 objective", "met", "goodput/s"], rows))
-        out.print(f"fairness (Jain, {r['fairness']['over']}): {r['fairness']['jain']}")
-    for k, f in runs:
-        util = ", ".join(f"{n} {u:.0%}" for n, u in f["utilization"].items())
-        sizes = ", ".join(f"{b}: {c}" for b, c in f["batch_sizes"].items())
-        out.print(f"{k}: utilisation {util or '-'}; batch sizes {sizes or '-'}")
-    if "find_max_rate" in r:
-        m = r["find_max_rate"]
-        out.print(f"highest Poisson rate with p99 <= {fs(m['slo_p99_s'])}: "
-                  f"{m['max_rate_rps']:.4g}/s (capacity {m['capacity_rps']:.4g}/s; "
-                  f"{len(m['trials'])} trials; {m['rule']})")
-    if "sweep" in r:
-        key = "concurrency" if r["sweep"] and "concurrency" in r["sweep"][0] else "rate_rps"
-        out.print(_table("sweep", [key, "req/s", "p50", "p95", "p99", "mean wait",
-                                   "mean batch", "lost"],
-                         [[f"{p[key]:.4g}", f"{p['throughput_rps']:.4g}", fs(p["p50_s"]),
-                           fs(p["p95_s"]), fs(p["p99_s"]), fs(p["mean_wait_s"]),
-                           f"{p['mean_batch']:.3g}" if p["mean_batch"] else "-",
-                           p["rejected"] + p["timed_out"]] for p in r["sweep"]]))
-    for note in r.get("notes", []):
-        out.print(f"note: {note}")
-
-
 # ---- export ------------------------------------------------------------------------------------
 @app.command()
 def export(
@@ -994,38 +789,11 @@ def demo(
     sys.stdout.write(render_validation(report))
 
     out.rule("8. the plan as a loaded service, simulated and for real")
-    _demo_serve(local_plan, plan_file, cal_file, local)
+    from placewise.cli.serve import demo_serve
+
+    demo_serve(local_plan, plan_file, cal_file, local)
     out.rule("done")
     out.print(f"artifacts in {folder}")
-
-
-def _demo_serve(plan: Any, plan_file: Path, cal_file: Path, machine: Any) -> None:
-    """Serve the demo's local plan at half its predicted capacity, simulated and real."""
-    from placewise.cost.load import load_cost_model
-    from placewise.serve.policies import parse_batching
-    from placewise.serve.real import serve_real
-    from placewise.serve.report import summarize
-    from placewise.serve.run import ServeSetup, capacity_rps, default_window, run_once
-    from placewise.serve.service import PlanService
-
-    service = PlanService(plan, machine, load_cost_model(machine, cal_file))
-    batcher = parse_batching("none")
-    base = ServeSetup(batcher, in_flight=default_window(service, batcher), pad_to=plan.batch)
-    rate = 0.5 * capacity_rps(service, base)
-    out.print(f"$ placewise serve {plan_file} --calibration {cal_file} --rate {rate:.4g} "
-              f"--requests 1000 --real")
-    setup = ServeSetup(batcher, rate=rate, requests=1000, in_flight=base.in_flight,
-                       pad_to=plan.batch)
-    _, sim = run_once(service, setup)
-    with _progress("serving (real)") as cb:
-        got = serve_real(plan, _workload_of(setup), batcher, in_flight=setup.in_flight,
-                         machine=machine, limit_s=60, progress=cb)
-    real = summarize(got.result)
-    _render_serve({"plan": str(plan_file), "machine": machine.name,
-                   "batching": batcher.describe(), "admission": "unbounded", "replicas": 1,
-                   "router": "round-robin", "window": setup.in_flight, "per_batch": "same",
-                   "service": [service.describe(plan.batch)], "simulated": sim,
-                   "measured": real, **real}, True)
 
 
 def _render_search(res: Any, machine_name: str) -> None:
@@ -1117,5 +885,4 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-if __name__ == "__main__":
-    main()
+from placewise.cli import serve as _serve  # noqa: E402, F401  (registers the command)

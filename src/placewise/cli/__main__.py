@@ -1,0 +1,5 @@
+"""``python -m placewise.cli``."""
+
+from placewise.cli import main
+
+main()
