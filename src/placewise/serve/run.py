@@ -37,9 +37,8 @@ from placewise.serve.sim import (
     ClosedLoop,
     ServeResult,
     ServiceFn,
-    StageTimes,
     Workload,
-    chain,
+    as_stages,
     simulate,
 )
 
@@ -133,8 +132,7 @@ def run_once(service: ServiceFn, setup: ServeSetup) -> tuple[ServeResult, dict[s
 def capacity_rps(service: ServiceFn, setup: ServeSetup) -> float:
     """Completions per second at the batcher's largest batch (module docstring)."""
     b = max_batch(setup.batcher) if setup.pad_to is None else max(setup.pad_to, 1)
-    raw = service(b)
-    st = raw if isinstance(raw, StageTimes) else chain(raw)
+    st = as_stages(service(b))
     busiest = max(st.occupancy_s, default=0.0)
     if not busiest > 0:
         raise InputError("the plan's service takes no time: no capacity to load",
@@ -147,8 +145,7 @@ def default_window(service: ServiceFn, batcher: Batcher) -> int:
     ``ceil(L / max_j w_j)`` at the batcher's largest batch (at least 1), so that the
     window (Little's law: throughput <= window / latency) does not cap the plan's
     throughput."""
-    raw = service(max_batch(batcher))
-    st = raw if isinstance(raw, StageTimes) else chain(raw)
+    st = as_stages(service(max_batch(batcher)))
     busiest = max(st.occupancy_s, default=0.0)
     if not busiest > 0:
         return 1

@@ -59,7 +59,7 @@ from placewise.errors import InputError
 from placewise.serve.policies import Batcher
 from placewise.serve.queue import Admission, RequestQueue
 
-__all__ = ["ROUTERS", "ClosedLoop", "ServeResult", "StageTimes", "Workload", "chain",
+__all__ = ["ROUTERS", "ClosedLoop", "ServeResult", "StageTimes", "Workload", "as_stages", "chain",
            "quantile_ci", "simulate"]
 
 ROUTERS = ("round-robin", "least-outstanding")
@@ -222,7 +222,8 @@ class _Replica:
         return len(self.queue) + sum(k for _, k in o)
 
 
-def _as_stages(x: StageTimes | Sequence[float]) -> StageTimes:
+def as_stages(x: StageTimes | Sequence[float]) -> StageTimes:
+    """A service's answer as ``StageTimes`` (a sequence of stage times is a ``chain``)."""
     return x if isinstance(x, StageTimes) else chain(x)
 
 
@@ -309,7 +310,7 @@ def simulate(workload: Workload | ClosedLoop | np.ndarray, service_s: ServiceFn,
         st = cache.get(key) if deterministic else None
         if st is None:
             raw = service_s(k) if shapes is None else service_s(k, shape)
-            st = _as_stages(raw)
+            st = as_stages(raw)
             if len(st.offsets_s) != len(st.occupancy_s):
                 raise InputError("a batch's offsets and occupancies differ in length",
                                  place="service")
