@@ -122,7 +122,10 @@ def serve(
         duration_s=dur, seed=seed, replicas=replicas, router=router,
         in_flight=in_flight or default_window(services[0], batcher), pad_to=plan.batch if real else None,
         slo_p99_s=slo)
-    result: dict[str, Any] = {"plan": str(plan_file), "machine": machine.name,
+    from placewise.export import plan_fingerprint
+
+    result: dict[str, Any] = {"plan": str(plan_file), "plan_fingerprint": plan_fingerprint(plan),
+                              "machine": machine.name,
                               "batching": batcher.describe(), "admission": admission.text(),
                               "per_batch": per_batch, "replicas": replicas, "router": router,
                               "window": setup.in_flight,

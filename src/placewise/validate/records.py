@@ -361,6 +361,7 @@ class ValidationReport:
     notes: tuple[str, ...] = ()
     telemetry: Telemetry | None = field(default=None, repr=False, compare=False)
     quality_check: QualityCheck | None = None
+    plan_fingerprint: str | None = None  # placewise.export.plan_fingerprint of the plan run
 
     @property
     def latency_error(self) -> float | None:
@@ -392,7 +393,7 @@ class ValidationReport:
         return {
             "plan": {"model": self.model, "strategy": self.strategy,
                      "objective": self.objective, "batch": self.batch,
-                     "devices": list(self.devices)},
+                     "devices": list(self.devices), "fingerprint": self.plan_fingerprint},
             "predicted": {"latency_s": self.predicted_latency_s,
                           "throughput_rps": self.predicted_throughput_rps,
                           "bottleneck": self.predicted_bottleneck,

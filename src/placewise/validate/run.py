@@ -155,6 +155,7 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
     (naming the device and op), ``InputError`` for an inputs file that does not match the
     model.
     """
+    from placewise.export import plan_fingerprint
     from placewise.plan import Plan as _Plan
     from placewise.plan import load_plan
 
@@ -243,7 +244,8 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
         got.stream.requests, got.in_flight,
         tuple(mem), attribution, tp_attr, tuple(quality), tuple(baselines), tuple(solo), tags,
         tuple(notes), tel if keep_telemetry else None,
-        quality_check=_quality_check(plan, quality, inputs_text))
+        quality_check=_quality_check(plan, quality, inputs_text),
+        plan_fingerprint=plan_fingerprint(plan))
 
 
 def _quality_check(plan: Plan, quality: Sequence[OutputQuality], inputs: str
