@@ -39,9 +39,13 @@ from placewise.units import DType
 __all__ = [
     "Device",
     "DeviceKind",
+    "DevicePower",
     "Link",
     "Machine",
+    "MachinePower",
     "MemoryTier",
+    "ModeDevice",
+    "PowerMode",
     "SharedResource",
     "list_presets",
     "load_machine",
@@ -70,6 +74,10 @@ Rate = Annotated[float, Field(gt=0, le=MAX_RATE), AfterValidator(_at_least_min_r
 Capacity = Annotated[int, Field(gt=0, le=MAX_CAPACITY_BYTES)]
 PositiveInt = Annotated[int, Field(gt=0, le=1 << 31)]
 Duration = Annotated[float, Field(ge=0, le=MAX_DURATION_S)]
+#: the most power a spec may give (10 MW: a whole data hall); larger is a typo
+MAX_POWER_W = 1e7
+Watts = Annotated[float, Field(ge=0, le=MAX_POWER_W)]
+ClockHz = Annotated[float, Field(gt=0, le=1e12)]
 
 
 class _PlacedError(ValueError):
@@ -103,6 +111,93 @@ class MemoryTier(_Strict):
     shared_with: str | None = None  # name of a SharedResource whose bandwidth this tier uses
 
 
+class DevicePower(_Strict):
+    """A device's power draw (W): ``active_w`` while it runs a task, ``idle_w`` while it is
+    powered but waits. ``source``: the datasheet figure (title + URL), or "estimate, not a
+    datasheet figure: ..." with the reasoning. ``clock_hz``/``units``: the clock and the
+    compute units (CPU cores, GPU TPCs) its peaks are computed at, which power modes scale
+    from (``placewise.hardware.power``); needed only by a machine with ``power.modes``.
+    Not part of ``Machine.fingerprint``."""
+
+    active_w: Watts
+    idle_w: Watts
+    source: str = Field(min_length=1)
+    clock_hz: ClockHz | None = None
+    units: PositiveInt | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> DevicePower:
+        if self.idle_w > self.active_w:
+            raise ValueError(f"idle_w ({self.idle_w:g}) exceeds active_w ({self.active_w:g})")
+        return self
+
+
+class ModeDevice(_Strict):
+    """One device in a power mode: its maximum clock and online units (default: all of
+    them), and its power figures where a source gives them (else they are scaled: see
+    ``placewise.hardware.power``)."""
+
+    clock_hz: ClockHz
+    units: PositiveInt | None = None
+    active_w: Watts | None = None
+    idle_w: Watts | None = None
+    source: str | None = Field(default=None, min_length=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> ModeDevice:
+        if (self.active_w is not None or self.idle_w is not None) and self.source is None:
+            raise ValueError("active_w/idle_w need a source")
+        return self
+
+
+class PowerMode(_Strict):
+    """A power mode (e.g. nvpmodel's 30W): its power budget and each device's clocks."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
+    aliases: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-]+$")]] = Field(
+        default_factory=list)
+    budget_w: Watts
+    source: str = Field(min_length=1)
+    memory_clock_hz: ClockHz | None = None  # DRAM (EMC) clock cap; scales memory bandwidth
+    devices: dict[str, ModeDevice] = Field(min_length=1)
+
+
+class MachinePower(_Strict):
+    """Machine-level power: ``max_w`` the board, module or TDP power (the budget the
+    devices share), ``idle_w`` the whole machine idle, each with its source; ``modes``:
+    the power modes the hardware has, ``default_mode`` the one the unmoded spec describes
+    (its clocks are the devices' ``power.clock_hz``), ``mode`` the mode this spec is in
+    (set by ``placewise.hardware.power.apply_mode``; None: the default). Not part of
+    ``Machine.fingerprint``."""
+
+    max_w: Watts
+    max_source: str = Field(min_length=1)
+    idle_w: Watts
+    idle_source: str = Field(min_length=1)
+    memory_clock_hz: ClockHz | None = None  # DRAM clock of the default mode
+    modes: list[PowerMode] = Field(default_factory=list)
+    default_mode: str | None = None
+    mode: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> MachinePower:
+        if self.idle_w > self.max_w:
+            raise ValueError(f"idle_w ({self.idle_w:g}) exceeds max_w ({self.max_w:g})")
+        names: list[str] = []
+        for m in self.modes:
+            for n in (m.name, *m.aliases):
+                if n.lower() in names:
+                    raise ValueError(f"power mode name {n!r} repeats")
+                names.append(n.lower())
+        if self.modes and self.default_mode is None:
+            raise ValueError("power.default_mode must name one of the modes")
+        for field, value in (("default_mode", self.default_mode), ("mode", self.mode)):
+            if value is not None and value.lower() not in names:
+                raise ValueError(f"power.{field} {value!r} is not a mode "
+                                 f"(modes: {', '.join(m.name for m in self.modes) or 'none'})")
+        return self
+
+
 class Device(_Strict):
     """Something that executes ops, with per-dtype peaks, launch overhead and memory tiers."""
 
@@ -122,6 +217,7 @@ class Device(_Strict):
     resources: list[str] = Field(default_factory=list)  # shared resources it also occupies
     cores: list[Annotated[int, Field(ge=0, le=1 << 20)]] | None = None  # local devices: the OS CPU ids this device is pinned to
     backend: str | None = None  # local devices: the runtime backend ("torch", "onnxruntime")
+    power: DevicePower | None = None  # None: no power figures (energy not available)
 
     @field_validator("peak_flops_per_s", mode="before")
     @classmethod
@@ -217,10 +313,12 @@ class Machine(_Strict):
     devices: list[Device] = Field(min_length=1)
     shared_resources: list[SharedResource] = Field(default_factory=list)
     links: list[Link] = Field(default_factory=list)
+    power: MachinePower | None = None  # None: no machine-level power figures
 
     @model_validator(mode="after")
     def _check(self) -> Machine:
         names = [d.name for d in self.devices]
+        self._check_power(names)
         for i, d in enumerate(self.devices):
             if d.name in names[:i]:
                 raise _PlacedError(f"device name {d.name!r} repeats",
@@ -262,6 +360,25 @@ class Machine(_Strict):
                     raise _PlacedError(f"no route between devices {a!r} and {b!r}: add a link",
                                        "links")
         return self
+
+    def _check_power(self, names: list[str]) -> None:
+        if self.power is None:
+            return
+        for i, mode in enumerate(self.power.modes):
+            for dev in mode.devices:
+                where = f"power.modes[{i}]({mode.name}).devices.{dev}"
+                if dev not in names:
+                    raise _PlacedError(f"power mode {mode.name!r} names unknown device {dev!r} "
+                                       f"(devices: {', '.join(names)})", where)
+                d = self.devices[names.index(dev)]
+                if d.power is None or d.power.clock_hz is None:
+                    raise _PlacedError(f"device {dev!r} is in power mode {mode.name!r} but has "
+                                       f"no power.clock_hz to scale from",
+                                       f"devices[{names.index(dev)}]({dev}).power.clock_hz")
+            if mode.memory_clock_hz is not None and self.power.memory_clock_hz is None:
+                raise _PlacedError(f"power mode {mode.name!r} caps the memory clock but "
+                                   f"power.memory_clock_hz (the default's) is not given",
+                                   "power.memory_clock_hz")
 
     def device(self, name: str) -> Device:
         for d in self.devices:
@@ -310,7 +427,11 @@ class Machine(_Strict):
         return self._path(src, dst)
 
     def fingerprint(self) -> str:
-        payload = self.model_dump(mode="json", exclude={"description"})
+        """sha256 of the spec without its description and power figures (power does not
+        change a plan; a power mode that changes peaks changes them, hence this)."""
+        exclude: Any = {"description": True, "power": True,
+                        "devices": {"__all__": {"power"}}}
+        payload = self.model_dump(mode="json", exclude=exclude)
         return "sha256:" + hashlib.sha256(
             json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
@@ -410,9 +531,14 @@ def load_machine(ref: str | Path) -> Machine:
     """Load a machine from a preset name, a YAML/JSON path, or ``local``.
 
     ``local`` is this machine, measured by :func:`placewise.hardware.probe.load_local` the
-    first time and read from its cache afterwards.
+    first time and read from its cache afterwards. ``NAME@MODE`` (``jetson-agx-orin@30W``)
+    is that machine in one of its power modes (``placewise.hardware.power.apply_mode``).
     """
     ref_s = str(ref)
+    if "@" in ref_s and not Path(ref_s).exists():
+        from placewise.hardware.power import load_moded  # deferred: power imports this module
+
+        return load_moded(ref_s)
     if ref_s == "local":
         from placewise.hardware.probe import load_local  # deferred: probe imports this module
 
