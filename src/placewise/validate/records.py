@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from placewise.runtime.telemetry import SoloRecord, Telemetry
+from placewise.validate.power import EnergyComparison
 
 __all__ = [
     "TERMS",
@@ -362,6 +363,7 @@ class ValidationReport:
     telemetry: Telemetry | None = field(default=None, repr=False, compare=False)
     quality_check: QualityCheck | None = None
     plan_fingerprint: str | None = None  # placewise.export.plan_fingerprint of the plan run
+    energy: EnergyComparison | None = None  # estimate beside measured (validate.power)
 
     @property
     def latency_error(self) -> float | None:
@@ -422,4 +424,5 @@ class ValidationReport:
             "baseline": [b.to_json() for b in self.baselines],
             "tags": dict(self.tags),
             "notes": list(self.notes),
+            "energy": None if self.energy is None else self.energy.to_json(),
         }

@@ -100,6 +100,28 @@ def render_validation(report: ValidationReport) -> str:
                          f"{b.throughput_rps:.1f}/s; the plan is "
                          f"{_ratio(b.plan_latency_speedup)} on latency and "
                          f"{_ratio(b.plan_throughput_ratio)} on throughput")
+    if r.energy is not None:
+        lines += ["", *_energy_lines(r)]
     for n in r.notes:
         lines.append(f"note: {n}")
     return "\n".join(lines) + "\n"
+
+
+def _energy_lines(r: ValidationReport) -> list[str]:
+    """Energy: the estimate (always labelled one) beside what was measured, or why not."""
+    assert r.energy is not None
+    est, meas = r.energy.estimate, r.energy.measured
+    if est.available:
+        sat = est.saturated_energy_per_request_j
+        out = [f"energy (estimate from the model): {est.energy_per_request_j:.4g} J per request "
+               f"isolated, {sat if sat is None else format(sat, '.4g')} J at saturation, "
+               f"average {est.average_power_w:.4g} W"]
+    else:
+        out = [f"energy estimate: not available ({est.reason})"]
+    if meas.available and meas.energy_per_request_j is not None:
+        out.append(f"energy measured over the stream ({meas.source}): "
+                   f"{meas.energy_per_request_j:.4g} J per request, average "
+                   f"{meas.average_power_w or 0.0:.4g} W ({meas.covers})")
+    else:
+        out.append(f"energy measured: none ({meas.reason})")
+    return out

@@ -30,6 +30,7 @@ from placewise.runtime.executor import Executor
 from placewise.runtime.program import ExecProgram, program_from_plan
 from placewise.validate.attribution import attribute_latency, attribute_throughput
 from placewise.validate.baseline import plan_baselines
+from placewise.validate.power import EnergyMeter, energy_comparison
 from placewise.validate.quality import looks_like_logits, output_quality, reference_outputs
 from placewise.validate.records import (
     BaselineReport,
@@ -190,11 +191,19 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
     notes: list[str] = []
     timeout = max(timeout_s, 100.0 * float(plan.makespan_s))
     fraction = {WARMUP: 0.3, ISOLATED: 0.35, STREAM: 0.55, CAPTURE: 0.7}
+    meter = EnergyMeter()  # measured energy over the stream: RAPL / NVML where they exist
+
+    def on_phase(phase: str, m: str) -> None:
+        if phase == STREAM:
+            meter.start()
+        elif phase == CAPTURE:
+            meter.mark()
+        report(m, fraction[phase])
+
     with Executor(program, src, reference_inputs=reqs[0], slots=k,
                   timeout_s=timeout) as ex:
         ex.start(lambda m: report(m, 0.1))
-        got = run_campaign(ex, reqs, settings,
-                           progress=lambda phase, m: report(m, fraction[phase]))
+        got = run_campaign(ex, reqs, settings, progress=on_phase)
         peaks = ex.peak_live_bytes(ISOLATED)
     outputs, tel, solo = got.outputs, got.telemetry, list(got.solo)
     assert got.stream is not None
@@ -245,7 +254,8 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
         tuple(mem), attribution, tp_attr, tuple(quality), tuple(baselines), tuple(solo), tags,
         tuple(notes), tel if keep_telemetry else None,
         quality_check=_quality_check(plan, quality, inputs_text),
-        plan_fingerprint=plan_fingerprint(plan))
+        plan_fingerprint=plan_fingerprint(plan),
+        energy=energy_comparison(plan, machine, meter, runs=got.stream.requests, batch=batch))
 
 
 def _quality_check(plan: Plan, quality: Sequence[OutputQuality], inputs: str
