@@ -85,13 +85,9 @@ def _parse_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]] | None:
 
 
 def _load_graph(model: str, shape: list[str] | None = None, batch: int | None = None) -> Any:
-    from placewise.graph.load import load_model
+    from placewise.planning import load_graph
 
-    if batch is not None and batch <= 0:
-        raise InputError(f"batch must be a positive integer, got {batch}", place="--batch")
-    graph = load_model(model, shapes=_parse_shapes(shape), batch=batch)
-    graph.check_concrete(file=model)
-    return graph
+    return load_graph(model, _parse_shapes(shape), batch)
 
 
 def resolve_machine(ref: str, *, refresh: bool = False) -> Any:
@@ -408,19 +404,14 @@ def _command_start() -> float:
 
 def _build_problem(model: str, hw: str, shape: list[str] | None, batch: int | None,
                    calibration: Path | None, fuse_ops: bool) -> tuple[Any, Any]:
-    from placewise.cost.load import load_cost_model
-    from placewise.graph.fuse import fuse
-    from placewise.schedule.placement import Problem
+    from placewise.planning import build_problem, load_graph
     from placewise.search.api import check_scale
 
-    graph = _load_graph(model, shape, batch)
-    check_scale(len(graph.ops), file=model)  # before anything that grows with the graph
+    graph = load_graph(model, _parse_shapes(shape), batch)
+    check_scale(len(graph.ops), file=model)  # before probing or anything that grows
     machine = resolve_machine(hw)
-    if calibration is not None and not calibration.is_file():
-        raise InputError("no such file", file=str(calibration))
-    cost_model = load_cost_model(machine, calibration)
-    partition = fuse(graph) if fuse_ops else None
-    return Problem(graph, partition, machine, cost_model, batch=batch or 1), machine
+    return build_problem(model, machine, shapes=_parse_shapes(shape), batch=batch,
+                         calibration=calibration, fuse_ops=fuse_ops, graph=graph), machine
 
 
 @app.command()
@@ -442,10 +433,10 @@ def plan(
     as_json: JsonOpt = False,
 ) -> None:
     """Search placements and write a plan."""
-    from placewise.plan import build_plan, save_plan
-    from placewise.precision.evidence import plan_precision
-    from placewise.precision.policy import Policy, QualityBudget, parse_policy
-    from placewise.search.api import CommandBudget, minimum_time_s, parse_strategy, plan_search
+    from placewise.plan import save_plan
+    from placewise.planning import plan_model
+    from placewise.precision.policy import QualityBudget, parse_policy
+    from placewise.search.api import CommandBudget, minimum_time_s, parse_strategy
 
     start = _command_start()
     if _STARTED:  # a process of its own: fewer cyclic collections over the large graph
@@ -472,46 +463,18 @@ def plan(
     overrun = clock.overrun()
     if not as_json:
         out.print(clock.text())
-    # a policy that may lower precision searches more than once: each search gets half of
-    # what is left, so that the last still fits
-    share = 1.0 if policy is Policy.KEEP else 0.5
-    searched = [0.0]
     with _progress(f"searching ({strategy})") as cb:
-        def search(prob: Any) -> Any:
-            limits = clock.search_limits(share)
-            t0 = time.perf_counter()
-            try:
-                for retry in (False, True):
-                    limit_s, work_s, reserve_s = limits
-                    try:
-                        return plan_search(prob, strategy=strategy, objective=objective,
-                                           time_limit_s=limit_s, work_limit_s=work_s,
-                                           reserve_s=reserve_s, seed=seed, progress=cb,
-                                           on_best=cb.best)
-                    except InputError as exc:
-                        # the default limit is ours: a search it proved too short gets what
-                        # it needs (costs already computed are kept by the problem)
-                        need = getattr(exc, "need_s", None)
-                        if retry or not clock.default or need is None:
-                            raise
-                        limits = clock.grant(need)
-                raise AssertionError("unreachable")
-            finally:
-                searched[0] += time.perf_counter() - t0
-
-        outcome, record = plan_precision(problem, model, policy, budget, search,
-                                         shapes=_parse_shapes(shape), batch=batch,
-                                         inputs=inputs, progress=cb)
+        done = plan_model(problem, model, clock=clock, strategy=strategy, objective=objective,
+                          policy=policy, budget=budget, seed=seed, shapes=_parse_shapes(shape),
+                          batch=batch, inputs=inputs, progress=cb, on_best=cb.best)
+    outcome, record, p = done.outcome, done.record, done.plan
     result = outcome.result
-    t_build = time.perf_counter()
-    p = build_plan(outcome.problem, result, model_ref=model, objective=objective,
-                   strategy=strategy, seed=seed, precision=record)
     t_write = time.perf_counter()
     save_plan(p, out_file)
     t_end = time.perf_counter()
     timing: dict[str, Any] = {"time_limit_s": clock.limit_s, "default_limit": clock.default,
               "ops": clock.ops, "load_s": round(loaded_s, 4),
-              "search_s": round(searched[0], 4), "build_s": round(t_write - t_build, 4),
+              "search_s": round(done.search_s, 4), "build_s": round(done.build_s, 4),
               "write_s": round(t_end - t_write, 4), "reserve_s": clock.reserve_s,
               "total_s": round(t_end - start, 4), "overrun": clock.overrun() if clock.grown else overrun}
     summary = {
