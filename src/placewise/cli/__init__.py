@@ -598,6 +598,7 @@ def validate(
     requests: Annotated[int, typer.Option(help="Isolated requests to time")] = 30,
     no_baseline: Annotated[bool, typer.Option("--no-baseline", help="Skip the onnxruntime baseline")] = False,
     inputs: Annotated[Path | None, typer.Option("--inputs", help="Requests to run and measure quality on (.npz, one array per model input)")] = None,
+    profile_nodes: Annotated[bool, typer.Option("--profile-nodes", help="After the timed runs, profile each partition's nodes with onnxruntime's profiler (per-op times for placewise sheet)")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Run the plan for real on this machine and compare it with its prediction, term by term.
@@ -610,7 +611,8 @@ def validate(
     machine = resolve_machine("local")
     with _progress("validating") as cb:
         report = validate_plan(str(plan_file), requests=requests, machine=machine, progress=cb,
-                               baseline=not no_baseline, inputs=inputs)
+                               baseline=not no_baseline, inputs=inputs,
+                               profile_nodes=profile_nodes)
     if as_json:
         _print_json(report.to_json())
     else:

@@ -26,7 +26,7 @@ import os
 import statistics
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -42,7 +42,9 @@ class NodeProfile:
 
     ``run_s``: one whole ``session.run`` as the profiler saw it; ``nodes_s``: the sum of
     its node kernel times; ``op_s``: seconds per plan op (ops fused into another node or
-    eliminated have 0); ``unowned_s``: node time whose outputs name no plan tensor."""
+    eliminated have 0); ``unowned_s``: node time whose outputs name no plan tensor;
+    ``op_kernels``: per plan op, the nodes whose time it got, as ``OpType(node name)`` with
+    the execution provider that ran them (``OpType(node)@CPUExecutionProvider``)."""
 
     partition: str
     runs: int
@@ -51,6 +53,7 @@ class NodeProfile:
     op_s: Mapping[str, float]
     unowned_s: float
     nodes: int
+    op_kernels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @contextlib.contextmanager
@@ -106,6 +109,7 @@ def profile_partition(model: Any, p: Partition, feeds: Mapping[str, np.ndarray[A
     runs.sort(key=lambda e: e["ts"])
     kept = runs[warmup:] or runs
     per_node: dict[str, list[float]] = {}
+    kernel = _node_kernels(events)
     for r in kept:
         lo, hi = r["ts"], r["ts"] + r["dur"]
         acc: dict[str, float] = {}
@@ -148,6 +152,7 @@ def profile_partition(model: Any, p: Partition, feeds: Mapping[str, np.ndarray[A
             frontier = nxt
         return []
 
+    kernels: dict[str, list[str]] = {}
     for node, s in med.items():
         owners = own(node) or downstream(node)
         if not owners:
@@ -155,8 +160,25 @@ def profile_partition(model: Any, p: Partition, feeds: Mapping[str, np.ndarray[A
             continue
         for o in owners:
             op_s[o] += s / len(owners)
+            kernels.setdefault(o, []).append(kernel.get(node, node))
     run_s = statistics.median(r["dur"] for r in kept) / 1e6 if kept else 0.0
-    return NodeProfile(p.name, len(kept), run_s, sum(med.values()), op_s, unowned, len(med))
+    return NodeProfile(p.name, len(kept), run_s, sum(med.values()), op_s, unowned, len(med),
+                       {o: tuple(ks) for o, ks in kernels.items()})
+
+
+def _node_kernels(events: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Node name -> ``OpType(node)@provider`` from a profile's kernel-time events."""
+    out: dict[str, str] = {}
+    for e in events:
+        name = str(e.get("name", ""))
+        if e.get("cat") != "Node" or not name.endswith("_kernel_time"):
+            continue
+        node = name[: -len("_kernel_time")]
+        args = e.get("args") or {}
+        op_type = str(args.get("op_name", "")) or "?"
+        provider = str(args.get("provider", ""))
+        out.setdefault(node, f"{op_type}({node})" + (f"@{provider}" if provider else ""))
+    return out
 
 
 def chain(models: Mapping[str, Any], partitions: Sequence[Partition],

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from placewise.runtime.telemetry import SoloRecord, Telemetry
+from placewise.validate.nodes import NodeTimes
 from placewise.validate.power import EnergyComparison
 
 __all__ = [
@@ -364,6 +365,7 @@ class ValidationReport:
     quality_check: QualityCheck | None = None
     plan_fingerprint: str | None = None  # placewise.export.plan_fingerprint of the plan run
     energy: EnergyComparison | None = None  # estimate beside measured (validate.power)
+    nodes: NodeTimes | None = None  # per-node times (validate --profile-nodes; validate.nodes)
 
     @property
     def latency_error(self) -> float | None:
@@ -425,4 +427,5 @@ class ValidationReport:
             "tags": dict(self.tags),
             "notes": list(self.notes),
             "energy": None if self.energy is None else self.energy.to_json(),
+            "nodes": None if self.nodes is None else self.nodes.to_json(),
         }

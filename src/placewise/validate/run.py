@@ -140,7 +140,8 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
                   solo_repeats: int = 7, warmup: int = 10, timeout_s: float = 120.0,
                   seed: int = 0, keep_telemetry: bool = True,
                   shapes: Mapping[str, Sequence[int]] | None = None,
-                  inputs: str | os.PathLike[str] | None = None) -> ValidationReport:
+                  inputs: str | os.PathLike[str] | None = None,
+                  profile_nodes: bool = False) -> ValidationReport:
     """Run ``plan`` on this machine and compare it with its prediction (``placewise.validate``).
 
     ``plan``: a ``Plan`` or a plan file; ``source``: the model (default: the plan's
@@ -154,7 +155,8 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
     ``requests``); quality is then checked against the plan's precision budget
     (``ValidationReport.quality_check``). Raises ``ExecutionError`` when the run fails
     (naming the device and op), ``InputError`` for an inputs file that does not match the
-    model.
+    model. ``profile_nodes``: after the timed runs, profile each partition's nodes with
+    onnxruntime's profiler (``placewise.validate.nodes``; ``ValidationReport.nodes``).
     """
     from placewise.export import plan_fingerprint
     from placewise.plan import Plan as _Plan
@@ -239,6 +241,12 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
         baselines = plan_baselines(program, src, graph, reqs, reference,
                                    latency_p50_s=lat.p50_s, throughput_rps=rps, batch=batch,
                                    stream_s=stream_s)
+    nodes = None
+    if profile_nodes:
+        from placewise.validate.nodes import profile_nodes as _profile_nodes
+
+        report("profiling each partition's nodes (onnxruntime profiler)", 0.9)
+        nodes = _profile_nodes(program, src, reqs[0], machine)
     tags = dict(tel.tags)
     tags["requests"] = str(requests)
     tags["stream_requests"] = str(got.stream.requests)
@@ -255,7 +263,8 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
         tuple(notes), tel if keep_telemetry else None,
         quality_check=_quality_check(plan, quality, inputs_text),
         plan_fingerprint=plan_fingerprint(plan),
-        energy=energy_comparison(plan, machine, meter, runs=got.stream.requests, batch=batch))
+        energy=energy_comparison(plan, machine, meter, runs=got.stream.requests, batch=batch),
+        nodes=nodes)
 
 
 def _quality_check(plan: Plan, quality: Sequence[OutputQuality], inputs: str
