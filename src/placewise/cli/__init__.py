@@ -208,11 +208,18 @@ def _first_sentence(text: str) -> str:
 def _machine_json(m: Any) -> dict[str, Any]:
     data: dict[str, Any] = m.model_dump(mode="json")
     data["fingerprint"] = m.fingerprint()
+    no_power = [d.name for d in m.devices if d.power is None]
+    data["energy_available"] = not no_power
+    data["energy_reason"] = (f"no power figures for {', '.join(no_power)}: energy is not "
+                             f"available" if no_power else None)
+    data["power_modes"] = [f"{m.name.partition('@')[0]}@{x.name}"
+                           for x in (m.power.modes if m.power is not None else [])]
     return data
 
 
 @hw_app.command("show")
-def hw_show(hw: Annotated[str, typer.Argument(help="preset, YAML path, or 'local'")],
+def hw_show(hw: Annotated[str, typer.Argument(help="preset, YAML path, 'local', or NAME@MODE "
+                                                  "(a power mode: jetson-agx-orin@30W)")],
             as_json: JsonOpt = False) -> None:
     """Show a machine spec."""
     m = resolve_machine(hw)
@@ -241,6 +248,30 @@ def _render_machine(m: Any) -> None:
         out.print(_table("shared resources", ["resource", "kind", "bandwidth"], [
             [r.name, r.kind, f"{format_bytes(r.bandwidth_bytes_per_s)}/s"]
             for r in m.shared_resources]))
+    _render_power(m)
+
+
+def _render_power(m: Any) -> None:
+    """Power figures and modes (``hw show``), or why energy is not available."""
+    no_power = [d.name for d in m.devices if d.power is None]
+    if no_power:
+        out.print(f"power: no power figures for {', '.join(no_power)}: energy is not available")
+        return
+    rows = [[d.name, f"{d.power.active_w:.4g} W", f"{d.power.idle_w:.4g} W",
+             _first_sentence(d.power.source)] for d in m.devices]
+    p = m.power
+    if p is not None:
+        rows.append(["machine (max/idle)", f"{p.max_w:g} W", f"{p.idle_w:g} W",
+                     _first_sentence(p.max_source)])
+    out.print(_table("power", ["device", "active", "idle", "source"], rows, right=(1, 2)))
+    if p is not None and p.modes:
+        current = p.mode or p.default_mode
+        out.print(_table(f"power modes (this spec: {current}; pick one with "
+                         f"{m.name.partition('@')[0]}@MODE)",
+                         ["mode", "budget", "clocks (max, MHz; units online)"], [
+            [x.name + (f" ({', '.join(x.aliases)})" if x.aliases else ""), f"{x.budget_w:g} W",
+             ", ".join(f"{k} {v.clock_hz / 1e6:g}" + (f" x{v.units}" if v.units else "")
+                       for k, v in x.devices.items())] for x in p.modes], right=(1,)))
 
 
 @hw_app.command("probe")
