@@ -114,7 +114,8 @@ CONVENTION = {
 # ---- records -----------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class DevicePeak:
-    """A used device, the precision holding most of its FLOPs, and its peak there."""
+    """A used device, the precision holding most of its FLOPs, its peak there, and the
+    FLOPs it runs in that precision."""
 
     device: str
     dtype: str

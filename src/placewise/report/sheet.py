@@ -24,7 +24,8 @@ Columns (``SHEET_COLUMNS``):
   bound, else by bytes moved, equal among the region's non-view ops when that measure is 0
   (a single-op region: 1); ``predicted_s`` = ``region_predicted_s`` x ``share`` (an
   apportioning, not a separate prediction: the cost model prices regions);
-- ``measured_s``: the op's own measured time (per-node profiles; or the region's measured
+- ``measured_s``: the op's own measured time (per-node profiles: 0 for an op onnxruntime
+  fused into another node, whose time is in that node's owner; or the region's measured
   time when the region is this op alone and its partition holds only it);
   ``region_measured_s``: the region's measured time where known; ``partition_measured_s``:
   the measured median time of the whole partition over the isolated requests (validate);
@@ -231,6 +232,8 @@ def mapping_sheet(plan: Plan, validation: Mapping[str, Any] | None = None, *,
             kernel = prov.source_op or o.kind.value
             if o.name in kernels:
                 kernel += f" -> {kernels[o.name]}"
+            elif o.name in op_s:
+                kernel += " -> (no node of its own: fused into another node, or eliminated)"
             measured, source = None, ""
             if o.name in op_s:
                 measured, source = op_s[o.name], "node profile"
