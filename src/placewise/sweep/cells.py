@@ -234,10 +234,10 @@ def _energy(plan: Plan, machine: Machine) -> dict[str, Any]:
     return data
 
 
-def _utilization(plan: Plan) -> dict[str, Any]:
+def _utilization(plan: Plan, graph: Any, machine: Machine) -> dict[str, Any]:
     from placewise.utilization import plan_utilization
 
-    data: dict[str, Any] = plan_utilization(plan).to_json()
+    data: dict[str, Any] = plan_utilization(plan, graph=graph, machine=machine).to_json()
     return data
 
 
@@ -288,7 +288,7 @@ def run_cell(spec: CellSpec | Mapping[str, Any], machine: Machine | None = None
         "peak_bytes": peak, "capacity_bytes": cap,
         "headroom_bytes": {k: cap[k] - peak[k] for k in peak}})
     rec["energy"] = _energy(plan, m)
-    util = _utilization(plan)
+    util = _utilization(plan, done.outcome.problem.graph, m)
     rec.update({"utilization": util, "mfu": util.get("mfu"),
                 "memory_bound_fraction": util.get("memory_bound_fraction"),
                 "by_layer_type": list(util.get("by_layer_type") or [])})
