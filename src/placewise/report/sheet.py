@@ -65,8 +65,8 @@ if TYPE_CHECKING:
     from placewise.hardware.spec import Machine
     from placewise.plan import Plan
 
-__all__ = ["ASSUMPTION_KEYS", "SHEET_COLUMNS", "SheetRow", "mapping_sheet", "plan_partitions",
-           "sheet_summary", "write_sheet_csv"]
+__all__ = ["ASSUMPTION_KEYS", "SHEET_COLUMNS", "SheetRow", "mapping_sheet", "sheet_summary",
+           "vertex_partitions", "write_sheet_csv"]
 
 #: the task assumptions the ``assumption`` column shows, in this order (others are left out)
 ASSUMPTION_KEYS = ("model", "fit", "efficiency", "parallel_efficiency", "memory_fraction",
@@ -111,14 +111,13 @@ SHEET_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(SheetRow))
 
 
 # ---- partitions, providers, assumptions ----------------------------------------------------
-def plan_partitions(plan: Plan, graph: Graph, machine: Machine) -> dict[str, str]:
+def vertex_partitions(plan: Plan, graph: Graph, machine: Machine) -> dict[str, str]:
     """Vertex -> the name of its partition, by the executor's rule
-    (``runtime.program.program_from_plan``, without its local-device check: preset plans
-    have the partitions ``export`` writes)."""
-    from placewise.runtime.program import program_from_plan
+    (``runtime.program.plan_partitions``: what ``export`` writes and the executor runs,
+    named the same also for plans neither would run, such as a preset's bf16 vertices)."""
+    from placewise.runtime.program import plan_partitions
 
-    prog = program_from_plan(plan, graph, machine, local_only=False)
-    return {v: p.name for p in prog.partitions for v in p.tasks}
+    return {v: p.name for p in plan_partitions(plan, graph, machine) for v in p.tasks}
 
 
 def _provider(machine: Machine, device: str, dtype: Any) -> str:
@@ -213,7 +212,7 @@ def mapping_sheet(plan: Plan, validation: Mapping[str, Any] | None = None, *,
         vertex_s, _ = measured_vertex_s(plan, validation)
     part_s = _partition_s(validation)
     kernels = _node_kernels(validation)
-    parts = plan_partitions(plan, graph, machine)
+    parts = vertex_partitions(plan, graph, machine)
     rows: list[SheetRow] = []
     for t in plan.schedule.tasks:
         if t.kind is not TaskKind.COMPUTE or t.vertex is None:

@@ -43,6 +43,7 @@ __all__ = [
     "StepKind",
     "copy_key",
     "partitions_of",
+    "plan_partitions",
     "program_from_plan",
     "program_from_schedule",
 ]
@@ -213,6 +214,24 @@ def program_from_plan(plan: Any, graph: Graph, machine: Machine, *,
     ``local_only=False`` skips the check that every device is a local one (``cores`` and a
     ``backend``): the program of a preset plan, whose partitions ``placewise export``
     writes but nothing here runs."""
+    tasks, vertices = _plan_tasks(plan, graph)
+    return _build_program(graph, machine, plan.host, tasks, vertices, float(plan.makespan_s),
+                          granularity, local_only)
+
+
+def plan_partitions(plan: Any, graph: Graph, machine: Machine) -> list[Partition]:
+    """The partitions of a plan file (``partitions_of``, the rule ``program_from_plan``
+    uses), without building a program: for plans the executor would refuse (a vertex in
+    bf16 or fp16, a preset's devices), so that reports can name the units all the same."""
+    tasks, vertices = _plan_tasks(plan, graph)
+    used = {plan.host} | {t.device for t in tasks} | {t.dst_device for t in tasks
+                                                       if t.dst_device is not None}
+    cores = {d.name: tuple(d.cores or ()) for d in machine.devices if d.name in used}
+    return partitions_of(graph, tasks, vertices, cores)
+
+
+def _plan_tasks(plan: Any, graph: Graph) -> tuple[list[ExecTask], dict[str, ExecVertex]]:
+    """A plan file's tasks and compute vertices as the program's records."""
     from placewise.plan import parse_rep
 
     records = list(plan.schedule.tasks)
@@ -244,8 +263,7 @@ def program_from_plan(plan: Any, graph: Graph, machine: Machine, *,
                              place=f"regions.{t.name}") from None
         vertices[t.name] = ExecVertex(t.name, a.device, a.dtype, ops, tuple(reg.inputs),
                                       tuple(reg.outputs))
-    return _build_program(graph, machine, plan.host, tasks, vertices, float(plan.makespan_s),
-                          granularity, local_only)
+    return tasks, vertices
 
 
 def _build_program(g: Graph, m: Machine, host: str, tasks: list[ExecTask],
