@@ -46,7 +46,7 @@ def test_cells_carry_the_contract(golden_sweep: dict[str, Any]) -> None:
     assert doc["schema"] == "placewise-sweep/1"
     assert [c["batch"] for c in doc["cells"]] == [1, 4, 1, 4]
     for c in doc["cells"]:
-        assert CELL_KEYS <= set(c)
+        assert set(c) >= CELL_KEYS
         assert c["fits"] and c["reason"] is None
         assert c["lower_bound_s"] <= c["latency_s"]
         assert all(c["headroom_bytes"][k] == c["capacity_bytes"][k] - c["peak_bytes"][k]

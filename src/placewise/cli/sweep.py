@@ -138,12 +138,15 @@ def _render(doc: dict[str, Any], out_file: Path) -> None:
     neg = sum(r["negative"] for r in doc["regret"])
     worst = [(v, r["model"], r["platform"], r["batches"][i], r["batches"][j])
              for r in doc["regret"] for i, row in enumerate(r["regret"])
-             for j, v in enumerate(row) if v is not None]
-    if worst:
+             for j, v in enumerate(row) if v is not None and i != j]
+    if worst and max(worst)[0] > 0:
         v, m, p, b1, b2 = max(worst)
         out.print(f"regret: worst {100 * v:.1f}% ({m} on {p}: the batch-{b1} plan at batch "
                   f"{b2})" + (f"; {neg} negative entries (the search at b2 missed a better "
                               f"plan)" if neg else ""))
+    elif worst:
+        out.print("regret: 0 everywhere (the plan chosen at one batch is as good at every "
+                  "other" + (f"; {neg} negative entries" if neg else "") + ")")
     cells = doc["cells"]
     stopped = sum(1 for c in cells if c.get("wall_stopped"))
     peak = max((v for c in cells for v in c["peak_bytes"].values()), default=0)

@@ -155,7 +155,7 @@ class SweepConfig:
 
 def cell_specs(cfg: SweepConfig) -> list[CellSpec]:
     """The cells of ``cfg`` in the document's order (the batch varying fastest)."""
-    out = []
+    out: list[CellSpec] = []
     for model in cfg.models:
         for platform in cfg.platforms:
             for shape in cfg.shapes:
