@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import logging
 import os
 import platform
 import statistics
@@ -111,7 +112,7 @@ def suite_startup(args: argparse.Namespace) -> dict[str, Any]:
     for i in range(args.repeats):
         _log(f"startup: run {i + 1} of {args.repeats}")
         t0 = time.perf_counter()
-        ray.init(num_cpus=args.workers, include_dashboard=False, logging_level="ERROR",
+        ray.init(num_cpus=args.workers, include_dashboard=False, logging_level=logging.ERROR,
                  log_to_driver=False)
         t1 = time.perf_counter()
         ray.get(ray.remote(_noop).remote())

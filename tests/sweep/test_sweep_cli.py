@@ -43,6 +43,7 @@ def test_bad_input_exit_2(tmp_path: Path) -> None:
         (["--precision", "fp7"], "fp7"),
         (["--slo", "soon"], "--slo"),
         (["--time-limit", "0"], "--time-limit"),
+        (["--time-limit", "0.01"], "too short"),  # refused by the first cell's search
         (["--engine", "spark"], "--engine"),
         (["--ray-address", "auto"], "--ray-address"),
         (["--hw", "a100-pcie-server"], "given twice"),

@@ -94,10 +94,20 @@ def sweep(
                       seqs=_ints(seq, "--seq", "sequence length"), slo_s=slo_s,
                       time_limit_s=time_limit, strategy=strategy, seed=seed,
                       plans_dir=str(plans) if plans is not None else None, machines=machines)
+    made = plans is not None and not plans.exists()
+    before = set(plans.iterdir()) if plans is not None and plans.exists() else set()
     if plans is not None:
         plans.mkdir(parents=True, exist_ok=True)
-    with _progress(f"sweeping ({engine})") as cb:
-        doc = run_sweep(cfg, engine=engine, ray_address=ray_address, progress=cb)
+    try:
+        with _progress(f"sweeping ({engine})") as cb:
+            doc = run_sweep(cfg, engine=engine, ray_address=ray_address, progress=cb)
+    except BaseException:
+        if plans is not None:  # no partial output: the plans this run wrote go
+            for f in set(plans.iterdir()) - before:
+                f.unlink(missing_ok=True)
+            if made:
+                plans.rmdir()
+        raise
     atomic_write_json(out_file, doc)
     if csv_file is not None:
         atomic_write_text(csv_file, sweep_csv(doc))

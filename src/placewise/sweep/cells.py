@@ -246,12 +246,20 @@ def run_cell(spec: CellSpec | Mapping[str, Any], machine: Machine | None = None
     """Plan ``spec`` and return its record (module docstring); ``machine``: the platform
     already loaded. ``InputError`` propagates (bad input is the sweep's, not the cell's);
     a cell that cannot be planned (memory, unsupported, nowhere to run) records why."""
+    if not isinstance(spec, CellSpec):
+        spec = CellSpec.from_json(spec)
+    try:
+        return _run_cell(spec, machine)
+    except InputError as exc:  # name the cell: the sweep stops on it
+        raise InputError(f"{exc.problem} (cell {spec.model} on {spec.platform} at batch "
+                         f"{spec.batch})", file=exc.file, place=exc.place) from None
+
+
+def _run_cell(spec: CellSpec, machine: Machine | None) -> dict[str, Any]:
     from placewise.planning import build_problem, plan_model
     from placewise.precision.policy import parse_policy
     from placewise.search.api import CommandBudget, minimum_time_s
 
-    if not isinstance(spec, CellSpec):
-        spec = CellSpec.from_json(spec)
     t0 = time.perf_counter()
     m = machine if machine is not None else load_platform(spec.platform)
     rec: dict[str, Any] = {

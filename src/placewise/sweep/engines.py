@@ -16,6 +16,7 @@ dependency (``placewise[ray]``), imported only here and only when asked for.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -74,7 +75,7 @@ def run_ray(specs: Sequence[CellSpec], *, address: str | None = None,
     t0 = time.perf_counter()
     started = False
     if not ray.is_initialized():
-        kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": "ERROR",
+        kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.ERROR,
                                   "log_to_driver": False}
         if address:
             kwargs["address"] = address
