@@ -19,6 +19,11 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.3g}%"
 
 
+def _flop(x: float, per_s: str = "") -> str:
+    text = format_flops(x)
+    return text + ("FLOP" if text.endswith(" ") or text[-1].isalpha() else " FLOP") + per_s
+
+
 def _sec(x: float | None) -> str:
     return "-" if x is None else format_seconds(x)
 
@@ -75,8 +80,8 @@ def sheet(
               f"{len(summary['partitions'])} partition(s)")
     out.print(f"  MFU {_pct(util.mfu)} at the predicted latency {_sec(util.time_s)}, "
               f"{_pct(util.mfu_throughput)} at the pipeline period {_sec(util.period_s)}; "
-              f"{format_flops(util.flops)}FLOP over a peak of "
-              f"{format_flops(util.peak_flops_per_s)}FLOP/s "
+              f"{_flop(util.flops)} over a peak of "
+              f"{_flop(util.peak_flops_per_s, '/s')} "
               f"({', '.join(f'{p.device} {p.dtype}' for p in util.peaks)})")
     out.print(f"  memory-bound: {_pct(util.memory_bound_fraction)} of compute time "
               f"(memory term {_pct(util.memory_term_fraction)})")
@@ -88,7 +93,7 @@ def sheet(
     for r in util.by_layer_type:
         m = next((x for x in meas.by_layer_type if x.layer_type == r.layer_type), None) \
             if meas is not None else None
-        lt_rows.append([r.layer_type, r.ops, format_flops(r.flops) + "FLOP", _sec(r.time_s), _pct(r.mfu),
+        lt_rows.append([r.layer_type, r.ops, _flop(r.flops), _sec(r.time_s), _pct(r.mfu),
                         _pct(r.memory_bound_fraction),
                         _sec(m.time_s if m else None), _pct(m.mfu if m else None)])
     out.print(_table("by layer type (predicted; measured where known)",
