@@ -76,6 +76,7 @@ def _plan_sections(inp: ReportInputs, graph: Any, machine: Any,
     secs.append(Section("roofline", "Roofline", _figs(roof), notes=[] if roof else [
         "no compute task states its FLOPs and bytes (the cost model's assumptions)"]))
     util_sec = Section("utilization", "MFU and memory-bound fraction")
+    why = "the plan's model graph or machine could not be loaded"
     sheet_sec = Section("sheet", "Mapping sheet")
     try:
         from placewise.utilization import plan_graph, plan_machine, plan_utilization
@@ -88,13 +89,15 @@ def _plan_sections(inp: ReportInputs, graph: Any, machine: Any,
         util_sec.figures = _figs(rf.utilization_figure(u))
         util_sec.tables = [rf.utilization_table(u)]
     except (ImportError, PlacewiseError) as exc:
-        graph = None
+        if graph is None or machine is None:
+            why = f"{why}: {_one_line(exc)}"
+            graph = None
         util_sec.notes.append(f"not available: {_one_line(exc)}")
     try:
         from placewise.report.sheet import SHEET_COLUMNS, mapping_sheet
 
         if graph is None or machine is None:
-            raise PlacewiseError("the plan's model graph or machine could not be loaded")
+            raise PlacewiseError(why)
         rows = mapping_sheet(plan, inp.validation, graph=graph, machine=machine,
                              validation_file=inp.files.get("validation"))
         cols = tuple(c for c in SHEET_SHOWN if c in SHEET_COLUMNS)
