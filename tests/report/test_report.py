@@ -42,8 +42,8 @@ def test_sections_follow_the_inputs(reports: Reports) -> None:
     assert [a.split(":")[0] for a in plan_only["absent"][3:]] == [
         "MFU and memory-bound fraction", "Mapping sheet"]
     _, full = reports["full"]
-    assert full["sections"] == PLAN_SECTIONS + ["validation", "serve", "fit", "curves", "regret",
-                                                "energy", "sensitivity", "cells"]
+    assert full["sections"] == [*PLAN_SECTIONS, "validation", "serve", "fit", "curves",
+                                "regret", "energy", "sensitivity", "cells"]
     assert full["absent"] == []
     assert set(full["inputs"]) == {"plan", "validation", "serve", "sweep"}
     # gantt, memory, roofline, MFU; steps, terms; percentiles, batches; fit, curves, regret,
