@@ -24,7 +24,7 @@ def _cell(model: str, platform: str, batch: int) -> dict[str, Any]:
     peak = 1_000_000 * batch * (3 if model == HOSTILE else 1)
     cap = 2_500_000 if platform == "jetson-agx-orin" else 3_500_000
     fits = peak <= cap
-    energy = None
+    energy: dict[str, Any] | None = None
     if platform == "jetson-agx-orin":
         per = 0.05 * lat * 30 / batch
         energy = {"available": True, "reason": None, "mode": "MAXN", "batch": batch,
