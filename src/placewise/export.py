@@ -388,12 +388,13 @@ def export_plan(plan: Any, out_dir: str | os.PathLike[str], *, machine: Any = No
 
 def _plan_machine(plan: Any, machine: Any, file: str | None) -> Any:
     """The plan's machine, its fingerprint checked."""
+    from placewise.hardware.power import split_ref
     from placewise.hardware.spec import list_presets, load_machine
     from placewise.plan import check_fingerprints
 
     if machine is None:
         name = plan.machine.name
-        if name in list_presets():
+        if split_ref(name)[0] in list_presets():  # a preset, or a preset in a power mode
             machine = load_machine(name)
         elif name == "local":
             from placewise.hardware.probe import load_local

@@ -200,3 +200,14 @@ def test_hw_show_renders_power_and_modes() -> None:
     text = run("hw", "show", ORIN).stdout
     assert "power modes (this spec: MAXN" in text and "gpu 624.75 x4" in text
     assert "machine (max/idle)" in text
+
+
+def test_a_plan_made_in_a_power_mode_serves_and_exports_without_hw(tmp_path: Path) -> None:
+    plan = tmp_path / "p.json"
+    assert run("plan", "zoo:mlp", "--hw", f"{ORIN}@30W", "--out", str(plan)).returncode == 0
+    r = run("serve", str(plan), "--rate", "1000", "--requests", "500", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["completed"] == 500
+    r = run("export", str(plan), "--out", str(tmp_path / "parts"))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "parts" / "manifest.json").is_file()

@@ -61,6 +61,7 @@ def serve(
     """The plan as a loaded service: tails, queues, batches, utilisation; simulated, and
     with --real measured."""
     from placewise.cost.load import load_cost_model
+    from placewise.hardware.power import split_ref
     from placewise.hardware.spec import list_presets
     from placewise.plan import load_plan
     from placewise.serve.arrivals import load_trace
@@ -102,7 +103,7 @@ def serve(
         trace = Workload(t, cls if len(classes) > 1 else None,
                          shp if len(shapes_list) > 1 else None)
     plan = load_plan(plan_file)
-    preset = plan.machine.name in list_presets()
+    preset = split_ref(plan.machine.name)[0] in list_presets()  # a preset, maybe in a mode
     machine = resolve_machine(hw or (plan.machine.name if preset else "local"))
     if calibration is not None and not calibration.is_file():
         raise InputError("no such file", file=str(calibration))

@@ -55,12 +55,13 @@ def check_machine(plan: Plan, machine: Machine | None, file: str | None) -> Mach
     """The machine ``plan`` runs on: ``machine``, or this one (``load_local()``); a plan
     made for a preset, or whose machine fingerprint is not this machine's, is an
     ``InputError`` (``file``: the plan file, named in the message)."""
+    from placewise.hardware.power import split_ref
     from placewise.hardware.spec import list_presets
     from placewise.plan import check_fingerprints
 
     name = plan.machine.name
     if machine is None:
-        if name in list_presets():
+        if split_ref(name)[0] in list_presets():
             raise InputError(f"the plan was made for the preset machine {name!r}, which is not "
                              f"here: validate runs plans on this machine's devices (plan with "
                              f"--hw local)", file=file, place="machine")
