@@ -720,7 +720,7 @@ def demo(
     from placewise.explain import render_explain
     from placewise.graph.fuse import fuse
     from placewise.graph.summary import summarize
-    from placewise.io import atomic_write_json
+    from placewise.io import atomic_write_json, atomic_write_text
     from placewise.plan import build_plan, save_plan
     from placewise.runtime.opexec import load_source
     from placewise.schedule.placement import Problem
@@ -787,7 +787,21 @@ def demo(
     out.rule("8. the plan as a loaded service, simulated and for real")
     from placewise.cli.serve import demo_serve
 
-    demo_serve(local_plan, plan_file, cal_file, local)
+    served = demo_serve(local_plan, plan_file, cal_file, local)
+
+    out.rule("9. one report to look at: schedule, memory, roofline, MFU, measured vs predicted")
+    from placewise.report import build_report, load_inputs
+
+    val_file, serve_file = folder / "validation.json", folder / "serve.json"
+    atomic_write_json(val_file, report.to_json())
+    atomic_write_json(serve_file, served)
+    report_file = folder / "report.html"
+    out.print(f"$ placewise report {plan_file} {val_file} {serve_file} --out {report_file}")
+    html = build_report(load_inputs([plan_file, val_file, serve_file]), graph=graph,
+                        machine=local)
+    atomic_write_text(report_file, html)
+    out.print(f"wrote {report_file} ({format_bytes(len(html.encode()))}): open it in any "
+              f"browser, offline (file://{report_file.resolve()})")
     out.rule("done")
     out.print(f"artifacts in {folder}")
 

@@ -228,9 +228,11 @@ def _render_serve(r: dict[str, Any], real: bool) -> None:
         out.print(f"note: {note}")
 
 
-def demo_serve(plan: Any, plan_file: Path, cal_file: Path, machine: Any) -> None:
-    """Serve the demo's local plan at half its predicted capacity, simulated and real."""
+def demo_serve(plan: Any, plan_file: Path, cal_file: Path, machine: Any) -> dict[str, Any]:
+    """Serve the demo's local plan at half its predicted capacity, simulated and real; the
+    result as ``serve --real --json`` prints it."""
     from placewise.cost.load import load_cost_model
+    from placewise.export import plan_fingerprint
     from placewise.serve.policies import parse_batching
     from placewise.serve.real import serve_real
     from placewise.serve.report import summarize
@@ -250,8 +252,12 @@ def demo_serve(plan: Any, plan_file: Path, cal_file: Path, machine: Any) -> None
         got = serve_real(plan, _workload_of(setup), batcher, in_flight=setup.in_flight,
                          machine=machine, limit_s=60, progress=cb)
     real = summarize(got.result)
-    _render_serve({"plan": str(plan_file), "machine": machine.name,
+    result: dict[str, Any] = {
+        "plan": str(plan_file), "plan_fingerprint": plan_fingerprint(plan),
+        "machine": machine.name,
                    "batching": batcher.describe(), "admission": "unbounded", "replicas": 1,
                    "router": "round-robin", "window": setup.in_flight, "per_batch": "same",
                    "service": [service.describe(plan.batch)], "simulated": sim,
-                   "measured": real, **real}, True)
+                   "measured": real, **real}
+    _render_serve(result, True)
+    return result
