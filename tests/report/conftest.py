@@ -103,10 +103,16 @@ def reports(xdg: Path, local_files: dict[str, Path], hostile_plan: Path,
             tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict[str, Any]]]:
     """name -> (report file, the --json answer of placewise report)."""
     folder = tmp_path_factory.mktemp("reports")
+    # a real sweep (not the fixture): zoo:mlp on two presets, a batch past the regret diagonal
+    real_sweep = folder / "real-sweep.json"
+    r = cli(xdg, "sweep", "--model", "zoo:mlp", "--hw", "jetson-agx-orin", "--hw",
+            "a100-pcie-server", "--batch", "1,8", "--slo", "1ms", "--out", str(real_sweep))
+    assert r.returncode == 0, r.stderr
     out: dict[str, tuple[Path, dict[str, Any]]] = {}
     for name, inputs in (("plan-only", [hostile_plan]),
                          ("full", [local_files[k] for k in ("plan", "validation", "serve",
-                                                            "sweep")])):
+                                                            "sweep")]),
+                         ("real-sweep", [real_sweep])):
         path = folder / f"{name}.html"
         r = cli(xdg, "report", *map(str, inputs), "--out", str(path), "--json")
         assert r.returncode == 0, r.stderr

@@ -49,6 +49,11 @@ def test_sections_follow_the_inputs(reports: Reports) -> None:
     # gantt, memory, roofline, MFU; steps, terms; percentiles, batches; fit, curves, regret,
     # energy, sensitivity
     assert full["figures"] == 13
+    # a sweep file written by placewise sweep itself draws every sweep figure
+    _, real = reports["real-sweep"]
+    assert real["sections"] == ["fit", "curves", "regret", "energy", "sensitivity", "cells"]
+    assert set(real["inputs"]) == {"sweep"}
+    assert real["figures"] >= 5
 
 
 def test_the_page_declares_its_figures_and_says_what_is_absent(reports: Reports) -> None:
