@@ -171,6 +171,45 @@ def test_int8_matmul_and_gemm_match_the_runtime_partition(onnx_src: ModelSource,
     _int8_against_runtime(onnx_src, onnx_emu, _op(onnx_src.graph, output))
 
 
+@pytest.mark.parametrize("output", ["m", "gm"])
+def test_7bit_weights_where_the_integer_gemm_saturates(onnx_src: ModelSource,
+                                                       monkeypatch: pytest.MonkeyPatch,
+                                                       output: str) -> None:
+    """Where ``int8_weights_reduced()`` (x86 without VNNI: the uint8 x int8 kernel adds
+    product pairs in saturating int16), the runtime quantizes weights at 7 bits and the
+    emulator models the same: they still agree, and the weights fit 7 bits."""
+    import placewise.runtime.compile as compile_mod
+
+    monkeypatch.setattr(compile_mod, "int8_weights_reduced", lambda: True)
+    g = onnx_src.graph
+    assert g is not None
+    _int8_against_runtime(onnx_src, Emulator(onnx_src, g), _op(g, output))
+    q = quantize_dynamic_model(onnx_src.onnx_model, "the test model")
+    w8 = [numpy_helper.to_array(t) for t in q.graph.initializer
+          if t.data_type == TensorProto.INT8 and t.dims]
+    assert w8 and max(int(np.abs(w.astype(np.int32)).max()) for w in w8) <= 64
+
+
+def test_the_integer_gemm_is_exact_unless_weights_are_reduced() -> None:
+    """``int8_weights_reduced()`` is False only where onnxruntime's MatMulInteger adds
+    full-range uint8 x int8 operands exactly; where it is True, 7-bit weights are exact."""
+    from placewise.runtime.compile import int8_weights_reduced
+
+    lo = -64 if int8_weights_reduced() else -128
+    rng = np.random.default_rng(3)
+    a = rng.integers(0, 256, (8, 256), dtype=np.uint8)
+    b = rng.integers(lo, -lo, (256, 24)).astype(np.int8)
+    graph = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["A", "B"], ["Y"])], "exact",
+        [helper.make_tensor_value_info("A", TensorProto.UINT8, [8, 256]),
+         helper.make_tensor_value_info("B", TensorProto.INT8, [256, 24])],
+        [helper.make_tensor_value_info("Y", TensorProto.INT32, [8, 24])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = sess.run(None, {"A": a, "B": b})[0]
+    np.testing.assert_array_equal(got, a.astype(np.int32) @ b.astype(np.int32))
+
+
 def test_fp16_rounds_inputs_and_outputs_only(onnx_src: ModelSource, onnx_emu: Emulator) -> None:
     g = onnx_src.graph
     assert g is not None

@@ -483,6 +483,8 @@ def _run_device(dev: Device, payload: dict[str, Any], timeout_s: float,
 
 
 def _tags(machine: Machine, devices: Sequence[Device]) -> dict[str, str]:
+    from placewise.runtime.compile import int8_weights_reduced
+
     def version(dist: str) -> str:
         try:
             return metadata.version(dist)
@@ -501,7 +503,9 @@ def _tags(machine: Machine, devices: Sequence[Device]) -> dict[str, str]:
         "cores": ";".join(f"{d.name}={','.join(map(str, d.cores or []))}" for d in devices),
         "date": _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
         "int8_method": "onnxruntime quantize_dynamic (int8 weights, dynamic uint8 "
-                       "activations, MatMulInteger/ConvInteger)",
+                       "activations, MatMulInteger/ConvInteger)"
+                       + (", 7-bit weights (reduce_range: this CPU's integer GEMM "
+                          "saturates at 8)" if int8_weights_reduced() else ""),
     }
 
 

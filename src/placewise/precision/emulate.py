@@ -14,7 +14,8 @@ The schemes (``SCHEMES``, ``scheme(dtype)``; the plan file records them):
   quantized: ``runtime.opexec.quantize_int8`` symmetric per tensor, then dequantized;
   ``rewrite.chain`` tag ``s8``); inside, the int8 partition (``runtime.compile.
   quantize_dynamic_model``: onnxruntime dynamic quantization of MatMul / Gemm / Conv,
-  ``MatMulConstBOnly``): the weight (an initializer) int8 symmetric per tensor, quantized by
+  ``MatMulConstBOnly``): the weight (an initializer) int8 symmetric per tensor (7-bit where
+  ``runtime.compile.int8_weights_reduced``), quantized by
   onnxruntime.quantization's own ``quantize_data`` and dequantized here; the activation
   quantized per call to uint8 (asymmetric, per tensor) by a ``DynamicQuantizeLinear ->
   DequantizeLinear`` pair in front of the node. A MatMul whose B is not an initializer, or
@@ -98,7 +99,8 @@ __all__ = ["CACHE_MAX_BYTES", "SCHEMES", "Emulator", "scheme"]
 SCHEMES: Mapping[DType, str] = MappingProxyType({
     DType.INT8: ("linear/matmul/gemm/conv as the runtime runs an int8 vertex: float inputs "
                  "and outputs held in int8 (symmetric per tensor), onnxruntime dynamic "
-                 "quantization inside (weights int8 symmetric per tensor, activations uint8 "
+                 "quantization inside (weights int8 symmetric per tensor, 7-bit where the "
+                 "CPU's integer GEMM saturates at 8, activations uint8 "
                  "asymmetric per tensor per call, int32 accumulate), emulated by "
                  "quantize->dequantize; other float ops: float activations in and out "
                  "quantize->dequantized uint8 per tensor per call, parameters kept float"),

@@ -17,12 +17,17 @@ initializers it uses, the source's opset and shape information, checked with
 int8 partitions are the fp32 partition quantized by ``onnxruntime.quantization``'s dynamic
 quantization (int8 weights, activations quantized per call) of its MatMul / Gemm / Conv
 nodes only (``QUANTIZED_OP_TYPES``); its float inputs and outputs
-stay fp32, and the plan's conversion tasks at its boundary run beside it.
+stay fp32, and the plan's conversion tasks at its boundary run beside it. Where this
+machine's onnxruntime integer GEMM saturates (``int8_weights_reduced``: x86 CPUs without
+VNNI, whose uint8 x int8 kernel sums pairs of products into int16), the weights are
+quantized to 7 bits (onnxruntime's ``reduce_range``), the remedy onnxruntime documents:
+the products then cannot overflow and the kernel is exact.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -35,7 +40,8 @@ from placewise.runtime.program import Partition
 from placewise.units import DType
 
 __all__ = ["ONNX_OPSET", "QUANTIZED_OP_TYPES", "compile_partition", "compile_partitions",
-           "quantize_dynamic_model", "save_partitions", "write_partitions"]
+           "int8_weights_reduced", "quantize_dynamic_model", "save_partitions",
+           "write_partitions"]
 
 #: the opset torch sources are exported at (ONNX sources keep their own)
 ONNX_OPSET = 18
@@ -117,11 +123,45 @@ def _check_boundary(model: Any, p: Partition) -> None:
 QUANTIZED_OP_TYPES = ("MatMul", "Gemm", "Conv")
 
 
-def quantize_dynamic_model(model: Any, what: str) -> Any:
+@functools.lru_cache(maxsize=1)
+def int8_weights_reduced() -> bool:
+    """Whether int8 weights are quantized to 7 bits (``reduce_range``) on this machine:
+    True where onnxruntime's ``MatMulInteger`` (uint8 x int8 -> int32) is not exact on
+    worst-case operands (all 255 times all 127 or -128). Such kernels (x86 without
+    AVX-VNNI / AVX512-VNNI / AMX) add pairs of uint8 x int8 products in saturating int16
+    (``vpmaddubsw``), and a dynamically quantized activation spans all of 0..255; with 7-bit
+    weights the pair sums fit. Measured once per process, on two shapes (a row, a block)."""
+    import numpy as np
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["A", "B"], ["Y"])], "int8_exactness",
+        [helper.make_tensor_value_info("A", TensorProto.UINT8, ["m", 64]),
+         helper.make_tensor_value_info("B", TensorProto.INT8, [64, 32])],
+        [helper.make_tensor_value_info("Y", TensorProto.INT32, ["m", 32])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.log_severity_level = 3
+    sess = ort.InferenceSession(model.SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"])
+    b = np.where(np.arange(64 * 32).reshape(64, 32) % 2, 127, -128).astype(np.int8)
+    for m in (1, 16):
+        a = np.full((m, 64), 255, np.uint8)
+        got = sess.run(None, {"A": a, "B": b})[0]
+        if not np.array_equal(got, a.astype(np.int32) @ b.astype(np.int32)):
+            return True
+    return False
+
+
+def quantize_dynamic_model(model: Any, what: str, *,
+                           op_types: Sequence[str] | None = QUANTIZED_OP_TYPES) -> Any:
     """``model`` with onnxruntime dynamic quantization (int8 weights, uint8 activations
-    quantized per call: ``MatMulInteger`` / ``ConvInteger`` kernels) of its contraction
-    nodes only (``QUANTIZED_OP_TYPES``; a MatMul whose B is not an initializer stays float,
-    onnxruntime's ``MatMulConstBOnly`` default)."""
+    quantized per call: ``MatMulInteger`` / ``ConvInteger`` kernels) of its ``op_types``
+    nodes (``QUANTIZED_OP_TYPES`` by default; None: onnxruntime's own default set; a MatMul
+    whose B is not an initializer stays float, onnxruntime's ``MatMulConstBOnly`` default),
+    its weights at 7 bits where ``int8_weights_reduced()``."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -131,7 +171,8 @@ def quantize_dynamic_model(model: Any, what: str) -> Any:
         onnx.save(model, src)
         try:
             quantize_dynamic(src, dst, weight_type=QuantType.QInt8,
-                             op_types_to_quantize=list(QUANTIZED_OP_TYPES))
+                             op_types_to_quantize=None if op_types is None else list(op_types),
+                             reduce_range=int8_weights_reduced())
         except Exception as exc:
             raise UnsupportedError(f"onnxruntime could not quantize {what}: "
                                    f"{type(exc).__name__}: {exc}") from None

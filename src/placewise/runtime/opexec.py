@@ -41,7 +41,6 @@ import contextlib
 import math
 import operator
 import os
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -297,18 +296,13 @@ def _ort_session(model: Any, threads: int) -> Any:
 
 
 def _quantize_onnx(model: Any, what: str) -> Any:
-    """onnxruntime dynamic quantization of a one-op model; ``UnsupportedError`` if nothing
-    was quantized."""
-    import onnx
-    from onnxruntime.quantization import quantize_dynamic
+    """onnxruntime dynamic quantization of a one-op model (its default op types; the
+    weights as ``runtime.compile.quantize_dynamic_model`` quantizes them);
+    ``UnsupportedError`` if nothing was quantized."""
+    from placewise.runtime.compile import quantize_dynamic_model
 
-    with tempfile.TemporaryDirectory(prefix="placewise-q-") as tmp:
-        src = os.path.join(tmp, "op.onnx")
-        dst = os.path.join(tmp, "op.int8.onnx")
-        onnx.save(model, src)
-        with _quiet():
-            quantize_dynamic(src, dst)
-        q = onnx.load(dst)
+    with _quiet():
+        q = quantize_dynamic_model(model, what, op_types=None)
     if not any(n.op_type in _QUANT_OPS for n in q.graph.node):
         raise UnsupportedError(f"{what} has no int8 kernel: onnxruntime dynamic quantization "
                                f"leaves it in float")
