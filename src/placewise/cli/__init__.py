@@ -895,6 +895,9 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+from placewise.cli import loop as _loop  # noqa: E402, F401
+from placewise.cli import promote as _promote  # noqa: E402, F401
+from placewise.cli import recalibrate as _recalibrate  # noqa: E402, F401
 from placewise.cli import report as _report  # noqa: E402, F401
 from placewise.cli import serve as _serve  # noqa: E402, F401  (registers the command)
 from placewise.cli import sheet as _sheet  # noqa: E402, F401

@@ -1,0 +1,5 @@
+"""``placewise promote``: the command line of ``placewise.adapt`` (issue 16)."""
+
+from __future__ import annotations
+
+__all__: list[str] = []
