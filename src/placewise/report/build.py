@@ -7,7 +7,8 @@ memory over time, the roofline, MFU and memory-bound fraction by layer type
 (``placewise.report.sheet``). With a validation: predicted against measured, by step and by
 term. With a serve result: latency percentiles and batch sizes. With a sweep: the fit
 matrix, latency-throughput curves, regret matrices, energy, working-set sensitivity and the
-cells.
+cells. With a closed-loop file: the adaptation gain, prediction error before and after
+recalibration, drift, padding, actions and tags per phase (``placewise.report.loop_figures``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from placewise.errors import PlacewiseError
+from placewise.report import loop_figures as lf
 from placewise.report import plan_figures as pf
 from placewise.report import plan_tables as pt
 from placewise.report import result_figures as rf
@@ -165,6 +167,8 @@ def report_sections(inp: ReportInputs, *, graph: Any = None, machine: Any = None
         sections.append(_serve_section(inp.serve))
     if inp.sweep is not None:
         sections += _sweep_sections(inp.sweep)
+    if inp.loop is not None:
+        sections += lf.loop_sections(inp.loop)
     if inp.plan is not None:
         p = inp.plan
         title = f"placewise report: {p.model} on {p.machine.name}"

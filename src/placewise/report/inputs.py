@@ -1,6 +1,7 @@
 """The report's inputs, recognised by content: a plan file, the JSON of ``placewise validate
 PLAN --json``, of ``placewise serve PLAN --json`` (simulated, or with ``--real``) and a sweep
-file (schema ``placewise-sweep/1``, see ``placewise.sweep``).
+file (schema ``placewise-sweep/1``, see ``placewise.sweep``) and a closed-loop file
+(``"format": "placewise-loop"``, ``placewise.adapt.loop``).
 
 ``load_inputs(paths)`` reads each file once and decides what it is from its keys, never from
 its name. A file that is none of these, a second file of a kind, and a validation or serve
@@ -15,7 +16,7 @@ result made of another plan than the one given (``placewise.export.plan_fingerpr
 >>> load_inputs([p])
 Traceback (most recent call last):
 ...
-placewise.errors.InputError: ...x.json: is not a plan, a validation (validate --json), a serve result (serve --json) or a sweep (placewise-sweep/1): its keys are hello
+placewise.errors.InputError: ...x.json: is not a plan, a validation (validate --json), a serve result (serve --json), a sweep (placewise-sweep/1) or a loop file (placewise-loop): its keys are hello
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ from typing import Any
 from placewise.errors import InputError
 from placewise.io import MAX_JSON_BYTES, parse_json, read_file_bytes
 
-__all__ = ["KINDS", "SWEEP_SCHEMA", "ReportInputs", "classify", "load_inputs"]
+__all__ = ["KINDS", "LOOP_FORMAT", "SWEEP_SCHEMA", "ReportInputs", "classify", "load_inputs"]
 
 SWEEP_SCHEMA = "placewise-sweep/1"
-KINDS = ("plan", "validation", "serve", "sweep")
+LOOP_FORMAT = "placewise-loop"
+KINDS = ("plan", "validation", "serve", "sweep", "loop")
 
 _PLAN_KEYS = {"schema_version", "fingerprints", "schedule", "placement", "memory"}
 _VALIDATION_KEYS = {"plan", "predicted", "measured", "attribution"}
@@ -47,6 +49,7 @@ class ReportInputs:
     validation: Mapping[str, Any] | None = None
     serve: Mapping[str, Any] | None = None
     sweep: Mapping[str, Any] | None = None
+    loop: Mapping[str, Any] | None = None
     files: dict[str, str] = field(default_factory=dict)
 
     def present(self) -> list[str]:
@@ -68,6 +71,8 @@ def classify(data: Any) -> str | None:
     keys = set(data)
     if data.get("schema") == SWEEP_SCHEMA:
         return "sweep"
+    if data.get("format") == LOOP_FORMAT:
+        return "loop"
     if keys >= _PLAN_KEYS:
         return "plan"
     if keys >= _VALIDATION_KEYS and isinstance(data.get("plan"), dict):
@@ -96,14 +101,29 @@ def _load_one(path: str) -> tuple[str, Any]:
             raise InputError(f"sweep schema {data['schema']!r} is not {SWEEP_SCHEMA!r}, the one "
                              f"this report reads", file=path, place="schema")
         raise InputError("is not a plan, a validation (validate --json), a serve result "
-                         f"(serve --json) or a sweep ({SWEEP_SCHEMA}): {_what_keys(data)}",
+                         f"(serve --json), a sweep ({SWEEP_SCHEMA}) or a loop file "
+                         f"({LOOP_FORMAT}): {_what_keys(data)}",
                          file=path)
     if kind == "plan":
         del data
         return kind, plan_from_json(raw, file=path)
     if kind == "sweep":
         _check_sweep(data, path)
+    if kind == "loop":
+        _check_loop(data, path)
     return kind, data
+
+
+def _check_loop(data: Mapping[str, Any], path: str) -> None:
+    if data.get("version") != 1:
+        raise InputError(f"loop file version {data.get('version')!r} is not 1, the one this "
+                         f"report reads", file=path, place="version")
+    windows = data.get("windows")
+    if not isinstance(windows, list) or not all(isinstance(w, dict) for w in windows):
+        raise InputError("a loop file's windows must be a list of objects", file=path,
+                         place="windows")
+    if "phases" in data and not isinstance(data["phases"], list):
+        raise InputError("a loop file's phases must be a list", file=path, place="phases")
 
 
 def _check_sweep(data: Mapping[str, Any], path: str) -> None:
