@@ -61,7 +61,8 @@ if TYPE_CHECKING:
     from placewise.runtime.opexec import ModelSource
     from placewise.runtime.telemetry import Telemetry
 
-__all__ = ["SERVE", "SERVE_WARMUP", "Lateness", "RealServe", "serve_real"]
+__all__ = ["SERVE", "SERVE_WARMUP", "Call", "Lane", "Lateness", "OpenLoop", "RealServe", "busy_s",
+           "serve_real"]
 
 #: telemetry phase of the timed run, and of its warm-up
 SERVE = "serve"
@@ -104,12 +105,6 @@ class RealServe:
     notes: tuple[str, ...]
     late_s: Lateness
     telemetry: Telemetry | None = None
-
-
-@dataclass(slots=True)
-class _Batch:
-    ids: list[int]
-    dispatch_s: float
 
 
 def serve_real(plan: Plan | str | os.PathLike[str], workload: Workload | np.ndarray,
@@ -175,14 +170,15 @@ def serve_real(plan: Plan | str | os.PathLike[str], workload: Workload | np.ndar
             report(f"warming up ({warmup} batches)", 0.1)
             ex.run([pool[i % len(pool)] for i in range(warmup)], phase=SERVE_WARMUP)
         report(f"serving {n} requests (at most {limit_s:g} s)", 0.15)
-        run = _OpenLoop(ex, pool, times, classes, RequestQueue(batcher, admission, priorities),
-                        len(priorities), in_flight, batch, limit_s, report, progress_s)
+        run = OpenLoop([Lane(ex, pool, batch)], times, classes,
+                       RequestQueue(batcher, admission, priorities), len(priorities),
+                       in_flight, limit_s, report, progress_s)
         run.loop()
         run.drain()
         tel = ex.telemetry()
     report("done", 1.0)
     devices = tuple(d.name for d in program.devices)
-    result = run.result(devices, _busy(tel, devices, run.t0_ns, run.span_s))
+    result = run.result(devices, busy_s(tel, devices, run.t0_ns, run.span_s))
     tags = dict(tel.tags)
     tags.update({"phase": SERVE, "batching": batcher.describe(), "admission": admission.text(),
                  "in_flight": str(in_flight), "plan_batch": str(batch),
@@ -212,48 +208,132 @@ def _check_args(wl: Workload, classes: np.ndarray, priorities: Sequence[int], in
                          "workload has several", place="arrivals")
 
 
-class _OpenLoop:
-    """The timed run's state and loop (module docstring)."""
+@dataclass(slots=True)
+class Lane:
+    """One executor the open loop dispatches to (a plan, or one bucket of a plan set): the
+    started executor, the inputs it cycles (one executor request each, at the lane's own
+    shape), the rows (``batch``) and sequence positions (``seq``; ``None``: no sequence
+    axis) one executor request holds, and a name. ``sent`` counts its executor requests
+    (which input of the pool the next one takes)."""
 
-    def __init__(self, ex: Executor, pool: Sequence[Sequence[Any]], times: np.ndarray,
-                 classes: np.ndarray, queue: RequestQueue, n_classes: int,
-                 in_flight: int, batch: int,
-                 limit_s: float, report: Progress, progress_s: float) -> None:
-        self.ex = ex
-        self.pool = pool
+    ex: Executor
+    pool: Sequence[Sequence[Any]]
+    batch: int
+    seq: int | None = None
+    name: str = ""
+    sent: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One executor request of the timed run, done: its lane, the requests it carried, the
+    rows they filled (``rows``) of the lane's ``batch`` and the elements (rows x sequence
+    positions) they filled (``used``) of the lane's (``size``); when it was submitted
+    (``dispatch_s``, on the run's clock) and how long the executor took
+    (``service_s``: submit to outputs)."""
+
+    lane: int
+    ids: tuple[int, ...]
+    rows: int
+    used: int
+    size: int
+    dispatch_s: float
+    service_s: float
+
+    @property
+    def padded_fraction(self) -> float:
+        """The share of the executor request that was padding."""
+        return 1.0 - self.used / self.size if self.size else 0.0
+
+
+@dataclass(slots=True)
+class _Batch:
+    lane: int
+    ids: list[int]
+    dispatch_s: float
+    submit_ns: int
+
+
+class OpenLoop:
+    """The timed run's state and loop (module docstring), over one or more ``lanes``.
+
+    Every request goes through one ``queue`` (admission, priorities, the batcher) and,
+    when taken, to its lane (``lane_of``; default: lane 0) as one executor request of
+    that lane's shape. ``rows`` (default 1 each) and ``seqs`` (default: the lane's) are
+    what each request fills of it; the rest is padding (``padded``: rows that ran empty;
+    ``calls``: every executor request done, with its padded share). ``in_flight`` bounds
+    the executor requests of all lanes together. With several lanes, or requests of more
+    than one row, the batcher must send one request at a time (requests of different
+    shapes are never merged)."""
+
+    def __init__(self, lanes: Sequence[Lane], times: np.ndarray, classes: np.ndarray,
+                 queue: RequestQueue, n_classes: int, in_flight: int, limit_s: float,
+                 report: Progress, progress_s: float, *, lane_of: np.ndarray | None = None,
+                 rows: np.ndarray | None = None, seqs: np.ndarray | None = None,
+                 phase: str = SERVE) -> None:
+        n = len(times)
+        self.lanes = list(lanes)
         self.times = times
         self.times_l: list[float] = times.tolist()
         self.classes = classes
         self.classes_l: list[int] = classes.tolist()
+        self.lane_of = np.zeros(n, np.int64) if lane_of is None else np.asarray(lane_of)
+        self.rows = np.ones(n, np.int64) if rows is None else np.asarray(rows, np.int64)
+        self.seqs = seqs
+        self._check(queue)
+        self.lane_l: list[int] = self.lane_of.tolist()
+        self.rows_l: list[int] = self.rows.tolist()
         self.q = queue
         self.n_classes = n_classes
         self.in_flight = in_flight
-        self.batch = batch
         self.limit_s = limit_s
         self.report = report
         self.progress_s = max(0.0, progress_s)
-        n = len(times)
+        self.phase = phase
         self.state = np.full(n, _WAITING, dtype=np.int8)
         self.latency = np.full(n, math.nan)
         self.wait = np.full(n, math.nan)
         self.late = np.full(n, math.nan)
         self.sizes: list[int] = []
         self.padded = 0
+        self.calls: list[Call] = []
         self.nxt = 0  # the next arrival not yet offered to the queue
-        self.batches: dict[int, _Batch] = {}  # executor request -> its batch
-        self.sent = 0  # batches submitted (which input of the pool the next one takes)
+        self.batches: dict[tuple[int, int], _Batch] = {}  # (lane, executor request) -> batch
         self.end_s = times[0] if n else 0.0  # the last completion so far
         self.hit_limit = False
         self.t0_ns = 0
+
+    def _check(self, queue: RequestQueue) -> None:
+        n = len(self.times)
+        if len(self.lane_of) != n or len(self.rows) != n or (
+                self.seqs is not None and len(self.seqs) != n):
+            raise InputError("one lane, row count and sequence length per request",
+                             place="arrivals")
+        if n and (int(self.lane_of.min()) < 0 or int(self.lane_of.max()) >= len(self.lanes)):
+            raise InputError("a request's lane is not one of the lanes", place="arrivals")
+        cap = np.array([ln.batch for ln in self.lanes])[self.lane_of]
+        if n and bool((self.rows > cap).any()):
+            i = int(np.flatnonzero(self.rows > cap)[0])
+            raise InputError(f"request {i} carries {int(self.rows[i])} rows, its lane runs "
+                             f"{int(cap[i])}", place="arrivals")
+        if (len(self.lanes) > 1 or bool((self.rows > 1).any())) and max_batch(
+                queue.batcher) > 1:
+            raise InputError(f"{queue.batcher.describe()} merges requests; requests of "
+                             f"their own shapes are sent one at a time (--batching none)",
+                             place="--batching")
 
     def clock(self) -> float:
         """Seconds on the run's clock."""
         return (time.monotonic_ns() - self.t0_ns) / 1e9
 
+    def outstanding(self) -> int:
+        """Executor requests in flight, all lanes together."""
+        return sum(ln.ex.outstanding for ln in self.lanes)
+
     def loop(self) -> None:
         n = len(self.times_l)
-        ex, q, times = self.ex, self.q, self.times_l
-        done: list[Completion] = []
+        q, times = self.q, self.times_l
+        done: list[tuple[int, Completion]] = []
         self.t0_ns = time.monotonic_ns()
         next_report = self.progress_s
         while True:
@@ -273,17 +353,30 @@ class _OpenLoop:
                 self._reject(q.offer(i, times[i], self.classes_l[i]))
                 self.nxt += 1
             free = self._dispatch(now)
-            if self.nxt >= n and not ex.outstanding and (
+            if self.nxt >= n and not self.outstanding() and (
                     not len(q) or q.next_time(self.clock()) == math.inf):
                 break  # every arrival handled (what stays queued is in flight)
             event = min(times[self.nxt] if self.nxt < n else math.inf,
                         q.next_time(now) if free else math.inf, self.limit_s, next_report)
-            done = ex.poll(max(0.0, event - self.clock()))
+            done = self._poll(max(0.0, event - self.clock()))
+
+    def _poll(self, timeout_s: float) -> list[tuple[int, Completion]]:
+        """Completions of every lane, waiting up to ``timeout_s`` for one."""
+        if len(self.lanes) == 1:
+            return [(0, c) for c in self.lanes[0].ex.poll(timeout_s)]
+        busy = [k for k, ln in enumerate(self.lanes) if ln.ex.outstanding]
+        if not busy:
+            time.sleep(timeout_s)
+            return []
+        got = [(k, c) for k in busy[1:] for c in self.lanes[k].ex.poll(0.0)]
+        wait = 0.0 if got else (timeout_s if len(busy) == 1 else min(timeout_s, 2e-4))
+        return got + [(busy[0], c) for c in self.lanes[busy[0]].ex.poll(wait)]
 
     def _dispatch(self, now: float) -> bool:
         """Send batches while a slot is free; whether one still is."""
-        ex, q = self.ex, self.q
-        while ex.outstanding < self.in_flight and ex.can_submit:
+        q = self.q
+        while self.outstanding() < self.in_flight and all(ln.ex.can_submit
+                                                          for ln in self.lanes):
             if not len(q):
                 return True
             ids, dropped = q.take(now)
@@ -291,25 +384,38 @@ class _OpenLoop:
             if not ids:
                 return True
             k = len(ids)
-            arrays = self.pool[self.sent % len(self.pool)]
+            li = self.lane_l[ids[0]]
+            lane = self.lanes[li]
+            arrays = lane.pool[lane.sent % len(lane.pool)]
             t = self.clock()
-            r = ex.submit(arrays)
-            self.sent += 1
-            self.batches[r] = _Batch(ids, t)
+            r = lane.ex.submit(arrays)
+            lane.sent += 1
+            self.batches[(li, r)] = _Batch(li, ids, t, time.monotonic_ns())
             self.sizes.append(k)
-            self.padded += self.batch - k
+            self.padded += lane.batch - sum(self.rows_l[i] for i in ids)
             for i in ids:
                 self.wait[i] = t - self.times_l[i]
         return False
 
-    def _complete(self, done: Sequence[Completion]) -> None:
-        for c in done:
-            b = self.batches.pop(c.request)
+    def _used(self, lane: Lane, ids: Sequence[int]) -> tuple[int, int, int]:
+        """Rows, elements filled and elements run of one executor request."""
+        rows = sum(self.rows_l[i] for i in ids)
+        if lane.seq is None or self.seqs is None:
+            return rows, rows, lane.batch
+        used = sum(self.rows_l[i] * int(self.seqs[i]) for i in ids)
+        return rows, used, lane.batch * lane.seq
+
+    def _complete(self, done: Sequence[tuple[int, Completion]]) -> None:
+        for li, c in done:
+            b = self.batches.pop((li, c.request))
             t = (c.outputs_ns - self.t0_ns) / 1e9
             self.end_s = max(self.end_s, t)
             for i in b.ids:
                 self.state[i] = _DONE
                 self.latency[i] = t - self.times_l[i]
+            rows, used, size = self._used(self.lanes[li], b.ids)
+            self.calls.append(Call(li, tuple(b.ids), rows, used, size, b.dispatch_s,
+                                   (c.outputs_ns - c.submit_ns) / 1e9))
 
     def _reject(self, ids: Sequence[int]) -> None:
         for i in ids:
@@ -320,15 +426,16 @@ class _OpenLoop:
             self.state[i] = _TIMED_OUT
 
     def drain(self) -> None:
-        """After the loop: what is queued is in flight; the executor's batches are waited
-        for (not counted); the timed run's telemetry is recorded."""
+        """After the loop: what is queued is in flight; the executors' batches are waited
+        for (not counted); the timed run's telemetry is recorded under ``phase``."""
         for i in self.q.drain():
             self.state[i] = _IN_FLIGHT
         for b in self.batches.values():
             for i in b.ids:
                 self.state[i] = _IN_FLIGHT
         self.batches.clear()
-        self.ex.finish(SERVE)
+        for ln in self.lanes:
+            ln.ex.finish(self.phase)
 
     @property
     def span_s(self) -> float:
@@ -336,6 +443,10 @@ class _OpenLoop:
 
     def late_s(self) -> np.ndarray:
         return self.late[: self.nxt]
+
+    def completed(self) -> np.ndarray:
+        """The completed requests' indices, in arrival order."""
+        return np.flatnonzero(self.state[: self.nxt] == _DONE)
 
     def result(self, resources: tuple[str, ...], busy: tuple[float, ...]) -> ServeResult:
         arrived = self.nxt
@@ -371,19 +482,20 @@ class _OpenLoop:
                        f"{float(np.quantile(late, 0.99)) * 1e3:.2f} ms after their time): "
                        f"waits include that")
         if self.padded:
-            out.append(f"{self.padded} request slots ran empty (batches padded to the "
-                       f"plan's batch of {self.batch})")
+            what = (f"the plan's batch of {self.lanes[0].batch}" if len(self.lanes) == 1
+                    else "their buckets' batches")
+            out.append(f"{self.padded} request slots ran empty (batches padded to {what})")
         return out
 
 
-def _busy(tel: Telemetry, devices: Sequence[str], t0_ns: int, span_s: float
-          ) -> tuple[float, ...]:
+def busy_s(tel: Telemetry, devices: Sequence[str], t0_ns: int, span_s: float, *,
+           phase: str = SERVE) -> tuple[float, ...]:
     """Per device, seconds its worker spent in the timed run's steps (the union of their
     intervals, clipped to the run's first ``span_s`` seconds)."""
     lo, hi = t0_ns, t0_ns + int(span_s * 1e9)
     spans: dict[str, list[tuple[int, int]]] = {d: [] for d in devices}
     for t in tel.tasks:
-        if t.phase != SERVE:
+        if t.phase != phase:
             continue
         if t.kind == "transfer":
             marks = dict(t.marks)
