@@ -93,10 +93,12 @@ from placewise.io import atomic_writer, load_json
 from placewise.units import DType
 
 __all__ = [
+    "ADJUSTMENT_KINDS",
     "CALIBRATION_FORMAT",
     "CALIBRATION_VERSION",
     "FEATURES",
     "MIN_FIT_POINTS",
+    "Adjustment",
     "CalibratedModel",
     "Calibration",
     "ContextMeasurement",
@@ -448,8 +450,83 @@ class Failure(_Strict):
     source_node: str = ""
 
 
+#: the terms telemetry recalibrates, one key each (``placewise.adapt.recalibrate``)
+ADJUSTMENT_KINDS = ("compute", "transfer", "launch", "contention")
+
+
+class Adjustment(_Strict):
+    """A per-key correction made from runtime telemetry (``placewise.adapt.recalibrate``),
+    applied by ``CalibratedModel`` to exactly the costs of its key and nothing else:
+
+    - ``compute``: the kernel part (every term but ``launch``) of the regions ``regions``
+      (``region_key``) on ``device``;
+    - ``launch``: the executor's per-step and run-call cost (``Term.LAUNCH``) on ``device``;
+    - ``transfer``: the link ``link`` (``"src->dst"``), every term of its transfers;
+    - ``contention``: the co-run slowdown of ``regions`` on ``device`` while another device
+      computes (``corun_slowdown``), as a factor on the slowdown.
+
+    The cost's central estimate is multiplied by ``factor`` (cumulative: a later revision's
+    factor includes the earlier ones), its interval scaled with it and then widened to at
+    least ``centre x (1 -+ widen)`` (the spread observed in the telemetry). The rest is the
+    evidence: the windows' median ``measured_s`` against ``predicted_s``, their spread, the
+    number of windows and samples, the ``revision`` that made it and why.
+    """
+
+    kind: str
+    key: str = Field(min_length=1, max_length=300)
+    device: str = ""
+    link: str = ""
+    regions: list[str] = Field(default_factory=list, max_length=100_000)
+    factor: float
+    widen: float = 0.0
+    predicted_s: float = 0.0
+    measured_s: float = 0.0
+    spread_s: float = 0.0
+    windows: int = Field(default=0, ge=0)
+    samples: int = Field(default=0, ge=0)
+    revision: int = Field(default=0, ge=0)
+    reason: str = Field(default="", max_length=10_000)
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, v: str) -> str:
+        if v not in ADJUSTMENT_KINDS:
+            raise ValueError(f"kind must be one of {', '.join(ADJUSTMENT_KINDS)}, got {v!r}")
+        return v
+
+    @field_validator("predicted_s", "measured_s", "spread_s", "widen")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        return _finite_nonneg(v)
+
+    @field_validator("factor")
+    @classmethod
+    def _factor(cls, v: float) -> float:
+        if not math.isfinite(v) or not 1e-6 <= v <= 1e6:
+            raise ValueError(f"an adjustment factor must be a finite ratio in [1e-6, 1e6], "
+                             f"got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> Adjustment:
+        if self.kind in ("compute", "launch", "contention") and not self.device:
+            raise ValueError(f"a {self.kind} adjustment names its device")
+        if self.kind == "transfer" and "->" not in self.link:
+            raise ValueError("a transfer adjustment names its link as 'src->dst'")
+        if self.kind in ("compute", "contention") and not self.regions:
+            raise ValueError(f"a {self.kind} adjustment names its regions")
+        return self
+
+
 class Calibration(_Strict):
-    """What ``placewise profile`` measured, and the fits made from it."""
+    """What ``placewise profile`` measured, and the fits made from it.
+
+    ``parent``/``revision``/``adjustments``: a calibration that ``placewise recalibrate``
+    wrote from another (``parent``: that one's fingerprint; ``revision``: its revision + 1)
+    holds the per-key corrections telemetry asked for (``Adjustment``). A file without
+    them is revision 0 with no parent; they are left out of its JSON (and so of its
+    fingerprint) while at those defaults.
+    """
 
     format: str = CALIBRATION_FORMAT
     version: int = CALIBRATION_VERSION
@@ -469,6 +546,9 @@ class Calibration(_Strict):
     client: StepOverhead = Field(default_factory=StepOverhead)
     # co-run slowdowns (``placewise.calibrate.corun``; absent in older files: none known)
     corun: list[CorunMeasurement] = Field(default_factory=list)
+    parent: str = Field(default="", max_length=200)
+    revision: int = Field(default=0, ge=0)
+    adjustments: list[Adjustment] = Field(default_factory=list)
 
     @field_validator("format")
     @classmethod
@@ -513,6 +593,11 @@ class Calibration(_Strict):
                 if d not in names:
                     raise ValueError(f"corun[{i}] names device {d!r}, which is not among "
                                      f"devices {sorted(names)}")
+        keys = [(a.kind, a.key) for a in self.adjustments]
+        if len(set(keys)) != len(keys):
+            raise ValueError("adjustments repeat a key")
+        if self.revision and not self.parent:
+            raise ValueError(f"revision {self.revision} names no parent calibration")
         return self
 
     @classmethod
@@ -520,7 +605,11 @@ class Calibration(_Strict):
         return cls(machine=machine)
 
     def to_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        d = self.model_dump(mode="json")
+        for k, default in (("parent", ""), ("revision", 0), ("adjustments", [])):
+            if d.get(k) == default:
+                del d[k]  # files (and fingerprints) from before recalibration stay as they were
+        return d
 
     @classmethod
     def from_json(cls, data: Any, *, file: str) -> Calibration:
@@ -1020,6 +1109,95 @@ class CalibratedModel:
                 self._corun_class[(cr.device, cr.busy, cr.key, cr.dtype)] = cr
         self._corun_pairs = {(cr.device, cr.busy) for cr in calibration.corun}
         self._fp = calibration.fingerprint()
+        self._adj_region: dict[tuple[str, str, str], Adjustment] = {}
+        self._adj_launch: dict[str, Adjustment] = {}
+        self._adj_link: dict[tuple[str, str], Adjustment] = {}
+        for adj in calibration.adjustments:
+            if adj.kind in ("compute", "contention"):
+                for rk in adj.regions:
+                    self._adj_region[(adj.kind, adj.device, rk)] = adj
+            elif adj.kind == "launch":
+                self._adj_launch[adj.device] = adj
+            else:
+                src, _, dst = adj.link.partition("->")
+                self._adj_link[(src, dst)] = adj
+
+    # ---- per-key adjustments from telemetry (``Adjustment``) ----------------------------
+
+    def _region_adj(self, kind: str, graph: Graph, ops: Sequence[Op], device: str,
+                    dtype: DType) -> Adjustment | None:
+        if not self._adj_region:
+            return None
+        try:
+            rk = region_key(graph, ops, dtype)
+        except Exception:  # an op without a key (abstract task graphs) has no adjustment
+            return None
+        return self._adj_region.get((kind, device, rk))
+
+    def _adjusted(self, cost: Cost, kernel: Adjustment | None, launch: Adjustment | None
+                  ) -> Cost:
+        """``cost`` with its launch term scaled by ``launch`` and every other term by
+        ``kernel``, the interval scaled with the total and widened by their spread."""
+        if kernel is None and launch is None:
+            return cost
+        fk = kernel.factor if kernel is not None else 1.0
+        fl = launch.factor if launch is not None else 1.0
+        terms = tuple((k, v * (fl if k is Term.LAUNCH else fk)) for k, v in cost.terms)
+        old, new = cost.total_s, sum(v for _, v in terms)
+        scale = new / old if old > 0 else 1.0
+        widen = max(a.widen for a in (kernel, launch) if a is not None)
+        low = min(cost.low_s * scale, new * max(1.0 - widen, 0.0))
+        high = max(cost.high_s * scale, new * (1.0 + widen))
+        a = dict(cost.assumptions)
+        for adj in (kernel, launch):
+            if adj is not None:
+                a[f"recalibrated_{adj.kind}"] = (f"x{adj.factor:.4g} ({adj.key}, revision "
+                                                 f"{adj.revision}): {adj.reason}")
+        return Cost(terms, low, high, cost.bottleneck, cost.source, tuple(sorted(a.items())),
+                    cost.memory_bytes, cost.buffer_bytes)
+
+    def op_cost(self, graph: Graph, op: Op, device: str, dtype: DType) -> Cost:
+        """The op's cost (``_raw_op_cost``) with the telemetry adjustments of its region
+        (a one-op region) and device."""
+        return self._adjusted(self._raw_op_cost(graph, op, device, dtype),
+                              self._region_adj("compute", graph, [op], device, dtype),
+                              self._adj_launch.get(device))
+
+    def region_cost(self, graph: Graph, ops: list[Op], device: str, dtype: DType) -> Cost:
+        """The region's cost (``_raw_region_cost``) with the telemetry adjustments of its
+        ``region_key`` and device."""
+        return self._adjusted(self._raw_region_cost(graph, ops, device, dtype),
+                              self._region_adj("compute", graph, ops, device, dtype),
+                              self._adj_launch.get(device))
+
+    def transfer_cost(self, tensor: Tensor, rep: Representation, src: str, dst: str) -> Cost:
+        """The transfer's cost (``_raw_transfer_cost``) with its link's adjustment."""
+        cost = self._raw_transfer_cost(tensor, rep, src, dst)
+        adj = self._adj_link.get((src, dst)) if src != dst else None
+        return self._adjusted(cost, adj, adj)
+
+    def conversion_cost(self, tensor: Tensor, src: Representation, dst: Representation,
+                        device: str) -> Cost:
+        """The conversion's cost (``_raw_conversion_cost``), its launch term adjusted for
+        ``device``."""
+        cost = self._raw_conversion_cost(tensor, src, dst, device)
+        return self._adjusted(cost, None, self._adj_launch.get(device)) if cost.terms else cost
+
+    def request_cost(self, host: str, devices: Sequence[str] = ()) -> Cost | None:
+        """The request hand-off (``_raw_request_cost``), its run call (launch) adjusted for
+        ``host``."""
+        cost = self._raw_request_cost(host, devices)
+        return None if cost is None else self._adjusted(cost, None, self._adj_launch.get(host))
+
+    def corun_slowdown(self, graph: Graph, ops: Sequence[Op], device: str, dtype: DType,
+                       busy: frozenset[str]) -> float:
+        """The co-run slowdown (``_raw_corun_slowdown``) times the region's contention
+        adjustment (never below 1; 1.0 with nothing busy)."""
+        s = self._raw_corun_slowdown(graph, ops, device, dtype, busy)
+        if not busy:
+            return s
+        adj = self._region_adj("contention", graph, ops, device, dtype)
+        return s if adj is None else max(1.0, s * adj.factor)
 
     def corun_measurement(self, graph: Graph, ops: Sequence[Op], device: str, dtype: DType,
                           busy: str) -> CorunMeasurement | None:
@@ -1036,7 +1214,7 @@ class CalibratedModel:
         return self._corun_class.get((device, busy, cls, dtype.value)) or \
             self._corun_class.get((device, busy, cls, DType.FP32.value))
 
-    def corun_slowdown(self, graph: Graph, ops: Sequence[Op], device: str, dtype: DType,
+    def _raw_corun_slowdown(self, graph: Graph, ops: Sequence[Op], device: str, dtype: DType,
                        busy: frozenset[str]) -> float:
         """The measured median slowdown of region ``ops`` on ``device`` with one of the
         devices ``busy`` computing (``corun_measurement``); with several busy, the largest
@@ -1070,7 +1248,7 @@ class CalibratedModel:
         c = self.calibration.client
         return c.median_s if c.n else None
 
-    def request_cost(self, host: str, devices: Sequence[str] = ()) -> Cost | None:
+    def _raw_request_cost(self, host: str, devices: Sequence[str] = ()) -> Cost | None:
         """A request's hand-off between the client and the workers when ``host`` holds the
         graph's inputs and outputs (inputs written -> graph starts, graph ends -> outputs
         ready), measured in model order, as ``Term.SYNC``; when one of ``devices`` (the
@@ -1258,7 +1436,7 @@ class CalibratedModel:
         except KeyError:
             return 0.0
 
-    def op_cost(self, graph: Graph, op: Op, device: str, dtype: DType) -> Cost:
+    def _raw_op_cost(self, graph: Graph, op: Op, device: str, dtype: DType) -> Cost:
         """The op's measured/fitted time plus, on a calibrated device, one executor step
         (an op alone is one task)."""
         if device in self._devices and op.kind is not OpKind.TASK:
@@ -1331,7 +1509,7 @@ class CalibratedModel:
                     Source.CALIBRATED, tuple(sorted(a.items())),
                     memory_bytes=int(feats.get("bytes", 0)), buffer_bytes=op.scratch_bytes)
 
-    def region_cost(self, graph: Graph, ops: list[Op], device: str, dtype: DType) -> Cost:
+    def _raw_region_cost(self, graph: Graph, ops: list[Op], device: str, dtype: DType) -> Cost:
         """Local backends run a region op by op: the sum of its ops (no launch saved), plus
         one executor step for the region (one task). Devices without calibration use the
         roofline's fused region."""
@@ -1362,7 +1540,7 @@ class CalibratedModel:
             memory_bytes=sum(c.memory_bytes for c in costs),
             buffer_bytes=max(c.buffer_bytes for c in costs)), (device,))
 
-    def transfer_cost(self, tensor: Tensor, rep: Representation, src: str, dst: str) -> Cost:
+    def _raw_transfer_cost(self, tensor: Tensor, rep: Representation, src: str, dst: str) -> Cost:
         """Transfers use the machine's links (measured by the probe for local machines),
         plus the executor's send step on ``src`` and receive step on ``dst`` (calibrated
         devices). The hand-off of a request to the first worker is not modelled. The
@@ -1406,7 +1584,7 @@ class CalibratedModel:
                 memory_bytes=nbytes), dst)
         return self._with_dispatch(cost, (src, dst))
 
-    def conversion_cost(self, tensor: Tensor, src: Representation, dst: Representation,
+    def _raw_conversion_cost(self, tensor: Tensor, src: Representation, dst: Representation,
                         device: str) -> Cost:
         if src == dst:
             return Cost.zero()

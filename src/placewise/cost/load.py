@@ -37,9 +37,17 @@ def _mismatch(rec: DeviceRecord, dev: Device) -> str:
 def check_calibration(machine: Machine, cal: Calibration, *, file: str = "<calibration>") -> None:
     """``SpecError`` unless every device the calibration measured is a device of ``machine``
     with the same identity (kind, model, cores, backend, compute units) and the CPU model
-    tags agree."""
+    tags agree. A calibration that measured no device must record ``machine``'s
+    fingerprint (an empty one, written by ``placewise recalibrate --init``)."""
     if not cal.devices:
-        raise SpecError("the calibration measured no device", file=file, place="devices")
+        # an empty calibration (``placewise recalibrate --init``: the roofline, plus what
+        # telemetry later adjusts) is for the machine whose fingerprint it records
+        if not cal.machine_fingerprint:
+            raise SpecError("the calibration measured no device", file=file, place="devices")
+        if cal.machine_fingerprint != machine.fingerprint():
+            raise SpecError(f"the calibration was made for machine fingerprint "
+                            f"{cal.machine_fingerprint}, machine {machine.name!r} has "
+                            f"{machine.fingerprint()}", file=file, place="machine_fingerprint")
     names = machine.device_names
     for i, rec in enumerate(cal.devices):
         place = f"devices[{i}] ({rec.name})"

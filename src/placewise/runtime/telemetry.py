@@ -51,10 +51,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from placewise.errors import InputError
 from placewise.hardware.probe import cpu_model as _cpu_model
 from placewise.hardware.probe import package_version as _version
 
 __all__ = [
+    "MACHINE_TAG_KEYS",
+    "STABLE_TAG_KEYS",
     "DeviceRecord",
     "OpRecord",
     "RequestRecord",
@@ -64,6 +67,10 @@ __all__ = [
     "WaitRecord",
     "collect_tags",
     "memory_timeline",
+    "model_fingerprint",
+    "require_comparable",
+    "stable_tags",
+    "tag_differences",
 ]
 
 
@@ -360,3 +367,112 @@ def collect_tags(devices: Sequence[tuple[str, Sequence[int], int, str]] = ()) ->
         "backends": ",".join(f"{n}={b}" for n, _, _, b in devices),
     }
     return tags
+
+
+#: the tags that make two runs comparable: what ran (model, graph, plan and calibration
+#: fingerprints), with what (library versions), where (CPU model, usable cores, threads per
+#: device) and under which load (arrival process and seed). Everything else a run records
+#: (``date``, ``load_average_1m``, ``host``, ...) is volatile: kept, never compared.
+STABLE_TAG_KEYS: tuple[str, ...] = (
+    "model_fingerprint", "graph_fingerprint", "plan_fingerprint", "calibration_fingerprint",
+    "placewise", "onnxruntime", "torch", "python", "cpu_model", "cores", "threads",
+    "arrival", "seed")
+#: the stable tags of the machine and software alone (what a calibration was measured
+#: under): comparable between a calibration and a run of any plan on that machine
+MACHINE_TAG_KEYS: tuple[str, ...] = ("placewise", "onnxruntime", "torch", "python",
+                                     "cpu_model", "cores")
+
+
+def _usable_cores() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 0  # pragma: no cover - Linux has sched_getaffinity
+
+
+def model_fingerprint(ref: str) -> str:
+    """The model a run used: ``sha256:`` of the file's bytes when ``ref`` is a file, else of
+    the reference itself (a ``zoo:`` name with its options).
+
+    >>> model_fingerprint("zoo:mlp?layers=2") == model_fingerprint("zoo:mlp?layers=2")
+    True
+    """
+    import hashlib
+
+    h = hashlib.sha256()
+    path = ref.split("?", 1)[0]
+    if os.path.isfile(path):
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        h.update(ref[len(path):].encode())
+    else:
+        h.update(ref.encode())
+    return "sha256:" + h.hexdigest()[:32]
+
+
+def stable_tags(*, model_fingerprint: str, graph_fingerprint: str, plan_fingerprint: str,
+                calibration_fingerprint: str, arrival: str, seed: int | None,
+                devices: Sequence[tuple[str, Sequence[int], int, str]] = ()
+                ) -> dict[str, str]:
+    """The ``STABLE_TAG_KEYS`` of a run: the fingerprints, arrival process and seed given
+    here, and this process's library versions, CPU model, usable cores and (per device of
+    ``devices``: name, cores, threads, backend, as ``collect_tags`` takes them) threads.
+
+    >>> t = stable_tags(model_fingerprint="m", graph_fingerprint="g", plan_fingerprint="p",
+    ...                 calibration_fingerprint="roofline/v1", arrival="poisson:100/s",
+    ...                 seed=0, devices=[("cpu0", [0], 1, "torch")])
+    >>> tuple(t) == STABLE_TAG_KEYS, t["threads"], t["seed"]
+    (True, 'cpu0=1', '0')
+    """
+    base = collect_tags(devices)
+    got = {
+        "model_fingerprint": model_fingerprint, "graph_fingerprint": graph_fingerprint,
+        "plan_fingerprint": plan_fingerprint, "calibration_fingerprint": calibration_fingerprint,
+        "placewise": base["placewise"], "onnxruntime": base["onnxruntime"],
+        "torch": base["torch"], "python": base["python"], "cpu_model": base["cpu_model"],
+        "cores": str(_usable_cores()), "threads": base["threads"], "arrival": arrival,
+        "seed": "none" if seed is None else str(seed)}
+    return {k: got[k] for k in STABLE_TAG_KEYS}
+
+
+def tag_differences(a: Mapping[str, str], b: Mapping[str, str], *,
+                    keys: Sequence[str] = STABLE_TAG_KEYS
+                    ) -> dict[str, tuple[str | None, str | None]]:
+    """The stable tags (``keys``) whose values differ between ``a`` and ``b``: key ->
+    (a's value, b's value), None where one side does not record it. Volatile tags are never
+    compared.
+
+    >>> tag_differences({"torch": "2.1", "date": "x"}, {"torch": "2.2", "date": "y"})
+    {'torch': ('2.1', '2.2')}
+    """
+    out: dict[str, tuple[str | None, str | None]] = {}
+    for k in keys:
+        va, vb = a.get(k), b.get(k)
+        va = None if va is None else str(va)
+        vb = None if vb is None else str(vb)
+        if va != vb:
+            out[k] = (va, vb)
+    return out
+
+
+def require_comparable(a: Mapping[str, str], b: Mapping[str, str], *, what: str,
+                       allow_mismatch: bool = False,
+                       keys: Sequence[str] = STABLE_TAG_KEYS) -> list[str]:
+    """Refuse to compare two runs whose stable tags differ: ``InputError`` naming ``what``
+    is compared and every differing tag with both values, unless ``allow_mismatch``; the
+    differences as lines (``"torch: '2.1' vs '2.2'"``; empty when comparable).
+
+    >>> require_comparable({"seed": "0"}, {"seed": "1"}, what="a vs b", allow_mismatch=True)
+    ["seed: '0' vs '1'"]
+    """
+    diffs = tag_differences(a, b, keys=keys)
+    lines = [f"{k}: {_shown(va)} vs {_shown(vb)}" for k, (va, vb) in diffs.items()]
+    if lines and not allow_mismatch:
+        raise InputError(f"{what}: refusing to compare runs whose stable tags differ "
+                         f"({'; '.join(lines)}); pass --allow-mismatch to compare anyway",
+                         place="tags")
+    return lines
+
+
+def _shown(v: str | None) -> str:
+    return "(not recorded)" if v is None else repr(v)
