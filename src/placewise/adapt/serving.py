@@ -402,7 +402,8 @@ def _windows(b: _Bucket, tel: Telemetry | None, window_requests: int | None,
     from placewise.adapt.telemetry import windows_from_telemetry
 
     return windows_from_telemetry(b.plan, tel, window_requests=window_requests,
-                                  tags=dict(tel.tags))
+                                  tags=dict(tel.tags), program=b.program, phases=(SERVE,),
+                                  bucket=b.name)
 
 
 def _tags_of(b: _Bucket, seed: int, *, plan_fingerprint: str | None = None
@@ -457,10 +458,12 @@ def _buckets_of(plan_or_set: Any) -> tuple[Any, list[tuple[Any, ...]], str | Non
     file: str | None = None
     if isinstance(plan_or_set, str | os.PathLike):
         file = os.fspath(plan_or_set)
-        from placewise.adapt import planset as ps_mod  # type: ignore[attr-defined]
-
-        plan_or_set = (ps_mod.load_plan_set(file) if ps_mod.is_plan_set(file)
-                       else load_plan(file))
+        try:
+            from placewise.adapt import planset as ps_mod
+        except ImportError:  # pragma: no cover - before plan sets exist
+            ps_mod = None  # type: ignore[assignment]
+        plan_or_set = (ps_mod.load_plan_set(file) if ps_mod is not None
+                       and ps_mod.is_plan_set(file) else load_plan(file))
     if isinstance(plan_or_set, _Plan):
         p = plan_or_set
         b = max(1, int(p.batch))

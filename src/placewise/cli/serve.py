@@ -24,6 +24,8 @@ from placewise.units import format_seconds
 
 __all__ = ["demo_serve", "serve"]
 
+_SHAPE_PEEK_BYTES = 1 << 16
+
 
 # ---- serve ---------------------------------------------------------------------------------------
 @app.command()
@@ -56,10 +58,22 @@ def serve(
     calibration: Annotated[Path | None, typer.Option(help="The calibration the plan was made with")] = None,
     model: Annotated[str | None, typer.Option(help="The plan's model, if moved")] = None,
     shape: Annotated[list[str] | None, typer.Option("--shape", help="Input bindings the plan was made with: NAME=DIMS")] = None,
+    telemetry_out: Annotated[Path | None, typer.Option("--telemetry-out", help="With a plan set or shape trace and --real: write each bucket's telemetry windows (RUN.json; RUN.BUCKET.json per bucket when there are several)")] = None,
+    window_requests: Annotated[int, typer.Option("--window-requests", help="Executor requests per telemetry window (--telemetry-out)")] = 20,
     as_json: JsonOpt = False,
 ) -> None:
     """The plan as a loaded service: tails, queues, batches, utilisation; simulated, and
-    with --real measured."""
+    with --real measured. A plan set (or a shape trace, SHAPES.jsonl) serves each request
+    in its bucket, padded (--real)."""
+    if _shape_path(plan_file, trace_file):
+        assert trace_file is not None
+        _serve_shapes(plan_file, trace_file, real=real, seed=seed, classes=request_class,
+                      batching=batching, queue_limit=queue_limit, timeout=timeout,
+                      timeout_action=timeout_action, preempt=preempt, in_flight=in_flight,
+                      limit=limit, hw=hw, model=model, shape=shape,
+                      telemetry_out=telemetry_out, window_requests=window_requests,
+                      as_json=as_json)
+        return
     from placewise.cost.load import load_cost_model
     from placewise.hardware.power import split_ref
     from placewise.hardware.spec import list_presets
@@ -261,3 +275,141 @@ def demo_serve(plan: Any, plan_file: Path, cal_file: Path, machine: Any) -> dict
                    "measured": real, **real}
     _render_serve(result, True)
     return result
+
+
+# ---- serve a plan set (or a plan) on a shape trace ------------------------------------------
+def _shape_path(plan_file: Path, trace_file: Path | None) -> bool:
+    """Whether ``serve`` takes the bucketed path: a plan set, or a shape trace
+    (``adapt.trace``: its first record has ``t_s``)."""
+    try:
+        from placewise.adapt import planset
+    except ImportError:  # pragma: no cover - before plan sets exist
+        planset = None  # type: ignore[assignment]
+    if planset is not None and plan_file.is_file() and planset.is_plan_set(plan_file):
+        return True
+    if trace_file is None or not trace_file.is_file():
+        return False
+    import json
+
+    try:
+        with open(trace_file, "rb") as fh:
+            head = fh.read(_SHAPE_PEEK_BYTES)
+        first = next((ln for ln in head.splitlines() if ln.strip()), b"")
+        rec = json.loads(first)
+    except (OSError, ValueError):
+        return False
+    return isinstance(rec, dict) and "t_s" in rec
+
+
+def _serve_shapes(plan_file: Path, trace_file: Path, *, real: bool, seed: int,
+                  classes: list[str] | None, batching: str, queue_limit: int | None,
+                  timeout: str | None, timeout_action: str, preempt: bool,
+                  in_flight: int | None, limit: str, hw: str | None, model: str | None,
+                  shape: list[str] | None, telemetry_out: Path | None, window_requests: int,
+                  as_json: bool) -> None:
+    """``serve PLANSET.json --real --trace SHAPES.jsonl``: every request in its bucket,
+    padded; per bucket requests, latency, padding waste and telemetry; the tags."""
+    from placewise.adapt.serving import open_service
+    from placewise.adapt.trace import load_shape_trace
+    from placewise.io import check_output_path
+    from placewise.serve.policies import parse_batching, parse_seconds
+    from placewise.serve.queue import Admission, RequestClass, parse_class
+
+    trace = load_shape_trace(trace_file)  # refused before anything is loaded
+    if not real:
+        raise InputError("a plan set or shape trace is served for real on this machine: "
+                         "add --real", place="--real")
+    if parse_batching(batching).describe() != "none":
+        raise InputError("requests of a shape trace carry their own rows and are sent one "
+                         "at a time: use --batching none", place="--batching")
+    if window_requests < 1:
+        raise InputError(f"must be >= 1, got {window_requests}", place="--window-requests")
+    cls = tuple(parse_class(c) for c in classes or ()) or (RequestClass("default"),)
+    admission = Admission(queue_limit, parse_seconds(timeout, "--timeout") if timeout else None,
+                          timeout_action, preempt)
+    wall = parse_seconds(limit, "--limit")
+    if telemetry_out is not None:
+        check_output_path(telemetry_out, place="--telemetry-out")
+    machine = resolve_machine(hw or "local")
+    with _progress("serving (real)") as cb, open_service(
+            plan_file, priorities=tuple(c.priority for c in cls), seed=seed,
+            admission=admission, in_flight=in_flight or 1, machine=machine, source=model,
+            shapes=_parse_shapes(shape), progress=cb) as svc:
+        block = svc.serve(trace, limit_s=wall, progress=cb,
+                          window_requests=window_requests if telemetry_out else None)
+        names = svc.bucket_names
+        plan_set = svc.plan_set is not None
+    result = _shapes_result(block, plan_file, trace_file, machine.name, plan_set, cls)
+    if telemetry_out is not None:
+        result["telemetry_files"] = _write_runs(block, telemetry_out, names)
+    if as_json:
+        _print_json(result)
+        return
+    _render_shapes(result)
+
+
+def _shapes_result(block: Any, plan_file: Path, trace_file: Path, machine: str,
+                   plan_set: bool, classes: Any) -> dict[str, Any]:
+    from placewise.serve.report import summarize
+
+    measured = summarize(block.result, classes)
+    tel: dict[str, Any] = {}
+    for b in block.buckets:
+        t = b.telemetry
+        tel[b.name] = None if t is None else {
+            "executor_requests": len(t.requests), "task_records": len(t.tasks),
+            "devices": [d.device for d in t.devices],
+            "tags": {k: t.tags[k] for k in ("bucket", "plan_fingerprint", "graph_fingerprint")
+                     if k in t.tags}}
+    return {"plan": str(plan_file), "plan_set": plan_set, "trace": str(trace_file),
+            "machine": machine, "requests": len(block.bucket_of), **measured,
+            "buckets": [b.to_json() for b in block.buckets],
+            "padding": block.padding.to_json(), "telemetry": tel, "tags": dict(block.tags),
+            "real_notes": list(block.notes),
+            "late_s": block.to_json()["late_s"]}
+
+
+def _write_runs(block: Any, path: Path, names: tuple[str, ...]) -> list[str]:
+    """Each bucket's telemetry run (buckets that ran nothing have none)."""
+    from placewise.adapt.telemetry import save_telemetry_run
+
+    runs = block.runs
+    out: list[str] = []
+    for name in names:
+        if name not in runs:
+            continue
+        target = path if len(names) == 1 else path.with_name(
+            f"{path.stem}.{name}{path.suffix or '.json'}")
+        save_telemetry_run(runs[name], target)
+        out.append(str(target))
+    return out
+
+
+def _render_shapes(r: dict[str, Any]) -> None:
+    def fs(x: Any) -> str:
+        return format_seconds(x) if isinstance(x, int | float) else "-"
+
+    kind = "plan set" if r["plan_set"] else "plan"
+    out.print(f"[bold]serve[/bold] {kind} {r['plan']} on {r['machine']}, trace {r['trace']} "
+              f"({r['requests']} requests)")
+    out.print(_table("per bucket", ["bucket", "upper", "arrived", "completed", "p50", "p99",
+                                    "padded rows", "padded", "padding time", "telemetry"],
+                     [[b["name"], ",".join(f"{k}={v}" for k, v in b["upper"].items()),
+                       b["arrived"], b["completed"], fs(b["p50_s"]), fs(b["p99_s"]),
+                       f"{b['padding']['padded_rows']}/{b['padding']['rows_run']}",
+                       f"{b['padding']['padded_fraction']:.1%}",
+                       fs(b["padding"]["padding_time_s"]), b["telemetry_requests"]]
+                      for b in r["buckets"]]))
+    p = r["padding"]
+    out.print(f"all: {r['completed']} of {r['arrived']} completed (conserved: "
+              f"{r['conserved']}); p50 {fs(r['p50_s'])}, p99 {fs(r['p99_s'])}; padding "
+              f"{p['padded_fraction']:.1%} of the elements run, {fs(p['padding_time_s'])} of "
+              f"{fs(p['busy_s'])} executor time")
+    from placewise.runtime.telemetry import STABLE_TAG_KEYS
+
+    out.print("tags: " + ", ".join(f"{k}={r['tags'][k]}" for k in STABLE_TAG_KEYS
+                                   if k in r["tags"]))
+    for f in r.get("telemetry_files", []):
+        out.print(f"wrote {f}")
+    for note in r["real_notes"]:
+        out.print(f"note: {note}")
