@@ -18,7 +18,7 @@ from typing import Any
 from placewise.adapt.planset_choice import Point, cover_point, grid_points
 from placewise.errors import InputError
 
-__all__ = ["AXES", "Mix", "grid_probabilities", "load_mix"]
+__all__ = ["AXES", "Mix", "grid_probabilities", "load_mix", "mix_of_trace"]
 
 #: the shape axes an envelope may have
 AXES = ("batch", "seq")
@@ -59,7 +59,6 @@ class Mix:
 
 
 _MIX_KEYS = {"batch", "seq", "weight"}
-_TRACE_KEYS = {"t_s", "batch", "seq", "class"}
 _MAX_MIX_ITEMS = 1_000_000
 
 
@@ -84,24 +83,16 @@ def _shape_of(rec: Any, keys: set[str], *, file: str, place: str
     return tuple(sorted(shape.items()))
 
 
-def _trace_mix(text: str, file: str) -> Mix:
-    from placewise.io import parse_json
-
+def mix_of_trace(trace: Any) -> Mix:
+    """The mix of a shape trace (``placewise.adapt.trace.ShapeTrace``): one weight per
+    request."""
     counts: dict[tuple[tuple[str, int], ...], float] = {}
-    n = 0
-    for i, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        place = f"line {i}"
-        rec = parse_json(line, file=file)
-        shape = _shape_of(rec, _TRACE_KEYS, file=file, place=place)
-        counts[shape] = counts.get(shape, 0.0) + 1.0
-        n += 1
-        if n > _MAX_MIX_ITEMS:
-            raise InputError(f"more than {_MAX_MIX_ITEMS} requests", file=file, place=place)
-    if not n:
-        raise InputError("the trace holds no request", file=file)
-    return Mix.from_weights(counts, kind="trace", source=file, requests=n)
+    for shape in trace.shapes:
+        key = tuple(sorted((a, int(v)) for a, v in shape.items() if a in AXES))
+        counts[key] = counts.get(key, 0.0) + 1.0
+    if not counts:
+        raise InputError("the trace holds no request", file=trace.file)
+    return Mix.from_weights(counts, kind="trace", source=trace.file, requests=len(trace))
 
 
 def load_mix(path: str | os.PathLike[str]) -> Mix:
@@ -115,7 +106,9 @@ def load_mix(path: str | os.PathLike[str]) -> Mix:
     file = os.fspath(path)
     text = read_text(file, what="shape mix", limit_bytes=MAX_JSON_BYTES)
     if file.endswith(".jsonl"):
-        return _trace_mix(text, file)
+        from placewise.adapt.trace import load_shape_trace
+
+        return mix_of_trace(load_shape_trace(file))
     data = (parse_yaml(text, file=file) if file.endswith((".yaml", ".yml"))
             else parse_json(text, file=file))
     if isinstance(data, Mapping) and set(data) == {"mix"}:

@@ -461,9 +461,20 @@ def plan(
     precision: Annotated[str, typer.Option("--precision", help="KEEP (the model's own), fp32, fp16, bf16, int8 (that dtype where the budget holds) or mixed (per vertex)")] = "KEEP",
     quality_budget: Annotated[str | None, typer.Option("--quality-budget", help="METRIC=VALUE bound on the output error of lowered precision: rel_l2, cosine, max_abs or top1 (default rel_l2=0.01)")] = None,
     inputs: Annotated[Path | None, typer.Option("--inputs", help="Representative inputs (.npz, one array per model input) for the quality evidence (default: generated)")] = None,
+    envelope: Annotated[list[str] | None, typer.Option("--envelope", help="AXIS=VALUES (batch or seq; 1,2,4 or 32..512:pow2 or 8..64:+8), repeatable: write a plan set for this shape envelope (--time-limit is then per grid point)")] = None,
+    mix: Annotated[Path | None, typer.Option("--mix", help="With --envelope: the shape mix the buckets are chosen for (JSON/YAML list of {batch, seq, weight}, or a SHAPES.jsonl trace); default uniform over the grid")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Search placements and write a plan."""
+    """Search placements and write a plan (with --envelope: a plan set)."""
+    if envelope:
+        _plan_envelope(model, hw, out_file, envelope=envelope, mix=mix, batch=batch,
+                       shape=shape, objective=objective, strategy=strategy,
+                       time_limit=time_limit, calibration=calibration, seed=seed,
+                       precision=precision, as_json=as_json)
+        return
+    if mix is not None:
+        raise InputError("--mix chooses a plan set's buckets: give --envelope too",
+                         place="--mix")
     from placewise.plan import save_plan
     from placewise.planning import plan_model
     from placewise.precision.policy import QualityBudget, parse_policy
@@ -559,6 +570,66 @@ def plan(
               f"{timing['total_s']:.2f} s of the {clock.limit_s:.3g} s limit; wrote {out_file}")
 
 
+def _plan_envelope(model: str, hw: str, out_file: Path, *, envelope: list[str],
+                   mix: Path | None, batch: int | None, shape: list[str] | None,
+                   objective: str, strategy: str, time_limit: float | None,
+                   calibration: Path | None, seed: int, precision: str, as_json: bool) -> None:
+    """``plan --envelope``: a plan set (``placewise.adapt.planset``)."""
+    from placewise.adapt.planset import build_plan_set, load_mix, parse_envelope, save_plan_set
+
+    env = parse_envelope(envelope)
+    if batch is not None and "batch" in env:
+        raise InputError("the envelope's batch axis sets the batch: drop --batch",
+                         place="--batch")
+    if batch is not None:
+        raise InputError("with --envelope, give the batch as an axis (--envelope batch=N)",
+                         place="--batch")
+    if shape:
+        raise InputError("with --envelope the axes bind the input shapes (an ONNX input's "
+                         "symbolic sequence dimension for seq): --shape does not apply",
+                         place="--shape")
+    if objective not in ("latency", "throughput"):
+        raise InputError(f"unknown objective {objective!r} (latency or throughput)",
+                         place="--objective")
+    if time_limit is not None and not time_limit > 0:
+        raise InputError(f"time limit must be positive, got {time_limit}", place="--time-limit")
+    check_output_path(out_file, place="--out")
+    got_mix = load_mix(mix) if mix is not None else None
+    machine = resolve_machine(hw)
+    with _progress("planning the envelope") as cb:
+        ps = build_plan_set(model, machine, env, got_mix, calibration=calibration,
+                            objective=objective, strategy=strategy, precision=precision,
+                            time_limit_s=time_limit, seed=seed, progress=cb)
+    save_plan_set(ps, out_file)
+    ch = ps.choice
+    if as_json:
+        _print_json({"out": str(out_file), "format": "placewise-planset", "model": model,
+                     "machine": machine.name, "axes": list(ps.axes), "envelope": ps.envelope,
+                     "buckets": [b.to_json() for b in ps.buckets],
+                     "plan_entries": len(ps.plans), "choice": {
+                         k: ch[k] for k in ("buckets", "edges", "why", "chosen", "one_bucket",
+                                            "per_grid_point", "method", "costs")},
+                     "residency": ps.residency, "mix": ps.mix.to_json(),
+                     "timing": ps.timing, "fingerprint": ps.fingerprint()})
+        return
+    out.print(f"[bold]plan set[/bold] {model} on {machine.name}: {len(ps.buckets)} bucket"
+              f"{'s' if len(ps.buckets) != 1 else ''}, {len(ps.plans)} plan entr"
+              f"{'ies' if len(ps.plans) != 1 else 'y'} over {ps.timing['grid_points']} grid "
+              f"points")
+    out.print(_table("buckets", ["bucket", "upper", "plan", "latency", "P", "padding"], [
+        [b.name, " ".join(f"{a}={v}" for a, v in b.upper.items()), b.plan_index,
+         format_seconds(b.predicted_latency_s), f"{b.probability:.3g}",
+         format_seconds(b.expected_padding_s)] for b in ps.buckets]))
+    out.print(f"choice: {ch['why']}")
+    res = ps.residency
+    out.print(f"residency: {format_bytes(res['resident_bytes'])} resident, weights "
+              f"{format_bytes(res['weights_bytes'])} once per device (without sharing "
+              f"{format_bytes(res['weights_without_sharing_bytes'])})"
+              f"{'' if res['fits'] else ' - DOES NOT FIT'}")
+    out.print(f"planned {ps.timing['grid_points']} grid points in "
+              f"{ps.timing['planning_s']:.2f} s; wrote {out_file}")
+
+
 # ---- explain / trace / check --------------------------------------------------------------------
 @app.command()
 def explain(
@@ -568,10 +639,24 @@ def explain(
     as_json: JsonOpt = False,
 ) -> None:
     """Why the plan is what it is."""
+    from placewise.adapt.planset import is_plan_set, load_plan_set
     from placewise.explain import explain as explain_plan
     from placewise.explain import render_explain
     from placewise.plan import load_plan
 
+    if is_plan_set(plan_file):
+        from placewise.adapt.planset_report import explain_plan_set, render_plan_set
+
+        ps = load_plan_set(plan_file)
+        if op is not None or edge is not None:  # zoom in on one bucket's plan
+            raise InputError("--op and --edge zoom into a plan: export or explain one "
+                             "bucket's plan", place="--op" if op is not None else "--edge")
+        pdata = explain_plan_set(ps)
+        if as_json:
+            _print_json(pdata)
+            return
+        sys.stdout.write(render_plan_set(pdata))
+        return
     data = explain_plan(load_plan(plan_file), op=op, edge=edge)
     if as_json:
         _print_json(data)
@@ -605,9 +690,13 @@ def check(
     as_json: JsonOpt = False,
 ) -> None:
     """Check a plan independently: precedence, exclusivity, memory, support. Exit 1 if broken."""
+    from placewise.adapt.planset import is_plan_set
     from placewise.check import check_plan, checks_run, findings_json, render_findings
     from placewise.plan import load_plan
 
+    if is_plan_set(plan_file):
+        _check_plan_set(plan_file, model=model, hw=hw, batch=batch, as_json=as_json)
+        return
     p = load_plan(plan_file)
     graph = _load_graph(model, None, batch) if model else None
     machine = resolve_machine(hw) if hw else None
@@ -622,6 +711,39 @@ def check(
         raise typer.Exit(1)
 
 
+def _check_plan_set(plan_file: Path, *, model: str | None, hw: str | None, batch: int | None,
+                    as_json: bool) -> None:
+    """``check`` of a plan set: every bucket plan, and the residency."""
+    from placewise.adapt.planset import load_plan_set
+    from placewise.adapt.planset_report import check_plan_set, planset_findings_json
+    from placewise.check import checks_run
+    from placewise.planning import load_graph
+
+    ps = load_plan_set(plan_file)
+    if batch is not None:
+        raise InputError("a plan set's buckets have their own batches: drop --batch",
+                         place="--batch")
+    if model is not None and model != ps.model:
+        raise InputError(f"the plan set was made for model {ps.model!r}, not {model!r}",
+                         file=str(plan_file), place="--model")
+    machine = resolve_machine(hw) if hw else None
+    graph_of = ((lambda b: load_graph(b.model_ref, b.shapes, b.batch))
+                if model is not None else None)
+    found = check_plan_set(ps, machine=machine, graph_of=graph_of, file=str(plan_file))
+    data = planset_findings_json(found, checks=checks_run(graph=model is not None,
+                                                          machine=machine is not None),
+                                 buckets=[b.name for b in ps.buckets])
+    if as_json:
+        _print_json(data)
+    else:
+        head = (f"plan set OK: {len(ps.buckets)} bucket plans and their residency"
+                if data["ok"] else f"plan set FAILS: {data['errors']} errors")
+        lines = [head] + [f"{b}: {f.line()}" for b, f in found[:50]]
+        sys.stdout.write("\n".join(lines) + "\n")
+    if not data["ok"]:
+        raise typer.Exit(1)
+
+
 # ---- validate ----------------------------------------------------------------------------------
 @app.command()
 def validate(
@@ -630,24 +752,60 @@ def validate(
     no_baseline: Annotated[bool, typer.Option("--no-baseline", help="Skip the onnxruntime baseline")] = False,
     inputs: Annotated[Path | None, typer.Option("--inputs", help="Requests to run and measure quality on (.npz, one array per model input)")] = None,
     profile_nodes: Annotated[bool, typer.Option("--profile-nodes", help="After the timed runs, profile each partition's nodes with onnxruntime's profiler (per-op times for placewise sheet)")] = False,
+    telemetry_out: Annotated[Path | None, typer.Option("--telemetry-out", help="Write the run's telemetry windows per cost key (placewise-telemetry, for placewise recalibrate)")] = None,
+    window_requests: Annotated[int, typer.Option("--window-requests", help="Requests per telemetry window (0: about ten windows)")] = 0,
+    calibration: Annotated[Path | None, typer.Option(help="The calibration the plan was made with: refused unless its stable machine tags are this run's")] = None,
+    against: Annotated[Path | None, typer.Option("--against", help="An earlier run (validate --json, or a telemetry file) to compare with: refused unless the stable tags agree")] = None,
+    allow_mismatch: Annotated[bool, typer.Option("--allow-mismatch", help="Compare runs whose stable tags differ, naming the tags that differ")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Run the plan for real on this machine and compare it with its prediction, term by term.
 
     Exits 1 when the measured output quality breaks the plan's precision budget."""
     from placewise.validate import render_validation, validate_plan
+    from placewise.validate.compare import check_calibration_tags, compare_with
 
     if requests <= 0:
         raise InputError(f"requests must be a positive integer, got {requests}", place="--requests")
+    if window_requests < 0:
+        raise InputError(f"must be >= 0, got {window_requests}", place="--window-requests")
+    if telemetry_out is not None:
+        check_output_path(telemetry_out, place="--telemetry-out")
+    mismatch: list[str] = []
+    if calibration is not None or against is not None:
+        from placewise.plan import load_plan
+        from placewise.validate.compare import precheck_against
+
+        plan = load_plan(plan_file)
+        if calibration is not None:
+            mismatch += check_calibration_tags(plan, calibration, allow_mismatch=allow_mismatch)
+        if against is not None:
+            precheck_against(plan, against, allow_mismatch=allow_mismatch)
     machine = resolve_machine("local")
     with _progress("validating") as cb:
         report = validate_plan(str(plan_file), requests=requests, machine=machine, progress=cb,
                                baseline=not no_baseline, inputs=inputs,
-                               profile_nodes=profile_nodes)
+                               profile_nodes=profile_nodes,
+                               window_requests=window_requests if telemetry_out else None)
+    cmp = compare_with(report, against, allow_mismatch=allow_mismatch) if against else None
+    mismatch += cmp["tag_differences"] if cmp else []
+    if telemetry_out is not None:
+        from placewise.adapt.telemetry import save_telemetry_run
+
+        save_telemetry_run(report.telemetry_run, telemetry_out)
+    for line in mismatch:
+        err.print(f"tags differ (--allow-mismatch): {line}", markup=False)
     if as_json:
-        _print_json(report.to_json())
+        _print_json({**report.to_json(), "against": cmp, "tag_mismatches": mismatch,
+                     "telemetry_out": str(telemetry_out) if telemetry_out else None})
     else:
         sys.stdout.write(render_validation(report))
+        if cmp and "latency_p50_s" in cmp:
+            out.print(f"against {cmp['file']}: latency p50 {cmp['latency_p50_s']['before']} s "
+                      f"before, {report.latency.p50_s:.6g} s now", markup=False)
+        if telemetry_out is not None:
+            out.print(f"wrote {telemetry_out}: {len(report.telemetry_run.windows)} telemetry "
+                      f"windows", markup=False)
     if report.quality_check is not None and not report.quality_check.holds:
         raise typer.Exit(1)
 
