@@ -366,6 +366,10 @@ class ValidationReport:
     plan_fingerprint: str | None = None  # placewise.export.plan_fingerprint of the plan run
     energy: EnergyComparison | None = None  # estimate beside measured (validate.power)
     nodes: NodeTimes | None = None  # per-node times (validate --profile-nodes; validate.nodes)
+    # what makes this run comparable with another (runtime.telemetry.stable_tags)
+    stable_tags: Mapping[str, str] = field(default_factory=dict)
+    # the run's windows per cost key (placewise.adapt.telemetry.TelemetryRun), when asked for
+    telemetry_run: Any = field(default=None, repr=False, compare=False)
 
     @property
     def latency_error(self) -> float | None:
@@ -425,6 +429,7 @@ class ValidationReport:
             else self.quality_check.to_json(),
             "baseline": [b.to_json() for b in self.baselines],
             "tags": dict(self.tags),
+            "stable_tags": dict(self.stable_tags),
             "notes": list(self.notes),
             "energy": None if self.energy is None else self.energy.to_json(),
             "nodes": None if self.nodes is None else self.nodes.to_json(),

@@ -28,6 +28,7 @@ from placewise.runtime.campaign import (
 )
 from placewise.runtime.executor import Executor
 from placewise.runtime.program import ExecProgram, program_from_plan
+from placewise.runtime.telemetry import Telemetry
 from placewise.validate.attribution import attribute_latency, attribute_throughput
 from placewise.validate.baseline import plan_baselines
 from placewise.validate.power import EnergyMeter, energy_comparison
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     from placewise.runtime.opexec import ModelSource
 
 __all__ = ["check_machine", "check_runnable", "load_planned_source", "planned_program",
-           "validate_plan"]
+           "validate_plan", "validation_stable_tags"]
 
 Progress = Callable[[str, float], None]
 
@@ -142,7 +143,8 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
                   seed: int = 0, keep_telemetry: bool = True,
                   shapes: Mapping[str, Sequence[int]] | None = None,
                   inputs: str | os.PathLike[str] | None = None,
-                  profile_nodes: bool = False) -> ValidationReport:
+                  profile_nodes: bool = False,
+                  window_requests: int | None = None) -> ValidationReport:
     """Run ``plan`` on this machine and compare it with its prediction (``placewise.validate``).
 
     ``plan``: a ``Plan`` or a plan file; ``source``: the model (default: the plan's
@@ -158,6 +160,9 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
     (naming the device and op), ``InputError`` for an inputs file that does not match the
     model. ``profile_nodes``: after the timed runs, profile each partition's nodes with
     onnxruntime's profiler (``placewise.validate.nodes``; ``ValidationReport.nodes``).
+    ``window_requests``: also cut the telemetry into windows of that many requests per
+    cost key (``placewise.adapt.telemetry``; ``ValidationReport.telemetry_run``, 0: about
+    ten windows).
     """
     from placewise.export import plan_fingerprint
     from placewise.plan import Plan as _Plan
@@ -254,6 +259,14 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
     tags["calibration"] = plan.fingerprints.calibration
     if load_note := _load_note(tags):
         notes.append(load_note)
+    stable = validation_stable_tags(plan, tel, seed=seed, in_flight=got.in_flight)
+    run = None
+    if window_requests is not None:
+        from placewise.adapt.telemetry import SKIPPED_PHASES, windows_from_telemetry
+
+        n = sum(1 for r in tel.requests if r.phase not in SKIPPED_PHASES)
+        run = windows_from_telemetry(plan, tel, window_requests=window_requests or
+                                     max(1, n // 10), tags=stable, program=program)
     report("done", 1.0)
     return ValidationReport(
         plan.model, plan.strategy, plan.objective.value, int(plan.batch),
@@ -265,7 +278,24 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
         quality_check=_quality_check(plan, quality, inputs_text),
         plan_fingerprint=plan_fingerprint(plan),
         energy=energy_comparison(plan, machine, meter, runs=got.stream.requests, batch=batch),
-        nodes=nodes)
+        nodes=nodes, stable_tags=stable, telemetry_run=run)
+
+
+def validation_stable_tags(plan: Plan, tel: Telemetry, *, seed: int, in_flight: int
+                           ) -> dict[str, str]:
+    """The stable tags of a validation run (``runtime.telemetry.stable_tags``): the plan's
+    fingerprints, this process's versions and CPU, the devices' threads as they ran, and the
+    campaign as the arrival process (isolated requests, then a closed-loop stream of
+    ``in_flight``), with the seed of the generated inputs."""
+    from placewise.export import plan_fingerprint
+    from placewise.runtime.telemetry import model_fingerprint, stable_tags
+
+    return stable_tags(
+        model_fingerprint=model_fingerprint(plan.model),
+        graph_fingerprint=plan.fingerprints.graph, plan_fingerprint=plan_fingerprint(plan),
+        calibration_fingerprint=plan.fingerprints.calibration,
+        arrival=f"validate:isolated+closed-loop stream,in_flight={in_flight}", seed=seed,
+        devices=[(d.device, d.cores, d.threads, d.backend) for d in tel.devices])
 
 
 def _quality_check(plan: Plan, quality: Sequence[OutputQuality], inputs: str

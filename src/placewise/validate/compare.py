@@ -1,0 +1,126 @@
+"""Which runs a validation may be compared with, by their stable tags
+(``placewise.runtime.telemetry.STABLE_TAG_KEYS``).
+
+- ``check_calibration_tags(plan, cal_file)``: the calibration the plan predicts from
+  (``validate --calibration CAL.json``) must be the plan's (same fingerprint: else always
+  an ``InputError``) and measured under this machine's stable tags (versions, CPU model,
+  cores: the ``MACHINE_TAG_KEYS`` the calibration records), checked before anything runs;
+- ``compare_with(report, path)``: an earlier run (``validate --against PREV``: the JSON of
+  ``validate --json``, or a telemetry run file, ``placewise.adapt.telemetry``) must carry the
+  same stable tags as this one; the comparison is its measured latency and throughput
+  next to this run's.
+
+Either refuses (``InputError`` naming every differing tag with both values) unless
+``allow_mismatch``, and then returns the differences as lines.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from placewise.errors import InputError
+from placewise.runtime.telemetry import MACHINE_TAG_KEYS, require_comparable
+
+if TYPE_CHECKING:
+    from placewise.plan import Plan
+    from placewise.validate.records import ValidationReport
+
+__all__ = ["check_calibration_tags", "compare_with", "machine_tags", "precheck_against",
+           "run_tags"]
+
+
+def machine_tags() -> dict[str, str]:
+    """This process's stable machine tags (``MACHINE_TAG_KEYS``)."""
+    from placewise.runtime.telemetry import stable_tags
+
+    t = stable_tags(model_fingerprint="", graph_fingerprint="", plan_fingerprint="",
+                    calibration_fingerprint="", arrival="", seed=None)
+    return {k: t[k] for k in MACHINE_TAG_KEYS}
+
+
+def check_calibration_tags(plan: Plan, cal_file: str | os.PathLike[str], *,
+                           allow_mismatch: bool = False) -> list[str]:
+    """Refuse a calibration that is not the plan's, or that was measured under other
+    stable machine tags than this process runs with (module docstring)."""
+    from placewise.cost.calibrated import load_calibration
+
+    file = os.fspath(cal_file)
+    cal = load_calibration(file)
+    if cal.fingerprint() != plan.fingerprints.calibration:
+        raise InputError(f"the plan was made with calibration {plan.fingerprints.calibration}, "
+                         f"this file is {cal.fingerprint()}", file=file, place="--calibration")
+    keys = [k for k in MACHINE_TAG_KEYS if k in cal.tags]
+    try:
+        return require_comparable(cal.tags, machine_tags(), keys=keys,
+                                  what="the calibration against this run",
+                                  allow_mismatch=allow_mismatch)
+    except InputError as exc:
+        raise exc.at(file=file) from None
+
+
+def run_tags(path: str | os.PathLike[str]) -> tuple[str, dict[str, str], Mapping[str, Any]]:
+    """(kind, stable tags, document) of an earlier run's file: ``validation`` (the JSON of
+    ``validate --json``; one without ``stable_tags`` has none) or ``telemetry``."""
+    from placewise.io import load_json
+
+    file = os.fspath(path)
+    data = load_json(file, what="run")
+    if not isinstance(data, dict):
+        raise InputError("expected a JSON object at the top level", file=file)
+    if data.get("format") == "placewise-telemetry":
+        from placewise.adapt.telemetry import load_telemetry_run
+
+        return "telemetry", dict(load_telemetry_run(file).tags), data
+    if {"plan", "predicted", "measured"} <= set(data):
+        tags = data.get("stable_tags", {})
+        if not isinstance(tags, dict):
+            raise InputError("stable_tags must be an object", file=file, place="stable_tags")
+        return "validation", {str(k): str(v) for k, v in tags.items()}, data
+    raise InputError("is neither the JSON of 'placewise validate --json' nor a telemetry run "
+                     "(placewise-telemetry)", file=file)
+
+
+def precheck_against(plan: Plan, path: str | os.PathLike[str], *,
+                     allow_mismatch: bool = False) -> None:
+    """Before anything runs: refuse an earlier run whose tags already differ from what this
+    run of ``plan`` will record (fingerprints and machine tags; threads, arrival and seed
+    are compared after the run by ``compare_with``)."""
+    from placewise.export import plan_fingerprint
+    from placewise.runtime.telemetry import model_fingerprint
+
+    file = os.fspath(path)
+    _, tags, _ = run_tags(file)
+    known = {"model_fingerprint": model_fingerprint(plan.model),
+             "graph_fingerprint": plan.fingerprints.graph,
+             "plan_fingerprint": plan_fingerprint(plan),
+             "calibration_fingerprint": plan.fingerprints.calibration, **machine_tags()}
+    try:
+        require_comparable(tags, known, keys=tuple(known), allow_mismatch=allow_mismatch,
+                           what="the earlier run against this one")
+    except InputError as exc:
+        raise exc.at(file=file) from None
+
+
+def compare_with(report: ValidationReport, path: str | os.PathLike[str], *,
+                 allow_mismatch: bool = False) -> dict[str, Any]:
+    """This run next to the earlier run in ``path`` (module docstring): its file, kind,
+    the tag differences (lines) and, for a validation, both measured latency p50 and
+    throughput."""
+    file = os.fspath(path)
+    kind, tags, data = run_tags(file)
+    try:
+        lines = require_comparable(tags, report.stable_tags, what="the earlier run against "
+                                   "this one", allow_mismatch=allow_mismatch)
+    except InputError as exc:
+        raise exc.at(file=file) from None
+    out: dict[str, Any] = {"file": file, "kind": kind, "tag_differences": lines}
+    if kind == "validation":
+        meas = data.get("measured", {})
+        lat = meas.get("latency", {}) if isinstance(meas, dict) else {}
+        before = lat.get("p50_s") if isinstance(lat, dict) else None
+        tput = meas.get("throughput_rps") if isinstance(meas, dict) else None
+        out["latency_p50_s"] = {"before": before, "now": report.latency.p50_s}
+        out["throughput_rps"] = {"before": tput, "now": report.throughput_rps}
+    return out
