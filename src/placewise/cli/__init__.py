@@ -820,9 +820,13 @@ def export(
     as_json: JsonOpt = False,
 ) -> None:
     """Write the plan's partitions as ONNX files and a manifest that plain onnxruntime chains."""
+    from placewise.adapt.planset import is_plan_set
     from placewise.export import export_plan, manifest_summary
     from placewise.plan import load_plan
 
+    if is_plan_set(plan_file):
+        _export_plan_set(plan_file, out_dir, force=force, hw=hw, as_json=as_json)
+        return
     machine = None
     if hw:
         machine = resolve_machine(hw)
@@ -844,6 +848,32 @@ def export(
                       for q in summary["partitions"]], right=(4, 5)))
     out.print(f"wrote {summary['files']} files ({format_bytes(summary['bytes'])}) to {out_dir}: "
               f"one .onnx per partition and manifest.json")
+
+
+def _export_plan_set(plan_file: Path, out_dir: Path, *, force: bool, hw: str | None,
+                     as_json: bool) -> None:
+    """``export`` of a plan set: one partition set per bucket, weights shared."""
+    from placewise.adapt.planset import load_plan_set
+    from placewise.adapt.planset_export import export_plan_set
+
+    ps = load_plan_set(plan_file)
+    machine = resolve_machine(hw) if hw else (
+        resolve_machine("local") if ps.machine == "local" else None)
+    with _progress("exporting") as cb:
+        summary = export_plan_set(ps, out_dir, machine=machine, force=force, progress=cb)
+    if as_json:
+        _print_json(summary)
+        return
+    out.print(f"[bold]export[/bold] plan set {ps.model} for {ps.machine}: "
+              f"{len(summary['buckets'])} buckets")
+    out.print(_table("buckets", ["bucket", "folder", "partitions", "size"], [
+        [r["name"], r["folder"], r["partitions"], format_bytes(r["bytes"])]
+        for r in summary["buckets"]]))
+    out.print(f"{summary['initializers']} distinct initializers in {summary['shared_file']} "
+              f"({format_bytes(summary['shared_bytes'])}, "
+              f"{'hard-linked into' if summary['linked'] else 'copied into'} every bucket "
+              f"folder); wrote {format_bytes(summary['bytes_written'])} against "
+              f"{format_bytes(summary['bytes_without_sharing'])} without sharing, to {out_dir}")
 
 
 # ---- demo ------------------------------------------------------------------------------------

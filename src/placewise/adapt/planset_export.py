@@ -1,0 +1,200 @@
+"""``placewise export PLANSET.json --out DIR``: one partition set per bucket, weights shared.
+
+``export_plan_set(ps, out_dir)`` writes, in a fresh hidden folder renamed into place at
+the end (``placewise.export``'s staging: a failure leaves nothing half-written):
+
+- ``DIR/BUCKET/``: each bucket's plan exported by ``placewise.export.export_plan`` (its
+  partition ``.onnx`` files and ``manifest.json``, which plain onnxruntime chains);
+- ``DIR/shared-weights.bin``: every initializer of at least ``SHARE_MIN_BYTES``, identical
+  ones (same dtype, dims and bytes) written once, whichever bucket and partition holds
+  them. Each partition file refers to its initializers there as ONNX external data
+  (``location``, ``offset``, ``length``). onnxruntime refuses external data outside a
+  model's own folder (``../`` is "External data path escapes model directory"), so each
+  bucket folder holds the same file as a *hard link* (one copy of the bytes on disk); where
+  the file system cannot link, the file is copied and ``linked`` is False;
+- ``DIR/planset-export.json``: the buckets (name, folder, lower, upper), the plan set's
+  fingerprint, and the bytes written against the bytes each bucket's own export took
+  without sharing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from placewise.errors import InputError
+
+__all__ = ["SHARED_FILE", "SHARE_MIN_BYTES", "export_plan_set"]
+
+#: the shared weights file's name (in the export folder and, linked, in each bucket's)
+SHARED_FILE = "shared-weights.bin"
+#: initializers smaller than this stay inside their partition file
+SHARE_MIN_BYTES = 1024
+_ALIGN = 64
+
+Progress = Callable[[str, float], None]
+
+
+def _blob(t: Any) -> bytes | None:
+    """The raw little-endian bytes of an initializer, or None for strings."""
+    from onnx import TensorProto, numpy_helper
+
+    if t.data_type == TensorProto.STRING:
+        return None
+    if t.HasField("raw_data"):
+        return bytes(t.raw_data)
+    return bytes(numpy_helper.to_array(t).tobytes())
+
+
+def _externalise(t: Any, offset: int, length: int) -> None:
+    from onnx import TensorProto
+
+    for f in ("raw_data", "float_data", "int32_data", "int64_data", "double_data",
+              "uint64_data"):
+        t.ClearField(f)
+    del t.external_data[:]
+    t.data_location = TensorProto.EXTERNAL
+    for k, v in (("location", SHARED_FILE), ("offset", str(offset)), ("length", str(length))):
+        e = t.external_data.add()
+        e.key, e.value = k, v
+
+
+def _files_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def _unique_bytes(folder: Path) -> int:
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for p in folder.rglob("*"):
+        if p.is_file():
+            st = p.stat()
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_size
+    return total
+
+
+def _share(root: Path, buckets: list[str]) -> dict[str, Any]:
+    """Move every large initializer of every bucket's partitions into one shared file
+    (module docstring); the manifests name it as each partition's external data."""
+    import onnx
+
+    from placewise.export import MANIFEST_FILE, load_manifest, manifest_to_json
+    from placewise.io import atomic_write_json
+
+    offsets: dict[str, tuple[int, int]] = {}
+    chunks: list[bytes] = []
+    size = 0
+    refs = 0
+    for name in buckets:
+        folder = root / name
+        man = load_manifest(folder / MANIFEST_FILE)
+        parts = []
+        for p in man.partitions:
+            path = folder / p.file
+            model = onnx.load(str(path), load_external_data=True)
+            moved = 0
+            for t in model.graph.initializer:
+                raw = _blob(t)
+                if raw is None or len(raw) < SHARE_MIN_BYTES:
+                    continue
+                key = hashlib.sha256(f"{t.data_type}:{list(t.dims)}:".encode() + raw).hexdigest()
+                if key not in offsets:
+                    pad = (-size) % _ALIGN
+                    chunks.append(b"\0" * pad)
+                    offsets[key] = (size + pad, len(raw))
+                    chunks.append(raw)
+                    size += pad + len(raw)
+                _externalise(t, *offsets[key])
+                moved += 1
+                refs += 1
+            onnx.save_model(model, str(path))
+            if p.external_data is not None:
+                with contextlib.suppress(OSError):
+                    (folder / p.external_data).unlink()
+            parts.append(p.model_copy(update={"external_data": SHARED_FILE if moved
+                                              else None}))
+        atomic_write_json(folder / MANIFEST_FILE,
+                          manifest_to_json(man.model_copy(update={"partitions": tuple(parts)})))
+        with contextlib.suppress(OSError):  # as readable as the partition files beside it
+            shutil.copymode(folder / man.partitions[0].file, folder / MANIFEST_FILE)
+    shared = root / SHARED_FILE
+    with open(shared, "wb") as f:
+        for c in chunks:
+            f.write(c)
+    linked = True
+    for name in buckets:
+        dst = root / name / SHARED_FILE
+        try:
+            os.link(shared, dst)
+        except OSError:
+            shutil.copyfile(shared, dst)
+            linked = False
+    return {"shared_file": SHARED_FILE, "shared_bytes": size, "initializers": len(offsets),
+            "references": refs, "linked": linked}
+
+
+def export_plan_set(ps: Any, out_dir: str | os.PathLike[str], *, machine: Any = None,
+                    force: bool = False, progress: Progress | None = None) -> dict[str, Any]:
+    """Write ``ps`` (a ``PlanSet`` or its file) as one partition set per bucket sharing
+    one weights file (module docstring); returns the summary ``planset-export.json``
+    holds. ``machine``: the plan set's machine (default: its preset or this machine).
+    ``InputError`` as ``export_plan`` raises it; nothing is written then."""
+    from placewise.adapt.planset import PlanSet, load_plan_set
+    from placewise.export import _check_out_dir, _plan_machine, _staging, export_plan
+    from placewise.io import atomic_write_json
+
+    report: Progress = progress or (lambda _m, _f: None)
+    file: str | None = None
+    if not isinstance(ps, PlanSet):
+        file = os.fspath(ps)
+        ps = load_plan_set(file)
+    target = _check_out_dir(out_dir, force=force,
+                            protect=[f for f in (file, ps.model) if f and
+                                     not f.startswith("zoo:")])
+    machine = _plan_machine(ps.plans[0], machine, file)
+    names = [b.name for b in ps.buckets]
+    if len(set(names)) != len(names):
+        raise InputError("two buckets have one name", file=file, place="buckets")
+    with _staging(target, force=force) as tmp:
+        rows = []
+        for i, b in enumerate(ps.buckets):
+            report(f"exporting bucket {b.name}", 0.8 * i / len(ps.buckets))
+            man = export_plan(ps.plan_of(b), tmp / b.name, machine=machine,
+                              source=_source(b))
+            rows.append({"name": b.name, "folder": b.name, "lower": b.lower,
+                         "upper": b.upper, "plan_index": b.plan_index,
+                         "partitions": len(man.partitions),
+                         "bytes_without_sharing": _files_bytes(tmp / b.name)})
+        report("sharing the weights", 0.85)
+        without = sum(r["bytes_without_sharing"] for r in rows)
+        shared = _share(tmp, names)
+        for r in rows:
+            r["bytes"] = _files_bytes(tmp / r["folder"])
+        summary = {"format": "placewise-planset-export", "version": 1, "model": ps.model,
+                   "machine": ps.machine, "planset_fingerprint": ps.fingerprint(),
+                   "buckets": rows, **shared, "bytes_without_sharing": without}
+        atomic_write_json(tmp / "planset-export.json", summary)
+        summary["bytes_written"] = _unique_bytes(tmp)
+        summary["bytes_apparent"] = _files_bytes(tmp)
+        atomic_write_json(tmp / "planset-export.json", summary)
+    report("done", 1.0)
+    return {"out": str(target), **summary}
+
+
+def _source(b: Any) -> Any:
+    """The bucket's model source at its upper corner (its ref, shapes and batch)."""
+    from placewise.runtime.opexec import load_source
+
+    kwargs: dict[str, Any] = {}
+    if b.shapes:
+        kwargs["shapes"] = {k: tuple(v) for k, v in b.shapes.items()}
+    if b.batch is not None:
+        kwargs["batch"] = b.batch
+    return load_source(b.model_ref, **kwargs)
