@@ -248,13 +248,14 @@ class Service:
 
     def serve(self, trace: ShapeTrace, *, limit_s: float = 60.0,
               window_requests: int | None = None, batcher: Batcher | None = None,
-              warmup: int = 0, progress: Progress | None = None, progress_s: float = 0.5
-              ) -> ServedBlock:
+              warmup: int = 0, admission: Admission | None = None,
+              progress: Progress | None = None, progress_s: float = 0.5) -> ServedBlock:
         """Serve ``trace`` (its arrivals on this block's clock) on the resident executors
         (module docstring); at most ``limit_s`` seconds. ``warmup``: untimed executor
         requests per bucket first. ``window_requests``: per-bucket telemetry windows of
         that many executor requests (``adapt.telemetry``). ``batcher``: for a plain plan
-        serving one-row requests, a batcher that merges them (default: none)."""
+        serving one-row requests, a batcher that merges them (default: none).
+        ``admission``: this block's queue policy (default: the service's)."""
         from placewise.serve.policies import NoBatcher
         from placewise.serve.queue import RequestQueue
 
@@ -271,7 +272,8 @@ class Service:
                               phase=SERVE_WARMUP)
         phase = f"{SERVE}:{self._blocks}"
         run = OpenLoop([b.lane for b in self.buckets], times, classes,
-                       RequestQueue(batcher or NoBatcher(), self.admission, self.priorities),
+                       RequestQueue(batcher or NoBatcher(), admission or self.admission,
+                                    self.priorities),
                        len(self.priorities), self.in_flight, limit_s, report, progress_s,
                        lane_of=lane_of, rows=rows, seqs=seqs, phase=phase)
         try:

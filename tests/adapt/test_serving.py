@@ -1,0 +1,204 @@
+"""Bucketed serving (``adapt.serving``): each request to its bucket with the right padding,
+class priority re-ordering through the serve queue, executors resident across blocks
+(same worker processes), request conservation, per-bucket telemetry with the stable tags,
+and the CLI's plan-set / shape-trace path."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from placewise.adapt.serving import Service, open_service
+from placewise.adapt.trace import ShapeTrace, save_shape_trace
+from placewise.errors import InputError
+from placewise.plan import Plan, build_plan
+from placewise.runtime.opexec import load_source
+from placewise.runtime.telemetry import STABLE_TAG_KEYS
+from placewise.schedule import evaluate
+from placewise.serve.queue import Admission
+from tests.runtime.helpers import (
+    TINY_MLP,
+    alive,
+    local_machine,
+    own_segments,
+    problem_of,
+    split_placement,
+)
+from tests.test_cli import run
+
+
+def _plan(batch: int) -> Plan:
+    src = load_source(TINY_MLP, batch=batch)
+    prob = problem_of(src, batch=batch)
+    return build_plan(prob, evaluate(prob, split_placement(prob, int8=False)),
+                      model_ref=TINY_MLP, strategy="test")
+
+
+class _Bucket:
+    """The fields of a plan set's bucket that serving reads (a test shim of
+    ``adapt.planset.Bucket``)."""
+
+    def __init__(self, name: str, lo: int, hi: int, index: int) -> None:
+        self.name = name
+        self.lower = {"batch": lo}
+        self.upper = {"batch": hi}
+        self.plan_index = index
+        self.model_ref = TINY_MLP
+        self.shapes = None
+
+
+class _PlanSet:
+    """Two buckets, batch 1 and batch 2..4, each with its own plan (a test shim of
+    ``adapt.planset.PlanSet``: ``buckets``, ``plan_of``, ``bucket_for``, ``fingerprint``)."""
+
+    def __init__(self) -> None:
+        self.plans = (_plan(1), _plan(4))
+        self.buckets = (_Bucket("b1", 1, 1, 0), _Bucket("b4", 2, 4, 1))
+
+    def plan_of(self, bucket: _Bucket) -> Plan:
+        return self.plans[bucket.plan_index]
+
+    def bucket_for(self, shape: Mapping[str, int]) -> _Bucket:
+        for b in self.buckets:
+            if shape.get("batch", 1) <= b.upper["batch"]:
+                return b
+        raise InputError(f"batch {shape.get('batch')} is above the envelope", place="batch")
+
+    def fingerprint(self) -> str:
+        return "sha256:test-plan-set"
+
+
+@pytest.fixture(scope="module")
+def service() -> Iterator[Service]:
+    with open_service(_PlanSet(), machine=local_machine(), priorities=(1, 2), warmup=2,
+                      seed=0) as svc:
+        yield svc
+    assert not mp.active_children() and not own_segments()
+
+
+def _trace(batches: list[int], times: list[float] | None = None,
+           classes: list[int] | None = None) -> ShapeTrace:
+    n = len(batches)
+    return ShapeTrace(tuple(times if times is not None else [0.002 * i for i in range(n)]),
+                      tuple({"batch": b} for b in batches),
+                      tuple(classes if classes is not None else [0] * n), (0,) * n)
+
+
+def test_each_request_runs_in_its_bucket_padded_to_its_batch(service: Service) -> None:
+    batches = [1, 2, 3, 4, 1, 1, 3, 2, 4, 1]
+    block = service.serve(_trace(batches))
+    assert block.result.conserved() and block.result.completed == len(batches)
+    want = [0 if b == 1 else 1 for b in batches]
+    assert block.bucket_of.tolist() == want
+    b1, b4 = block.bucket("b1"), block.bucket("b4")
+    assert (b1.arrived, b4.arrived) == (4, 6) and (b1.calls, b4.calls) == (4, 6)
+    assert b1.padding.padded_rows == 0 and b1.padding.rows_run == 4
+    assert b4.padding.padded_rows == sum(4 - b for b in batches if b > 1) == 6
+    assert b4.padding.rows_run == 24 and b4.padding.fraction == pytest.approx(6 / 24)
+    assert 0 < b4.padding.time_s < b4.padding.busy_s and b1.padding.time_s == 0.0
+    assert block.padding.padded_rows == 6 and block.result.padded == 6
+    assert bool(np.isfinite(block.latency_s).all()) and b1.p50_s > 0 and b4.p99_s >= b4.p50_s
+    # per-bucket telemetry of this block: one executor request per request
+    for b in (b1, b4):
+        assert b.telemetry is not None and len(b.telemetry.requests) == b.calls
+        assert {r.phase for r in b.telemetry.requests} == {"serve"}
+        assert b.telemetry.tags["bucket"] == b.name
+        assert all(k in b.telemetry.tags for k in STABLE_TAG_KEYS)
+    assert b1.telemetry is not None and b4.telemetry is not None
+    assert b1.telemetry.tags["plan_fingerprint"] != b4.telemetry.tags["plan_fingerprint"]
+    assert all(k in block.tags for k in STABLE_TAG_KEYS)
+    assert block.tags["arrival"].startswith("trace:") and block.tags["seed"] == "0"
+    assert block.tags["plan_fingerprint"] == "sha256:test-plan-set"
+    assert json.dumps(block.to_json())  # JSON-ready
+
+
+def test_a_high_priority_class_queued_behind_low_ones_goes_first(service: Service) -> None:
+    # 6 low-priority requests (class 1, priority 2) then 2 high ones, all at once: all are
+    # queued before the first is sent, and the high ones leave the queue first
+    classes = [1] * 6 + [0] * 2
+    block = service.serve(_trace([1, 3, 1, 3, 1, 3, 1, 4], [0.0] * 8, classes))
+    assert block.result.completed == 8 and block.result.conserved()
+    wait = block.wait_s
+    high, low = wait[6:], wait[:6]
+    assert float(high.max()) < float(low.min())
+    # within a priority, first come first served
+    assert bool((np.diff(low) >= 0).all())
+
+
+def test_executors_stay_resident_across_blocks(service: Service) -> None:
+    pids = service.worker_pids()
+    executors = service.executors
+    assert any(pids.values())  # the tiny plan's second device runs in its own process
+    for _ in range(2):
+        block = service.serve(_trace([1, 4, 2]))
+        assert block.result.completed == 3
+        assert service.worker_pids() == pids
+        assert service.executors == executors
+    assert all(alive(p) for d in pids.values() for p in d.values())
+    assert block.index > 0
+
+
+def test_every_request_is_counted_under_admission_limits(service: Service) -> None:
+    block = service.serve(_trace([1, 2] * 10, [0.0] * 20), admission=Admission(queue_limit=3))
+    r = block.result
+    assert r.arrived == 20 and r.rejected == 17 and r.completed == 3 and r.conserved()
+    assert sum(b.arrived for b in block.buckets) == 20
+    assert sum(b.completed for b in block.buckets) == r.completed
+    assert int(np.isfinite(block.latency_s).sum()) == 3
+
+
+def test_closing_the_service_stops_its_workers() -> None:
+    svc = open_service(_plan(1), machine=local_machine(), warmup=0)
+    with svc:
+        pids = [p for d in svc.worker_pids().values() for p in d.values()]
+        shm = {ex.shm_name for ex in svc.executors.values()}
+        assert pids and all(alive(p) for p in pids)
+    assert not any(alive(p) for p in pids) and not (shm & own_segments())
+    with pytest.raises(InputError, match="closed"):
+        svc.serve(_trace([1]))
+
+
+def test_a_request_above_the_envelope_is_refused_before_it_runs(service: Service) -> None:
+    with pytest.raises(InputError, match="request 1"):
+        service.serve(_trace([1, 8]))
+    with pytest.raises(InputError, match="no priority"):
+        service.serve(_trace([1], classes=[2]))
+    assert service.serve(_trace([2])).result.completed == 1  # still serving
+
+
+def test_telemetry_windows_per_bucket(service: Service) -> None:
+    block = service.serve(_trace([1] * 6 + [3] * 6), window_requests=3)
+    runs = block.runs
+    assert set(runs) == {"b1", "b4"}
+    for name, r in runs.items():
+        assert r.bucket == name and len(r.windows) == 2
+        assert r.tags["bucket"] == name and r.tags["arrival"] == block.tags["arrival"]
+
+
+def test_a_plain_plan_is_one_bucket_and_serves_a_trace_from_the_cli(tmp_path: Path) -> None:
+    plan_file = tmp_path / "plan.json"
+    proc = run("plan", "zoo:mlp?layers=2&hidden=64", "--hw", "local", "--batch", "4",
+               "--out", str(plan_file))
+    assert proc.returncode == 0, proc.stderr
+    batches = [1, 4, 2, 1, 3, 1]
+    tr = _trace(batches)
+    save_shape_trace(tr, tmp_path / "s.jsonl")
+    proc = run("serve", str(plan_file), "--real", "--trace", str(tmp_path / "s.jsonl"),
+               "--telemetry-out", str(tmp_path / "run.json"), "--window-requests", "2",
+               "--json")
+    assert proc.returncode == 0, proc.stderr
+    got: dict[str, Any] = json.loads(proc.stdout)
+    assert got["plan_set"] is False and got["completed"] == 6 and got["conserved"]
+    (b,) = got["buckets"]
+    assert b["name"] == "plan" and b["upper"] == {"batch": 4}
+    assert b["padding"]["padded_rows"] == sum(4 - x for x in batches)
+    assert all(k in got["tags"] for k in STABLE_TAG_KEYS)
+    assert got["telemetry"]["plan"]["executor_requests"] == 6
+    run_file = json.loads((tmp_path / "run.json").read_text())
+    assert run_file["format"] == "placewise-telemetry" and run_file["bucket"] == "plan"
