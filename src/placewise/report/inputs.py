@@ -7,7 +7,9 @@ file (schema ``placewise-sweep/1``, see ``placewise.sweep``) and a closed-loop f
 its name. A file that is none of these, a second file of a kind, and a validation or serve
 result made of another plan than the one given (``placewise.export.plan_fingerprint``, which
 ``validate --json`` records as ``plan.fingerprint`` and ``serve --json`` as
-``plan_fingerprint``) are ``InputError`` naming the file.
+``plan_fingerprint``) are ``InputError`` naming the file; so are a validation and a serve
+result whose stable tags (``runtime.telemetry.STABLE_TAG_KEYS``, arrival and seed aside)
+differ, unless ``allow_mismatch`` (the report then lists them).
 
 >>> import json, tempfile, os
 >>> d = tempfile.mkdtemp()
@@ -51,6 +53,8 @@ class ReportInputs:
     sweep: Mapping[str, Any] | None = None
     loop: Mapping[str, Any] | None = None
     files: dict[str, str] = field(default_factory=dict)
+    # stable tags that differ between the results, compared anyway (``allow_mismatch``)
+    tag_differences: list[str] = field(default_factory=list)
 
     def present(self) -> list[str]:
         return [k for k in KINDS if getattr(self, k) is not None]
@@ -144,8 +148,12 @@ def _result_fingerprint(kind: str, data: Mapping[str, Any]) -> tuple[str, Any]:
     return "plan_fingerprint", data.get("plan_fingerprint")
 
 
-def load_inputs(paths: Sequence[str | os.PathLike[str]]) -> ReportInputs:
-    """Read and recognise the report's input files (see the module docstring)."""
+def load_inputs(paths: Sequence[str | os.PathLike[str]], *,
+                allow_mismatch: bool = False) -> ReportInputs:
+    """Read and recognise the report's input files (see the module docstring). A
+    validation and a serve result whose stable tags differ are refused (``InputError``
+    naming every differing tag) unless ``allow_mismatch`` (then listed in
+    ``ReportInputs.tag_differences``)."""
     if not paths:
         raise InputError("give at least one input: a plan, a validation, a serve result or a "
                          "sweep", place="INPUT")
@@ -160,7 +168,32 @@ def load_inputs(paths: Sequence[str | os.PathLike[str]]) -> ReportInputs:
         got.files[kind] = path
     if got.plan is not None:
         _check_results(got)
+    got.tag_differences = _check_tags(got, allow_mismatch)
     return got
+
+
+def _tags_of(data: Mapping[str, Any]) -> dict[str, str]:
+    """A result's stable tags (``stable_tags``; older files: the ``tags`` they recorded)."""
+    tags = data.get("stable_tags") or data.get("tags") or {}
+    return {str(k): str(v) for k, v in tags.items()} if isinstance(tags, dict) else {}
+
+
+def _check_tags(got: ReportInputs, allow: bool) -> list[str]:
+    """The validation and the serve result must have run under the same stable tags: the
+    arrival process and seed aside (a validation's campaign is not a serve run's load),
+    every ``STABLE_TAG_KEYS`` both record."""
+    from placewise.runtime.telemetry import STABLE_TAG_KEYS, require_comparable
+
+    if got.validation is None or got.serve is None:
+        return []
+    a, b = _tags_of(got.validation), _tags_of(got.serve)
+    keys = [k for k in STABLE_TAG_KEYS if k not in ("arrival", "seed") and k in a and k in b]
+    try:
+        return require_comparable(a, b, keys=keys, allow_mismatch=allow,
+                                  what=f"the validation {got.files['validation']} against "
+                                       f"this serve result")
+    except InputError as exc:
+        raise exc.at(file=got.files["serve"]) from None
 
 
 def _check_results(got: ReportInputs) -> None:
