@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from placewise.adapt.planset import build_plan_set, save_plan_set
+from placewise.adapt.planset_choice import ChoiceCosts
 from placewise.adapt.serving import Service, open_service
 from placewise.adapt.trace import ShapeTrace, save_shape_trace
 from placewise.errors import InputError
@@ -40,44 +42,23 @@ def _plan(batch: int) -> Plan:
                       model_ref=TINY_MLP, strategy="test")
 
 
-class _Bucket:
-    """The fields of a plan set's bucket that serving reads (a test shim of
-    ``adapt.planset.Bucket``)."""
-
-    def __init__(self, name: str, lo: int, hi: int, index: int) -> None:
-        self.name = name
-        self.lower = {"batch": lo}
-        self.upper = {"batch": hi}
-        self.plan_index = index
-        self.model_ref = TINY_MLP
-        self.shapes = None
-
-
-class _PlanSet:
-    """Two buckets, batch 1 and batch 2..4, each with its own plan (a test shim of
-    ``adapt.planset.PlanSet``: ``buckets``, ``plan_of``, ``bucket_for``, ``fingerprint``)."""
-
-    def __init__(self) -> None:
-        self.plans = (_plan(1), _plan(4))
-        self.buckets = (_Bucket("b1", 1, 1, 0), _Bucket("b4", 2, 4, 1))
-
-    def plan_of(self, bucket: _Bucket) -> Plan:
-        return self.plans[bucket.plan_index]
-
-    def bucket_for(self, shape: Mapping[str, int]) -> _Bucket:
-        for b in self.buckets:
-            if shape.get("batch", 1) <= b.upper["batch"]:
-                return b
-        raise InputError(f"batch {shape.get('batch')} is above the envelope", place="batch")
-
-    def fingerprint(self) -> str:
-        return "sha256:test-plan-set"
+@pytest.fixture(scope="module")
+def plan_set_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A plan set of the tiny MLP over batch 1 and 4 (two buckets: compile priced at 0,
+    so padding batch 1 up to 4 is not worth sharing a bucket), saved."""
+    ps = build_plan_set(TINY_MLP, local_machine(), {"batch": [1, 4]},
+                        costs=ChoiceCosts(compile_s_per_bucket=0.0), time_limit_s=1.0)
+    assert [b.upper for b in ps.buckets] == [{"batch": 1}, {"batch": 4}]
+    path = tmp_path_factory.mktemp("planset") / "ps.json"
+    save_plan_set(ps, path)
+    return path
 
 
 @pytest.fixture(scope="module")
-def service() -> Iterator[Service]:
-    with open_service(_PlanSet(), machine=local_machine(), priorities=(1, 2), warmup=2,
-                      seed=0) as svc:
+def service(plan_set_file: Path) -> Iterator[Service]:
+    # every device in its own worker process, so that residency shows in the pids
+    with open_service(plan_set_file, machine=local_machine(), priorities=(1, 2), warmup=2,
+                      seed=0, executor_options={"inline_host": False}) as svc:
         yield svc
     assert not mp.active_children() and not own_segments()
 
@@ -96,7 +77,8 @@ def test_each_request_runs_in_its_bucket_padded_to_its_batch(service: Service) -
     assert block.result.conserved() and block.result.completed == len(batches)
     want = [0 if b == 1 else 1 for b in batches]
     assert block.bucket_of.tolist() == want
-    b1, b4 = block.bucket("b1"), block.bucket("b4")
+    b1, b4 = block.buckets
+    assert (b1.upper, b4.upper) == ({"batch": 1}, {"batch": 4})
     assert (b1.arrived, b4.arrived) == (4, 6) and (b1.calls, b4.calls) == (4, 6)
     assert b1.padding.padded_rows == 0 and b1.padding.rows_run == 4
     assert b4.padding.padded_rows == sum(4 - b for b in batches if b > 1) == 6
@@ -114,7 +96,8 @@ def test_each_request_runs_in_its_bucket_padded_to_its_batch(service: Service) -
     assert b1.telemetry.tags["plan_fingerprint"] != b4.telemetry.tags["plan_fingerprint"]
     assert all(k in block.tags for k in STABLE_TAG_KEYS)
     assert block.tags["arrival"].startswith("trace:") and block.tags["seed"] == "0"
-    assert block.tags["plan_fingerprint"] == "sha256:test-plan-set"
+    assert service.plan_set is not None
+    assert block.tags["plan_fingerprint"] == service.plan_set.fingerprint()
     assert json.dumps(block.to_json())  # JSON-ready
 
 
@@ -175,7 +158,7 @@ def test_a_request_above_the_envelope_is_refused_before_it_runs(service: Service
 def test_telemetry_windows_per_bucket(service: Service) -> None:
     block = service.serve(_trace([1] * 6 + [3] * 6), window_requests=3)
     runs = block.runs
-    assert set(runs) == {"b1", "b4"}
+    assert set(runs) == set(service.bucket_names) and len(runs) == 2
     for name, r in runs.items():
         assert r.bucket == name and len(r.windows) == 2
         assert r.tags["bucket"] == name and r.tags["arrival"] == block.tags["arrival"]

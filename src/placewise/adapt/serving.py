@@ -446,7 +446,8 @@ def _start_bucket(name: str, lower: Mapping[str, int], upper: Mapping[str, int],
     ex.start(report)
     if warmup:
         ex.run([pool[i % len(pool)] for i in range(warmup)], phase=SERVE_WARMUP)
-    lane = Lane(ex, pool, int(upper["batch"]), upper.get("seq"), name)
+    rows = int(upper.get("batch") or max(1, int(plan.batch)))
+    lane = Lane(ex, pool, rows, upper.get("seq"), name)
     return _Bucket(name, dict(lower), dict(upper), plan_index, plan, program, lane, base), \
         machine
 
