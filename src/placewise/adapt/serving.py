@@ -276,12 +276,16 @@ class Service:
                                     self.priorities),
                        len(self.priorities), self.in_flight, limit_s, report, progress_s,
                        lane_of=lane_of, rows=rows, seqs=seqs, phase=phase)
+        held = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
         try:
             run.loop()
             run.drain()
         except BaseException:
             self.close()
             raise
+        finally:
+            if held is not None and len(self.buckets) > 1:
+                os.sched_setaffinity(0, held)
         block = self._block(run, trace, phase, window_requests)
         self._blocks += 1
         return block
@@ -447,7 +451,9 @@ def _start_bucket(name: str, lower: Mapping[str, int], upper: Mapping[str, int],
     if warmup:
         ex.run([pool[i % len(pool)] for i in range(warmup)], phase=SERVE_WARMUP)
     rows = int(upper.get("batch") or max(1, int(plan.batch)))
-    lane = Lane(ex, pool, rows, upper.get("seq"), name)
+    pin = (frozenset(os.sched_getaffinity(0)) if ex.in_process
+           and hasattr(os, "sched_getaffinity") else None)
+    lane = Lane(ex, pool, rows, upper.get("seq"), name, pin)
     return _Bucket(name, dict(lower), dict(upper), plan_index, plan, program, lane, base), \
         machine
 

@@ -213,14 +213,18 @@ class Lane:
     """One executor the open loop dispatches to (a plan, or one bucket of a plan set): the
     started executor, the inputs it cycles (one executor request each, at the lane's own
     shape), the rows (``batch``) and sequence positions (``seq``; ``None``: no sequence
-    axis) one executor request holds, and a name. ``sent`` counts its executor requests
-    (which input of the pool the next one takes)."""
+    axis) one executor request holds, and a name. ``pin``: the cores the calling thread
+    had when the lane's executor started (its in-process devices pinned it there; ``None``:
+    leave the thread as it is); with several lanes the loop puts it back before each lane's
+    work. ``sent`` counts its executor requests (which input of the pool the next one
+    takes)."""
 
     ex: Executor
     pool: Sequence[Sequence[Any]]
     batch: int
     seq: int | None = None
     name: str = ""
+    pin: frozenset[int] | None = None
     sent: int = 0
 
 
@@ -302,6 +306,13 @@ class OpenLoop:
         self.end_s = times[0] if n else 0.0  # the last completion so far
         self.hit_limit = False
         self.t0_ns = 0
+        self._pinned: frozenset[int] | None = None
+
+    def _pin(self, lane: Lane) -> None:
+        """Put the calling thread on the lane's cores (its in-process devices run here)."""
+        if lane.pin is not None and lane.pin != self._pinned:
+            os.sched_setaffinity(0, lane.pin)
+            self._pinned = lane.pin
 
     def _check(self, queue: RequestQueue) -> None:
         n = len(self.times)
@@ -368,8 +379,12 @@ class OpenLoop:
         if not busy:
             time.sleep(timeout_s)
             return []
-        got = [(k, c) for k in busy[1:] for c in self.lanes[k].ex.poll(0.0)]
+        got: list[tuple[int, Completion]] = []
+        for k in busy[1:]:
+            self._pin(self.lanes[k])
+            got += [(k, c) for c in self.lanes[k].ex.poll(0.0)]
         wait = 0.0 if got else (timeout_s if len(busy) == 1 else min(timeout_s, 2e-4))
+        self._pin(self.lanes[busy[0]])
         return got + [(busy[0], c) for c in self.lanes[busy[0]].ex.poll(wait)]
 
     def _dispatch(self, now: float) -> bool:
@@ -387,6 +402,7 @@ class OpenLoop:
             li = self.lane_l[ids[0]]
             lane = self.lanes[li]
             arrays = lane.pool[lane.sent % len(lane.pool)]
+            self._pin(lane)
             t = self.clock()
             r = lane.ex.submit(arrays)
             lane.sent += 1
