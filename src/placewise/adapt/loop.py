@@ -1,0 +1,338 @@
+"""The closed loop on a replayed drifting trace: plan, serve, recalibrate, replan, promote or
+keep, roll back; the never-adapting incumbent served alongside on the same traffic.
+
+**Windows.** The trace (``placewise.adapt.trace``) is cut into ``windows`` windows of equal
+request counts, each replayed from its own start. Window 0 is the initial mix: the plan set
+(``placewise.adapt.planset``) of both arms is planned for it. Every window is then served
+twice, once by each arm, in alternating order (static first in even windows, adaptive first
+in odd ones) by services opened once and kept resident (``placewise.adapt.serving``):
+
+- **static**: the plan set of window 0 with the initial calibration, never changed;
+- **adaptive**: the loop's current plan set.
+
+**Actions** after each window, each with its evidence:
+
+1. ``rollback`` / ``confirm``: a plan set promoted in the window before is on probation. It
+   is compared with the set it replaced (the last-known-good, served on the same window
+   too) by the guardrail's statistics (``placewise.adapt.guardrail.decide``: the
+   last-known-good "promoted" back over the new one means the new one is worse); if worse,
+   the store rolls back to it (``placewise.adapt.store.LastKnownGood``).
+2. ``recalibrate``: the adaptive arm's telemetry windows of the last ``k`` served windows go
+   to ``placewise.adapt.recalibrate.recalibrate`` (which moves a key only when ``k``
+   consecutive windows fall outside its interval); a changed calibration is written as a
+   new file whose parent is the old one.
+3. ``replan``: when a calibration changed, or the window's shape mix is farther than
+   ``mix_shift`` (total variation) from the mix the adaptive set was planned for, a
+   candidate plan set is planned for the window's mix with the current calibration. If its
+   predicted expected cost over that mix is not lower than the incumbent's (re-evaluated
+   with the same calibration) by ``margin``, the candidate is dropped (``keep``, reason:
+   not predicted better).
+4. ``promote`` / ``keep``: otherwise the guardrail runs incumbent and candidate interleaved
+   on the window's replayed traffic (``placewise.adapt.promote.promote``) and its decision
+   record is the evidence; a promoted set goes on probation (1.).
+
+**Figures** per window and per bucket: predicted against measured latency by term (the
+calibration the window was served with, and the one recalibrated from it on the same
+measurements: compile-time prediction error before and after), measured latency and
+throughput of both arms and the gain (``1 - adaptive / static`` for latency,
+``adaptive / static - 1`` for throughput: positive is better), padding waste, the actions
+and the stable tags of each phase (with which tags differ from the phase before).
+
+**Bounds.** ``budget_s`` bounds the loop's wall time: each window's serving is limited to
+what is left, planning to ``plan_time_s`` (and what is left), and a window that cannot start
+with enough left is not served (``summary.budget_exhausted``). Requests are conserved per
+served block: ``offered = completed + rejected + timed_out + in_flight + not_arrived``.
+
+**Artifacts** (plan sets, calibrations, telemetry runs, the last-known-good store) are
+written under ``work_dir``; LOOP.json (``save_loop``) names them relative to it.
+
+The library never prints: ``progress(message, fraction)`` is called between steps.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from placewise.adapt.trace import ShapeTrace, shape_key
+from placewise.errors import InputError
+
+__all__ = ["FORMAT", "VERSION", "LoopSettings", "mix_distance", "prediction_rows", "run_loop",
+           "save_loop", "split_windows", "summarize", "window_gain"]
+
+FORMAT = "placewise-loop"
+VERSION = 1
+ARMS = ("static", "adaptive")
+
+Progress = Callable[[str, float], None]
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """How the loop runs (module docstring). ``envelope``: axis -> values (None: from the
+    trace, its shapes rounded up to powers of two); ``k``: consecutive windows outside a
+    cost's interval before recalibrating; ``margin``: how much lower a candidate's predicted
+    expected cost must be; ``mix_shift``: total-variation distance of a window's mix that
+    triggers replanning; ``threshold`` / ``p99_tolerance``: the guardrail's;
+    ``promote_requests``: requests per guardrail trial (its traffic is the window's trace,
+    cycled) in ``promote_blocks`` A/B block pairs; ``window_requests``: requests per telemetry window inside a served block."""
+
+    windows: int = 6
+    budget_s: float = 300.0
+    seed: int = 0
+    k: int = 2
+    margin: float = 0.05
+    mix_shift: float = 0.25
+    threshold: float = 0.05
+    p99_tolerance: float = 0.10
+    promote_requests: int = 200
+    promote_blocks: int = 10
+    plan_time_s: float = 5.0
+    window_requests: int = 20
+    envelope: Mapping[str, Sequence[int]] | None = None
+
+    def check(self) -> None:
+        """``InputError`` naming the setting at fault."""
+        ints: tuple[tuple[str, int, int], ...] = (("windows", self.windows, 2), ("k", self.k, 1),
+                ("promote_requests", self.promote_requests, 12),
+                ("promote_blocks", self.promote_blocks, 6),
+                ("window_requests", self.window_requests, 2))
+        for name, v, lo in ints:
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise InputError(f"must be an integer >= {lo}, got {v!r}",
+                                 place=f"--{_opt(name)}")
+        secs: tuple[tuple[str, float, float], ...] = (("budget_s", self.budget_s, 1.0),
+                                                      ("plan_time_s", self.plan_time_s, 0.1))
+        for name, x, least in secs:
+            if not (isinstance(x, int | float) and math.isfinite(x) and x >= least):
+                raise InputError(f"must be a number of seconds >= {least}, got {x!r}",
+                                 place=f"--{_opt(name)}")
+        for name, x in (("margin", self.margin), ("mix_shift", self.mix_shift),
+                        ("threshold", self.threshold), ("p99_tolerance", self.p99_tolerance)):
+            if not (isinstance(x, int | float) and math.isfinite(x) and 0.0 <= x < 1.0):
+                raise InputError(f"must be a fraction in [0, 1), got {x!r}",
+                                 place=f"--{_opt(name)}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"windows": self.windows, "budget_s": self.budget_s, "seed": self.seed,
+                "k": self.k, "margin": self.margin, "mix_shift": self.mix_shift,
+                "threshold": self.threshold, "p99_tolerance": self.p99_tolerance,
+                "promote_requests": self.promote_requests,
+                "promote_blocks": self.promote_blocks, "plan_time_s": self.plan_time_s,
+                "window_requests": self.window_requests,
+                "envelope": None if self.envelope is None else
+                {a: [int(v) for v in vs] for a, vs in self.envelope.items()}}
+
+
+def _opt(name: str) -> str:
+    return name.removesuffix("_s").replace("_", "-")
+
+
+# ---- the trace in windows ----------------------------------------------------------------------
+def split_windows(trace: ShapeTrace, n: int) -> list[ShapeTrace]:
+    """``trace`` cut into ``n`` windows of (nearly) equal request counts, each rebased to
+    start at 0.
+
+    >>> from placewise.adapt.trace import drifting_trace
+    >>> ws = split_windows(drifting_trace(requests=10, seed=0), 3)
+    >>> [len(w) for w in ws], ws[1].arrivals_s[0]
+    ([4, 3, 3], 0.0)
+    """
+    if len(trace) < n:
+        raise InputError(f"the trace holds {len(trace)} requests, fewer than the {n} windows "
+                         f"asked for", file=trace.file, place="--windows")
+    edges = [-(-i * len(trace) // n) for i in range(n + 1)]
+    return [trace.slice(a, b) for a, b in itertools.pairwise(edges)]
+
+
+def mix_distance(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> float:
+    """Total-variation distance between two mixes (``[{"shape", "weight"}]``): half the summed absolute
+    difference of the shares, 0 (same) to 1 (disjoint).
+
+    >>> mix_distance([{"shape": {"batch": 1}, "weight": 1.0}],
+    ...              [{"shape": {"batch": 1}, "weight": 0.25}, {"shape": {"batch": 16}, "weight": 0.75}])
+    0.75
+    """
+    wa = {shape_key(m["shape"]): float(m["weight"]) for m in a}
+    wb = {shape_key(m["shape"]): float(m["weight"]) for m in b}
+    return 0.5 * sum(abs(wa.get(k, 0.0) - wb.get(k, 0.0)) for k in set(wa) | set(wb))
+
+
+# ---- figures of a served block -----------------------------------------------------------------
+def _q(xs: Sequence[float], q: float) -> float | None:
+    if not xs:
+        return None
+    s = sorted(xs)
+    pos = q * (len(s) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def _gain(static: float | None, adaptive: float | None, *, lower_is_better: bool
+          ) -> float | None:
+    if static is None or adaptive is None or static <= 0:
+        return None
+    return 1.0 - adaptive / static if lower_is_better else adaptive / static - 1.0
+
+
+def window_gain(arms: Mapping[str, Mapping[str, Any]]) -> dict[str, float | None]:
+    """The adaptation gain of a window: positive is better for the adaptive arm.
+
+    >>> window_gain({"static": {"latency_p50_s": 4.0, "latency_p99_s": 8.0, "throughput_rps": 10.0},
+    ...              "adaptive": {"latency_p50_s": 3.0, "latency_p99_s": 8.0, "throughput_rps": 12.0}})
+    {'latency_p50': 0.25, 'latency_p99': 0.0, 'throughput': 0.19999999999999996}
+    """
+    st, ad = arms.get("static") or {}, arms.get("adaptive") or {}
+    return {"latency_p50": _gain(st.get("latency_p50_s"), ad.get("latency_p50_s"),
+                                 lower_is_better=True),
+            "latency_p99": _gain(st.get("latency_p99_s"), ad.get("latency_p99_s"),
+                                 lower_is_better=True),
+            "throughput": _gain(st.get("throughput_rps"), ad.get("throughput_rps"),
+                                lower_is_better=False)}
+
+
+def _median(xs: Sequence[float | None]) -> float | None:
+    got = [x for x in xs if x is not None and math.isfinite(x)]
+    return statistics.median(got) if got else None
+
+
+def summarize(windows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The loop's headline figures from its window records (``run_loop``): median gains
+    over the windows after the first, prediction error (median over the windows that
+    recalibrated, before and after; and of the first and last windows served), counts of
+    each action, and request conservation over every served block."""
+    later = [w for w in windows if w.get("index", 0) >= 1]
+    acts = [a.get("action") for w in windows for a in w.get("actions") or []]
+    recal = [w for w in windows if any(a.get("action") == "recalibrate"
+                                       for a in w.get("actions") or [])]
+    req = {"offered": 0, "completed": 0, "rejected": 0, "timed_out": 0, "in_flight": 0,
+           "not_arrived": 0}
+    conserved = True
+    for w in windows:
+        for arm in ARMS:
+            r = ((w.get("arms") or {}).get(arm) or {}).get("requests") or {}
+            for k in req:
+                req[k] += int(r.get(k, 0))
+            conserved = conserved and bool(r.get("conserved", False))
+    return {
+        "windows_served": len(windows),
+        "gain_latency_p50": _median([(w.get("gain") or {}).get("latency_p50") for w in later]),
+        "gain_latency_p99": _median([(w.get("gain") or {}).get("latency_p99") for w in later]),
+        "gain_throughput": _median([(w.get("gain") or {}).get("throughput") for w in later]),
+        "gain_latency_p50_last": (windows[-1].get("gain") or {}).get("latency_p50")
+        if windows else None,
+        "prediction_error_before": _median([(w.get("prediction_error") or {}).get("before")
+                                            for w in recal]),
+        "prediction_error_after": _median([(w.get("prediction_error") or {}).get("after")
+                                           for w in recal]),
+        "prediction_error_first_window": (windows[0].get("prediction_error") or {}).get(
+            "before") if windows else None,
+        "prediction_error_last_window": (windows[-1].get("prediction_error") or {}).get(
+            "before") if windows else None,
+        "recalibrations": acts.count("recalibrate"),
+        "replans": acts.count("replan"),
+        "promotions": acts.count("promote"),
+        "keeps": acts.count("keep"),
+        "guardrail_refusals": sum(1 for w in windows for a in w.get("actions") or []
+                                  if a.get("action") == "keep" and a.get("guardrail")),
+        "rollbacks": acts.count("rollback"),
+        "requests": {**req, "conserved": conserved and bool(windows)},
+    }
+
+
+# ---- prediction error by term --------------------------------------------------------------------
+def prediction_rows(before: Any, after: Any, bucket: str) -> list[dict[str, Any]]:
+    """Per term kind of one bucket's telemetry (``TelemetryRun`` under the calibration served
+    with, and the same measurements predicted under the recalibrated one): predicted before
+    and after, and measured, summed over the terms of the kind and the run's windows."""
+    rows: dict[str, dict[str, Any]] = {}
+    for run, when in ((before, "before"), (after, "after")):
+        for win in run.windows:
+            for t in win.terms:
+                r = rows.setdefault(t.kind, {"bucket": bucket, "kind": t.kind,
+                                             "predicted_before_s": 0.0,
+                                             "predicted_after_s": 0.0, "measured_s": 0.0,
+                                             "terms": 0})
+                r[f"predicted_{when}_s"] += float(t.predicted_s)
+                if when == "before":
+                    r["measured_s"] += float(t.measured_s)
+                    r["terms"] += 1
+    out = []
+    for r in rows.values():
+        m = r["measured_s"]
+        r["error_before"] = abs(r["predicted_before_s"] - m) / m if m > 0 else None
+        r["error_after"] = abs(r["predicted_after_s"] - m) / m if m > 0 else None
+        out.append(r)
+    return sorted(out, key=lambda r: r["kind"])
+
+
+def _total_error(rows: Sequence[Mapping[str, Any]], when: str) -> float | None:
+    meas = sum(float(r["measured_s"]) for r in rows)
+    if meas <= 0:
+        return None
+    return sum(abs(float(r[f"predicted_{when}_s"]) - float(r["measured_s"]))
+               for r in rows) / meas
+
+
+# ---- the loop --------------------------------------------------------------------------------------
+def save_loop(doc: Mapping[str, Any], path: str | Path) -> None:
+    """Write a loop record atomically (JSON)."""
+    from placewise.io import atomic_write_json
+
+    atomic_write_json(path, doc)
+
+
+def run_loop(model: str, machine: Any, trace: ShapeTrace, *, work_dir: str | Path,
+             settings: LoopSettings | None = None, calibration: str | Path | None = None,
+             progress: Progress | None = None, clock: Callable[[], float] = time.monotonic
+             ) -> dict[str, Any]:
+    """Run the closed loop (module docstring) and return its record (the LOOP.json
+    document). ``calibration``: the starting calibration file (default: an empty one for
+    ``machine``, written under ``work_dir``). Raises ``InputError`` for bad settings or a
+    trace too short; every service started is stopped when it returns or raises."""
+    from placewise.adapt import loop_steps as steps
+
+    cfg = settings or LoopSettings()
+    cfg.check()
+    windows = split_windows(trace, cfg.windows)
+    deadline = clock() + float(cfg.budget_s)
+    work = Path(work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    say = progress or (lambda msg, frac: None)
+    records: list[dict[str, Any]] = []
+    notes: list[str] = []
+    with ExitStack() as stack:
+        say("planning the initial plan set and starting both arms", 0.0)
+        st = steps.initial_state(model, machine, trace, windows[0], cfg, work, calibration,
+                                 stack)
+        for i, win in enumerate(windows):
+            arms = 3 if st.probation is not None else 2
+            if deadline - clock() < steps.least_window_s(win, arms):
+                notes.append(f"the budget ran out before window {i}: {len(windows) - i} of "
+                             f"{len(windows)} windows not served")
+                break
+            say(f"window {i + 1} of {len(windows)}: serving", i / len(windows))
+            rec, blocks = steps.serve_window(i, win, st, cfg, deadline - clock())
+            say(f"window {i + 1} of {len(windows)}: adapting", (i + 0.5) / len(windows))
+            rec["actions"] = steps.adapt(i, i == len(windows) - 1, win, rec, blocks, st, cfg,
+                                         work, lambda: deadline - clock())
+            records.append(rec)
+        say("done", 1.0)
+    summary = summarize(records)
+    summary["budget_exhausted"] = len(records) < len(windows)
+    summary["plan_sets_planned"] = st.planned
+    return {"format": FORMAT, "version": VERSION, "model": model,
+            "machine": str(getattr(machine, "name", machine)),
+            "trace": {"file": trace.file, "requests": len(trace), "duration_s": trace.duration_s,
+                      "axes": list(trace.axes), "windows": len(windows)},
+            "envelope": st.envelope, "settings": cfg.to_json(), "summary": summary,
+            "windows": records, "phases": st.phases, "files": st.files, "work_dir": str(work),
+            "notes": notes}
