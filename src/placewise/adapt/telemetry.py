@@ -388,7 +388,8 @@ def windows_from_telemetry(plan: Plan, telemetry: Telemetry, *, window_requests:
     chunks = [per_request[i:i + window_requests]
               for i in range(0, len(per_request), window_requests)]
     if len(chunks) > 1 and 2 * len(chunks[-1]) < window_requests:
-        chunks[-2] = chunks[-2] + chunks.pop()
+        tail = chunks.pop()  # (popped first: with two chunks, [-2] is gone after the pop)
+        chunks[-1] = chunks[-1] + tail
     windows = tuple(_window(i, c) for i, c in enumerate(chunks))
     notes = (f"{len(reqs)} requests of phases "
              f"{', '.join(sorted({r.phase for r in reqs}))} in {len(windows)} windows",)
