@@ -185,3 +185,21 @@ def test_a_plain_plan_is_one_bucket_and_serves_a_trace_from_the_cli(tmp_path: Pa
     assert got["telemetry"]["plan"]["executor_requests"] == 6
     run_file = json.loads((tmp_path / "run.json").read_text())
     assert run_file["format"] == "placewise-telemetry" and run_file["bucket"] == "plan"
+
+
+def test_sequence_positions_are_padded_up_to_the_bucket() -> None:
+    ps = build_plan_set("zoo:bert?layers=1&hidden=32&heads=2&vocab=100", local_machine(),
+                        {"seq": [16, 32]}, costs=ChoiceCosts(compile_s_per_bucket=0.0),
+                        time_limit_s=1.0)
+    assert [b.upper for b in ps.buckets] == [{"seq": 16}, {"seq": 32}]
+    seqs = [10, 16, 20, 32, 9]
+    tr = ShapeTrace(tuple(0.002 * i for i in range(5)),
+                    tuple({"batch": 1, "seq": s} for s in seqs), (0,) * 5, (0,) * 5)
+    with open_service(ps, machine=local_machine(), warmup=0) as svc:
+        block = svc.serve(tr)
+    assert block.result.completed == 5 and block.bucket_of.tolist() == [0, 0, 1, 1, 0]
+    s16, s32 = block.buckets
+    assert (s16.padding.elements_run, s16.padding.padded_elements) == (48, 48 - 35)
+    assert (s32.padding.elements_run, s32.padding.padded_elements) == (64, 12)
+    assert s16.padding.padded_rows == s32.padding.padded_rows == 0  # batch 1 everywhere
+    assert block.padding.fraction == pytest.approx(25 / 112)
