@@ -127,3 +127,41 @@ def test_validate_refuses_an_earlier_run_or_calibration_of_other_tags(tmp_path: 
     assert code == 0, err
     assert any(m.startswith("telemetry 1: torch:") for m in json.loads(out)["mismatches"])
     assert recalibrate(cal, [trun], allow_mismatch=True).calibration.revision == 1
+
+
+def test_serve_json_carries_stable_tags_and_refuses_an_earlier_run_of_other_tags(
+        tmp_path: Path) -> None:
+    from placewise.plan import build_plan, save_plan
+    from placewise.schedule import evaluate
+    from tests.adapt.test_recalibrate import _placement, _problem
+    from tests.runtime.helpers import TINY_MLP
+
+    cal = empty_calibration(local_machine(), machine_tags())
+    p = _problem(cal)
+    plan = build_plan(p, evaluate(p, _placement(p)), model_ref=TINY_MLP, strategy="test")
+    plan_file, cal_file = tmp_path / "plan.json", cal.save(tmp_path / "cal.json")
+    save_plan(plan, plan_file)
+    spec = tmp_path / "machine.yaml"
+    import yaml
+
+    spec.write_text(yaml.safe_dump(local_machine().model_dump(mode="json")))
+    common = (str(plan_file), "--hw", str(spec), "--calibration", str(cal_file),
+              "--requests", "200", "--json")
+    code, out, err = _cli("serve", *common, "--rate", "1000")
+    assert code == 0, err
+    first = json.loads(out)
+    assert set(first["stable_tags"]) == set(STABLE_TAG_KEYS)
+    assert first["stable_tags"]["arrival"] == "poisson:1000/s"
+    (tmp_path / "s1.json").write_text(out)
+    code, out, err = _cli("serve", *common, "--rate", "1000", "--against",
+                          str(tmp_path / "s1.json"))
+    assert code == 0 and json.loads(out)["against"]["tag_differences"] == [], err
+    code, out, err = _cli("serve", *common, "--rate", "2000", "--seed", "5", "--against",
+                          str(tmp_path / "s1.json"))
+    assert code == 2 and "seed: '0' vs '5'" in err and "arrival: " in err and not out
+    code, out, err = _cli("serve", *common, "--rate", "2000", "--seed", "5", "--against",
+                          str(tmp_path / "s1.json"), "--allow-mismatch")
+    assert code == 0, err
+    diffs = json.loads(out)["against"]["tag_differences"]
+    assert sorted(d.split(":")[0] for d in diffs) == ["arrival", "seed"]
+    assert "tags differ (--allow-mismatch): seed" in err

@@ -15,6 +15,7 @@ from placewise.cli import (
     _progress,
     _table,
     app,
+    err,
     out,
     resolve_machine,
 )
@@ -60,6 +61,8 @@ def serve(
     shape: Annotated[list[str] | None, typer.Option("--shape", help="Input bindings the plan was made with: NAME=DIMS")] = None,
     telemetry_out: Annotated[Path | None, typer.Option("--telemetry-out", help="With a plan set or shape trace and --real: write each bucket's telemetry windows (RUN.json; RUN.BUCKET.json per bucket when there are several)")] = None,
     window_requests: Annotated[int, typer.Option("--window-requests", help="Executor requests per telemetry window (--telemetry-out)")] = 20,
+    against: Annotated[Path | None, typer.Option("--against", help="An earlier serve --json (or telemetry file) to compare with: refused unless the stable tags agree")] = None,
+    allow_mismatch: Annotated[bool, typer.Option("--allow-mismatch", help="Compare runs whose stable tags differ, naming the tags that differ")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """The plan as a loaded service: tails, queues, batches, utilisation; simulated, and
@@ -72,7 +75,7 @@ def serve(
                       timeout_action=timeout_action, preempt=preempt, in_flight=in_flight,
                       limit=limit, hw=hw, model=model, shape=shape,
                       telemetry_out=telemetry_out, window_requests=window_requests,
-                      as_json=as_json)
+                      as_json=as_json, against=against, allow_mismatch=allow_mismatch)
         return
     from placewise.cost.load import load_cost_model
     from placewise.hardware.power import split_ref
@@ -85,6 +88,12 @@ def serve(
     from placewise.serve.run import find_max_rate as search_rate
     from placewise.serve.service import PlanService
     from placewise.serve.sim import Workload
+    from placewise.validate.compare import (
+        compare_tags_with,
+        plan_tags,
+        serve_arrival,
+        serve_stable_tags,
+    )
 
     given = [x for x in (rate is not None, concurrency is not None, trace_file is not None) if x]
     if len(given) != 1:
@@ -117,6 +126,9 @@ def serve(
         trace = Workload(t, cls if len(classes) > 1 else None,
                          shp if len(shapes_list) > 1 else None)
     plan = load_plan(plan_file)
+    if against is not None:  # before anything runs: the fingerprints and machine tags
+        known = plan_tags(plan)
+        compare_tags_with(known, against, keys=tuple(known), allow_mismatch=allow_mismatch)
     preset = split_ref(plan.machine.name)[0] in list_presets()  # a preset, maybe in a mode
     machine = resolve_machine(hw or (plan.machine.name if preset else "local"))
     if calibration is not None and not calibration.is_file():
@@ -169,6 +181,15 @@ def serve(
         result = {**result, **measured, "simulated": fig, "measured": measured,
                   "late_s": {k: getattr(got.late_s, k) for k in got.late_s.__slots__},
                   "tags": got.tags, "real_notes": list(got.notes)}
+    result["stable_tags"] = serve_stable_tags(
+        plan, arrival=serve_arrival(rate=rate, cv=cv, concurrency=concurrency, think=think,
+                                    trace=trace_file), seed=seed,
+        threads=str(result["tags"].get("threads", "")) if real else None)
+    if against is not None:
+        result["against"] = compare_tags_with(result["stable_tags"], against,
+                                              allow_mismatch=allow_mismatch)
+        for line in result["against"]["tag_differences"]:
+            err.print(f"tags differ (--allow-mismatch): {line}", markup=False)
     if as_json:
         _print_json(result)
         return
@@ -306,12 +327,14 @@ def _serve_shapes(plan_file: Path, trace_file: Path, *, real: bool, seed: int,
                   timeout: str | None, timeout_action: str, preempt: bool,
                   in_flight: int | None, limit: str, hw: str | None, model: str | None,
                   shape: list[str] | None, telemetry_out: Path | None, window_requests: int,
-                  as_json: bool) -> None:
+                  as_json: bool, against: Path | None = None,
+                  allow_mismatch: bool = False) -> None:
     """``serve PLANSET.json --real --trace SHAPES.jsonl``: every request in its bucket,
     padded; per bucket requests, latency, padding waste and telemetry; the tags."""
     from placewise.adapt.serving import open_service
     from placewise.adapt.trace import load_shape_trace
     from placewise.io import check_output_path
+    from placewise.runtime.telemetry import STABLE_TAG_KEYS
     from placewise.serve.policies import parse_batching, parse_seconds
     from placewise.serve.queue import Admission, RequestClass, parse_class
 
@@ -340,6 +363,14 @@ def _serve_shapes(plan_file: Path, trace_file: Path, *, real: bool, seed: int,
         names = svc.bucket_names
         plan_set = svc.plan_set is not None
     result = _shapes_result(block, plan_file, trace_file, machine.name, plan_set, cls)
+    result["stable_tags"] = {k: str(block.tags[k]) for k in STABLE_TAG_KEYS if k in block.tags}
+    if against is not None:
+        from placewise.validate.compare import compare_tags_with
+
+        result["against"] = compare_tags_with(result["stable_tags"], against,
+                                              allow_mismatch=allow_mismatch)
+        for line in result["against"]["tag_differences"]:
+            err.print(f"tags differ (--allow-mismatch): {line}", markup=False)
     if telemetry_out is not None:
         result["telemetry_files"] = _write_runs(block, telemetry_out, names)
     if as_json:
