@@ -311,7 +311,7 @@ def test_axes_the_model_lacks_are_refused(machine: Any) -> None:
     assert exc.value.file == "m.json"
 
 
-def test_seq_axis_of_a_zoo_model(machine: Any) -> None:
+def test_seq_axis_of_a_zoo_model(machine: Any, tmp_path: Path) -> None:
     ps = build_plan_set(BERT, machine, ["batch=1,2", "seq=16,32"], time_limit_s=0.5)
     assert ps.axes == ("batch", "seq") and len(ps.grid) == 4
     for b in ps.buckets:
@@ -322,6 +322,18 @@ def test_seq_axis_of_a_zoo_model(machine: Any) -> None:
     assert ps.bucket_for({"batch": 1, "seq": 20}).upper["seq"] == 32
     with pytest.raises(InputError, match="no 'seq'"):
         ps.bucket_for({"batch": 1})
+    if len(ps.buckets) == 4 and len(ps.plans) == 1:  # one placement: all on one device
+        # residency: the weights once, but the position table once per sequence length
+        one = plan_weights(ps.plan_of(ps.buckets[0]))
+        pos = sum(v for w in one.values() for k, v in w.items() if k[1] == "pos")
+        assert ps.residency["weights_bytes"] == sum(sum(w.values()) for w in one.values()) \
+            + 2 * pos
+    # the export writes identical weights once: every bucket's but the position tables
+    from placewise.adapt.planset_export import export_plan_set
+
+    exp = export_plan_set(ps, tmp_path / "exp", machine=machine)
+    assert exp["references"] > exp["initializers"]
+    assert exp["bytes_written"] < 0.6 * exp["bytes_without_sharing"]
 
 
 def test_seq_axis_of_an_onnx_file(machine: Any, tmp_path: Path) -> None:

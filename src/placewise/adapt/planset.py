@@ -439,9 +439,12 @@ def _memory_key(plan: Plan, device: str) -> tuple[str, Any] | None:
 
 
 def plan_weights(plan: Plan) -> dict[str, dict[tuple[str, str, str], int]]:
-    """memory -> ``{(device, parameter, held dtype): bytes}`` of every weight the plan
-    keeps resident (the evaluator's rule: a vertex's parameters on its device, in its
-    held dtype, one copy per device and representation)."""
+    """memory -> ``{(device, parameter, held dtype and shape): bytes}`` of every weight
+    the plan keeps resident (the evaluator's rule: a vertex's parameters on its device, in
+    its held dtype, one copy per device and representation). A parameter of the same name
+    and shape in two bucket plans is the same weight (the same model at another shape: a
+    zoo model's weights do not depend on its batch, nor, but for its position table, on
+    its sequence length); one whose shape changes with the bucket is another."""
     from placewise.schedule.placement import held_dtype
     from placewise.units import DType
 
@@ -454,7 +457,8 @@ def plan_weights(plan: Plan) -> dict[str, dict[tuple[str, str, str], int]]:
         for p in plan.regions[v].params:
             t = plan.tensors[p]
             dt = held_dtype(t.dtype, DType.parse(a["dtype"]))
-            out.setdefault(key[0], {})[(dev, p, dt.value)] = dt.nbytes(math.prod(t.shape))
+            rep = f"{dt.value}[{'x'.join(map(str, t.shape))}]"
+            out.setdefault(key[0], {})[(dev, p, rep)] = dt.nbytes(math.prod(t.shape))
     return out
 
 

@@ -30,7 +30,7 @@ The defaults (``ChoiceCosts``) are stated in the plan set's ``choice.costs``.
 **Residency** (``resident_bytes``): a weight lives once per device: per memory (a
 device's tier, or a pool of tiers that are one physical memory), the union of the
 parameter bytes the bucket plans place on its devices, each ``(device, parameter, held
-dtype)`` counted once, plus the largest activation/scratch/transfer peak of any bucket
+dtype and shape)`` counted once, plus the largest activation/scratch/transfer peak of any bucket
 plan in it (its peak minus its weights), against its capacity.
 
 >>> facts = GridFacts(axes=("batch",), envelope={"batch": (1, 16)},

@@ -176,10 +176,11 @@ def _bert(o: Mapping[str, int]) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
         def __init__(self) -> None:
             super().__init__()
             self.tok = nn.Embedding(o["vocab"], hidden)
-            self.pos = nn.Parameter(torch.randn(o["seq"], hidden) * 0.02)
             self.ln = nn.LayerNorm(hidden)
             self.layers = nn.ModuleList(Layer() for _ in range(o["layers"]))
             self.pooler = nn.Linear(hidden, hidden)
+            # drawn last: the other weights do not depend on the sequence length
+            self.pos = nn.Parameter(torch.randn(o["seq"], hidden) * 0.02)
 
         def forward(self, ids: torch.Tensor) -> torch.Tensor:
             x = self.ln(self.tok(ids) + self.pos)
@@ -187,8 +188,9 @@ def _bert(o: Mapping[str, int]) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
                 x = layer(x)
             return torch.tanh(self.pooler(x[:, 0]))
 
+    model = Bert()  # before the inputs: the weights do not depend on the batch
     ids = torch.randint(0, o["vocab"], (o["batch"], o["seq"]), dtype=torch.int64)
-    return Bert(), (ids,)
+    return model, (ids,)
 
 
 def _gpt(o: Mapping[str, int]) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
@@ -234,10 +236,11 @@ def _gpt(o: Mapping[str, int]) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
         def __init__(self) -> None:
             super().__init__()
             self.tok = nn.Embedding(o["vocab"], hidden)
-            self.pos = nn.Parameter(torch.randn(o["seq"], hidden) * 0.02)
             self.layers = nn.ModuleList(Block() for _ in range(o["layers"]))
             self.norm = nn.RMSNorm(hidden, eps=1e-6)
             self.head = nn.Linear(hidden, o["vocab"], bias=False)
+            # drawn last: the other weights do not depend on the sequence length
+            self.pos = nn.Parameter(torch.randn(o["seq"], hidden) * 0.02)
 
         def forward(self, ids: torch.Tensor) -> torch.Tensor:
             x = self.tok(ids) + self.pos
@@ -245,8 +248,9 @@ def _gpt(o: Mapping[str, int]) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
                 x = layer(x)
             return self.head(self.norm(x))
 
+    model = GPT()  # before the inputs: the weights do not depend on the batch
     ids = torch.randint(0, o["vocab"], (o["batch"], o["seq"]), dtype=torch.int64)
-    return GPT(), (ids,)
+    return model, (ids,)
 
 
 def _inception(o: Mapping[str, int]) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
@@ -523,6 +527,7 @@ def build(name: str, **options: Any) -> tuple[nn.Module, tuple[torch.Tensor, ...
     opts = resolve_options(name, options)
     with _seeded():
         module, inputs = model.builder(opts)
+    with _seeded():  # seeded again: norm weights depend on neither the inputs nor seq
         _vary_norm_weights(module)
     module.eval()
     return module, inputs
