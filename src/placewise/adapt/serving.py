@@ -65,7 +65,8 @@ if TYPE_CHECKING:
     from placewise.serve.queue import Admission
     from placewise.serve.sim import ServeResult
 
-__all__ = ["BucketServed", "Padding", "ServedBlock", "Service", "iter_blocks", "open_service"]
+__all__ = ["BucketServed", "Padding", "ServedBlock", "Service", "bucket_index", "bucket_rows",
+           "iter_blocks", "open_service", "padding_of", "route"]
 
 Progress = Callable[[str, float], None]
 
@@ -236,15 +237,7 @@ class Service:
 
     def bucket_for(self, shape: Mapping[str, int]) -> int:
         """The index of the bucket that serves ``shape`` (``InputError`` when none does)."""
-        if self.plan_set is None:
-            b = self.buckets[0]
-            if int(shape.get("batch", 1)) > b.upper["batch"]:
-                raise InputError(f"a request of batch {int(shape.get('batch', 1))} is larger "
-                                 f"than the plan's batch of {b.upper['batch']}",
-                                 place=shape_key(shape))
-            return 0
-        got = self.plan_set.bucket_for(shape)
-        return self.bucket_names.index(got.name)
+        return bucket_index(self.plan_set, self.bucket_names, self.buckets[0].upper, shape)
 
     def serve(self, trace: ShapeTrace, *, limit_s: float = 60.0,
               window_requests: int | None = None, batcher: Batcher | None = None,
@@ -292,31 +285,7 @@ class Service:
 
     def _requests(self, trace: ShapeTrace) -> tuple[np.ndarray, np.ndarray, np.ndarray,
                                                     np.ndarray, np.ndarray | None]:
-        """The trace as the loop's arrays, each request's bucket found (refused before
-        anything runs)."""
-        n = len(trace)
-        classes = np.asarray(trace.classes, dtype=np.int64)
-        if n and int(classes.max()) >= len(self.priorities):
-            i = int(np.flatnonzero(classes >= len(self.priorities))[0])
-            raise InputError(f"class {int(classes[i])} of request {i} has no priority (the "
-                             f"service has {len(self.priorities)} class(es))",
-                             file=trace.file, place=f"request {i}: class")
-        cache: dict[str, int] = {}
-        lane_of = np.zeros(n, dtype=np.int64)
-        for i, s in enumerate(trace.shapes):
-            key = shape_key(s)
-            if key not in cache:
-                try:
-                    cache[key] = self.bucket_for(s)
-                except InputError as exc:
-                    raise InputError(exc.problem, file=trace.file,
-                                     place=f"request {i} ({key})") from None
-            lane_of[i] = cache[key]
-        rows = np.array([int(s.get("batch", 1)) for s in trace.shapes], dtype=np.int64)
-        has_seq = bool(n) and "seq" in trace.shapes[0]
-        seqs = (np.array([int(s["seq"]) for s in trace.shapes], dtype=np.int64)
-                if has_seq else None)
-        return np.asarray(trace.arrivals_s, dtype=float), classes, lane_of, rows, seqs
+        return route(trace, self.bucket_for, len(self.priorities))
 
     def _block(self, run: OpenLoop, trace: ShapeTrace, phase: str,
                window_requests: int | None) -> ServedBlock:
@@ -335,6 +304,7 @@ class Service:
         tags = {**self.tags, "arrival": _arrival_tag(trace), "phase": SERVE,
                 "block": str(self._blocks), "requests": str(n)}
         out: list[BucketServed] = []
+        batches = [b.lane.batch for b in self.buckets]
         for k, b in enumerate(self.buckets):
             mine = run.lane_of == k
             lat = run.latency[mine & done]
@@ -347,7 +317,7 @@ class Service:
             out.append(BucketServed(
                 b.name, dict(b.lower), dict(b.upper), b.plan_index, int((mine & arrived).sum()),
                 int((mine & done).sum()), len(calls), _q(lat, 0.5), _q(lat, 0.99),
-                float(lat.mean()) if len(lat) else math.nan, _padding(calls, b.lane.batch),
+                float(lat.mean()) if len(lat) else math.nan, padding_of(calls, batches),
                 tel, _windows(b, tel, window_requests, tags)))
         lat_all = np.full(n, math.nan)
         lat_all[: run.nxt] = np.where(done[: run.nxt], run.latency[: run.nxt], math.nan)
@@ -358,24 +328,65 @@ class Service:
             notes.append("the plan has no sequence axis: sequence positions are not padded "
                          "or counted")
         return ServedBlock(result, run.lane_of.copy(), lat_all, wait_all, tuple(out),
-                           _padding(run.calls, None, self.buckets), tags, tuple(notes),
+                           padding_of(run.calls, batches), tags, tuple(notes),
                            Lateness.of(run.late_s()), self._blocks)
+
+
+def bucket_index(plan_set: Any, names: Sequence[str], plain_upper: Mapping[str, int],
+                 shape: Mapping[str, int]) -> int:
+    """The index (into ``names``) of the bucket of ``plan_set`` that serves ``shape``; a
+    plain plan (``plan_set`` None) serves every shape up to its batch (``plain_upper``).
+    ``InputError`` when none does."""
+    if plan_set is None:
+        rows = int(shape.get("batch", 1))
+        if rows > int(plain_upper["batch"]):
+            raise InputError(f"a request of batch {rows} is larger than the plan's batch of "
+                             f"{plain_upper['batch']}", place=shape_key(shape))
+        return 0
+    return list(names).index(plan_set.bucket_for(shape).name)
+
+
+def route(trace: ShapeTrace, bucket_for: Callable[[Mapping[str, int]], int], n_classes: int
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """The trace as the open loop's arrays: arrival times, classes, each request's bucket
+    (``bucket_for``), rows and sequence positions (``None`` without a sequence axis);
+    ``InputError`` naming the request for a class without a priority or a shape no bucket
+    serves."""
+    n = len(trace)
+    classes = np.asarray(trace.classes, dtype=np.int64)
+    if n and int(classes.max()) >= n_classes:
+        i = int(np.flatnonzero(classes >= n_classes)[0])
+        raise InputError(f"class {int(classes[i])} of request {i} has no priority (the "
+                         f"service has {n_classes} class(es))", file=trace.file,
+                         place=f"request {i}: class")
+    cache: dict[str, int] = {}
+    lane_of = np.zeros(n, dtype=np.int64)
+    for i, s in enumerate(trace.shapes):
+        key = shape_key(s)
+        if key not in cache:
+            try:
+                cache[key] = bucket_for(s)
+            except InputError as exc:
+                raise InputError(exc.problem, file=trace.file,
+                                 place=f"request {i} ({key})") from None
+        lane_of[i] = cache[key]
+    rows = np.array([int(s.get("batch", 1)) for s in trace.shapes], dtype=np.int64)
+    has_seq = bool(n) and "seq" in trace.shapes[0]
+    seqs = (np.array([int(s["seq"]) for s in trace.shapes], dtype=np.int64)
+            if has_seq else None)
+    return np.asarray(trace.arrivals_s, dtype=float), classes, lane_of, rows, seqs
 
 
 def _q(x: np.ndarray, q: float) -> float:
     return float(np.quantile(x, q)) if len(x) else math.nan
 
 
-def _padding(calls: Sequence[Call], batch: int | None,
-             buckets: Sequence[_Bucket] = ()) -> Padding:
-    """The padding of ``calls`` (every lane's batch from ``buckets`` when ``batch`` is
-    not given)."""
-    def lane_batch(c: Call) -> int:
-        return batch if batch is not None else buckets[c.lane].lane.batch
-
+def padding_of(calls: Sequence[Call], batches: Sequence[int]) -> Padding:
+    """The padding of ``calls`` (``batches[lane]``: the rows one executor request of that
+    lane holds)."""
     return Padding(
-        rows_run=sum(lane_batch(c) for c in calls),
-        padded_rows=sum(lane_batch(c) - c.rows for c in calls),
+        rows_run=sum(batches[c.lane] for c in calls),
+        padded_rows=sum(batches[c.lane] - c.rows for c in calls),
         elements_run=sum(c.size for c in calls),
         padded_elements=sum(c.size - c.used for c in calls),
         busy_s=float(sum(c.service_s for c in calls)),
@@ -458,7 +469,7 @@ def _start_bucket(name: str, lower: Mapping[str, int], upper: Mapping[str, int],
         machine
 
 
-def _buckets_of(plan_or_set: Any) -> tuple[Any, list[tuple[Any, ...]], str | None]:
+def bucket_rows(plan_or_set: Any) -> tuple[Any, list[tuple[Any, ...]], str | None]:
     """(the plan set or None, per bucket (name, lower, upper, plan index, plan, model,
     shapes, bucket), the file)."""
     from placewise.plan import Plan as _Plan
@@ -507,7 +518,7 @@ def open_service(plan_or_planset: Any, *, priorities: Sequence[int] = (1,), seed
     if not priorities or any(isinstance(p, bool) or int(p) < 1 for p in priorities):
         raise InputError("priorities are integers >= 1 (1 = highest)", place="priorities")
     report: Progress = progress or (lambda _m, _f: None)
-    ps, rows, file = _buckets_of(plan_or_planset)
+    ps, rows, file = bucket_rows(plan_or_planset)
     stack = ExitStack()
     buckets: list[_Bucket] = []
     tags: dict[str, str] = {}
