@@ -76,6 +76,7 @@ def test_explain_check_export_a_plan_set(made: tuple[Path, dict[str, Any]],
     assert "residency" in chk["checks"]
     summary = json.loads(export_j.stdout)
     assert summary["bytes_written"] < summary["bytes_without_sharing"] or len(ps.buckets) == 1
+    assert summary["verified_sessions"] == sum(r["partitions"] for r in summary["buckets"])
     shared = exp / summary["shared_file"]
     assert shared.stat().st_size == summary["shared_bytes"] > 0
     if summary["linked"]:
@@ -114,7 +115,12 @@ def test_bad_input_exits_2(made: tuple[Path, dict[str, Any]], tmp_path: Path) ->
         [*base, "--envelope", "seq=8,16"],
         ["explain", str(edited)],
         ["check", str(edited)],
-        ["export", str(edited), "--out", str(tmp_path / "x")])
+        ["export", str(edited), "--out", str(tmp_path / "x")],
+        [*base, "--envelope", "batch=1,2", "--bucket-cost", "horizon_requests=0"],
+        [*base, "--envelope", "batch=1,2", "--bucket-cost", "speed=3"],
+        ["plan", MLP, "--hw", "local", "--time-limit", "0.5", "--envelope", "batch=1,16",
+         "--bucket-cost", "compile_s_per_bucket=1000", "--out", str(tmp_path / "one.json"),
+         "--json"])
     checks: list[tuple[subprocess.CompletedProcess[str], tuple[str, ...]]] = [
         (procs[0], ("--envelope batch=1,,2", "positive integer")),
         (procs[1], (str(empty), "empty")),
@@ -123,7 +129,14 @@ def test_bad_input_exits_2(made: tuple[Path, dict[str, Any]], tmp_path: Path) ->
         (procs[4], (str(edited), "fingerprints.planset")),
         (procs[5], (str(edited), "fingerprints.planset")),
         (procs[6], (str(edited), "fingerprints.planset")),
+        (procs[7], ("--bucket-cost", "horizon_requests must be >= 1")),
+        (procs[8], ("--bucket-cost speed=3", "expected horizon_requests=N")),
     ]
     for proc, needles in checks:
         assert_bad_input(proc, *needles)
     assert not o.exists() and not (tmp_path / "x").exists()
+    # a bucket that costs more to compile than its padding saves is not made
+    one = procs[9]
+    assert one.returncode == 0, one.stderr
+    got = json.loads(one.stdout)
+    assert got["choice"]["buckets"] == 1 and got["choice"]["costs"]["compile_s_per_bucket"] == 1000

@@ -15,6 +15,12 @@ the end (``placewise.export``'s staging: a failure leaves nothing half-written):
 - ``DIR/planset-export.json``: the buckets (name, folder, lower, upper), the plan set's
   fingerprint, and the bytes written against the bytes each bucket's own export took
   without sharing.
+
+Before the folder is put in place every partition is opened in a plain onnxruntime session
+(``verified_sessions``). Note that the ``onnx`` Python package's
+``onnx.load(..., load_external_data=True)`` refuses external data with more than one hard
+link ("potential hardlink attack"); onnxruntime loads it, and ``onnx.load(path,
+load_external_data=False)`` reads the graph.
 """
 
 from __future__ import annotations
@@ -140,6 +146,30 @@ def _share(root: Path, buckets: list[str]) -> dict[str, Any]:
             "references": refs, "linked": linked}
 
 
+def _verify(root: Path, buckets: list[str]) -> int:
+    """Open every partition of every bucket in a plain onnxruntime session (CPU provider:
+    the check is that its weights load from the shared file); the number opened."""
+    import onnxruntime as ort
+
+    from placewise.errors import UnsupportedError
+    from placewise.export import MANIFEST_FILE, load_manifest
+
+    n = 0
+    for name in buckets:
+        for p in load_manifest(root / name / MANIFEST_FILE).partitions:
+            opts = ort.SessionOptions()
+            opts.intra_op_num_threads = 1
+            try:
+                ort.InferenceSession(str(root / name / p.file), opts,
+                                     providers=["CPUExecutionProvider"])
+            except Exception as exc:  # onnxruntime raises its own types
+                raise UnsupportedError(f"bucket {name!r}, partition {p.name!r}: onnxruntime "
+                                       f"does not load it with the shared weights: "
+                                       f"{' '.join(str(exc).split())[:300]}") from None
+            n += 1
+    return n
+
+
 def export_plan_set(ps: Any, out_dir: str | os.PathLike[str], *, machine: Any = None,
                     force: bool = False, progress: Progress | None = None) -> dict[str, Any]:
     """Write ``ps`` (a ``PlanSet`` or its file) as one partition set per bucket sharing
@@ -175,6 +205,8 @@ def export_plan_set(ps: Any, out_dir: str | os.PathLike[str], *, machine: Any = 
         report("sharing the weights", 0.85)
         without = sum(r["bytes_without_sharing"] for r in rows)
         shared = _share(tmp, names)
+        report("loading every partition in onnxruntime", 0.9)
+        shared["verified_sessions"] = _verify(tmp, names)
         for r in rows:
             r["bytes"] = _files_bytes(tmp / r["folder"])
         summary = {"format": "placewise-planset-export", "version": 1, "model": ps.model,

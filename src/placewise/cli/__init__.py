@@ -463,18 +463,20 @@ def plan(
     inputs: Annotated[Path | None, typer.Option("--inputs", help="Representative inputs (.npz, one array per model input) for the quality evidence (default: generated)")] = None,
     envelope: Annotated[list[str] | None, typer.Option("--envelope", help="AXIS=VALUES (batch or seq; 1,2,4 or 32..512:pow2 or 8..64:+8), repeatable: write a plan set for this shape envelope (--time-limit is then per grid point)")] = None,
     mix: Annotated[Path | None, typer.Option("--mix", help="With --envelope: the shape mix the buckets are chosen for (JSON/YAML list of {batch, seq, weight}, or a SHAPES.jsonl trace); default uniform over the grid")] = None,
+    bucket_cost: Annotated[list[str] | None, typer.Option("--bucket-cost", help="With --envelope: KEY=VALUE, a price of more buckets: horizon_requests (requests before replanning, default 100000), compile_s_per_bucket (0.05), memory_s_per_gib (1e-05 s per request per extra GiB)")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Search placements and write a plan (with --envelope: a plan set)."""
     if envelope:
-        _plan_envelope(model, hw, out_file, envelope=envelope, mix=mix, batch=batch,
+        _plan_envelope(model, hw, out_file, envelope=envelope, mix=mix, costs=bucket_cost,
+                       batch=batch,
                        shape=shape, objective=objective, strategy=strategy,
                        time_limit=time_limit, calibration=calibration, seed=seed,
                        precision=precision, as_json=as_json)
         return
-    if mix is not None:
-        raise InputError("--mix chooses a plan set's buckets: give --envelope too",
-                         place="--mix")
+    if mix is not None or bucket_cost:
+        raise InputError("--mix and --bucket-cost choose a plan set's buckets: give "
+                         "--envelope too", place="--mix" if mix is not None else "--bucket-cost")
     from placewise.plan import save_plan
     from placewise.planning import plan_model
     from placewise.precision.policy import QualityBudget, parse_policy
@@ -570,8 +572,31 @@ def plan(
               f"{timing['total_s']:.2f} s of the {clock.limit_s:.3g} s limit; wrote {out_file}")
 
 
+def _bucket_costs(items: list[str] | None) -> Any:
+    """``--bucket-cost KEY=VALUE`` items as ``ChoiceCosts``."""
+    from placewise.adapt.planset_choice import ChoiceCosts
+
+    kw: dict[str, Any] = {}
+    for item in items or ():
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or key not in ("horizon_requests", "compile_s_per_bucket",
+                                  "memory_s_per_gib"):
+            raise InputError("expected horizon_requests=N, compile_s_per_bucket=S or "
+                             "memory_s_per_gib=S", place=f"--bucket-cost {item}")
+        try:
+            kw[key] = int(text) if key == "horizon_requests" else float(text)
+        except ValueError:
+            raise InputError(f"not a number: {text!r}", place=f"--bucket-cost {item}") from None
+    try:
+        return ChoiceCosts(**kw)
+    except InputError as exc:
+        raise InputError(exc.problem, place="--bucket-cost") from None
+
+
 def _plan_envelope(model: str, hw: str, out_file: Path, *, envelope: list[str],
-                   mix: Path | None, batch: int | None, shape: list[str] | None,
+                   mix: Path | None, costs: list[str] | None, batch: int | None,
+                   shape: list[str] | None,
                    objective: str, strategy: str, time_limit: float | None,
                    calibration: Path | None, seed: int, precision: str, as_json: bool) -> None:
     """``plan --envelope``: a plan set (``placewise.adapt.planset``)."""
@@ -593,13 +618,15 @@ def _plan_envelope(model: str, hw: str, out_file: Path, *, envelope: list[str],
                          place="--objective")
     if time_limit is not None and not time_limit > 0:
         raise InputError(f"time limit must be positive, got {time_limit}", place="--time-limit")
+    choice_costs = _bucket_costs(costs)
     check_output_path(out_file, place="--out")
     got_mix = load_mix(mix) if mix is not None else None
     machine = resolve_machine(hw)
     with _progress("planning the envelope") as cb:
         ps = build_plan_set(model, machine, env, got_mix, calibration=calibration,
                             objective=objective, strategy=strategy, precision=precision,
-                            time_limit_s=time_limit, seed=seed, progress=cb)
+                            time_limit_s=time_limit, seed=seed, costs=choice_costs,
+                            progress=cb)
     save_plan_set(ps, out_file)
     ch = ps.choice
     if as_json:
