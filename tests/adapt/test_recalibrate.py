@@ -306,3 +306,22 @@ def test_real_validate_telemetry_out_recalibrate_replan(chain: dict[str, Any]) -
     p0, p1 = load_plan(files["plan"]), load_plan(files["plan1"])
     assert p1.fingerprints.calibration == cal1.fingerprint()
     assert p1.predicted_latency_s != p0.predicted_latency_s
+
+
+def test_a_request_hand_off_the_roofline_lacks_is_added_on_its_host() -> None:
+    cal = _cal0()
+    tw = TermWindow("launch", "request:cpu0", "cpu0", "", 0.0, 0.0, 0.0, 1.2e-5, 1e-6, 6)
+    run_ = TelemetryRun(dict(machine_tags()), "p", cal.fingerprint(),
+                        tuple(Window(i, 6, (tw,)) for i in range(3)))
+    rec = recalibrate(cal, [run_], k=3)
+    (ch,) = rec.changed()
+    assert ch.added_s == pytest.approx(1.2e-5) and ch.factor_after == 1.0
+    m0 = CalibratedModel(local_machine(), cal)
+    m1 = CalibratedModel(local_machine(), rec.calibration)
+    assert m0.request_cost("cpu0") is None and m1.request_cost("cpu1") is None
+    got = m1.request_cost("cpu0")
+    assert got is not None and got.term(Term.SYNC) == pytest.approx(1.2e-5)
+    p0, p1 = _problem(cal), _problem(rec.calibration)
+    e0, e1 = evaluate(p0, _placement(p0)), evaluate(p1, _placement(p1))
+    assert e1.latency_s == pytest.approx(e0.latency_s + 1.2e-5)
+    assert e1.schedule.makespan_s == e0.schedule.makespan_s  # the tasks are untouched

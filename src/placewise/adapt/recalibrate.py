@@ -17,7 +17,9 @@ runs as given, each run's windows in order), and decides per key:
   multiplies the key's costs by the factor, scales their interval with it and widens it to
   at least ``centre x (1 -+ widen)``.
 - **unchanged** otherwise, with why: inside the interval in the latest window; outside in
-  fewer than ``k`` consecutive latest windows; predicted zero (no ratio to take).
+  fewer than ``k`` consecutive latest windows; predicted zero (no ratio to take), except
+  for a request hand-off the model did not have (``request:{host}``, predicted 0 s): its
+  measured median is added (``Adjustment.add_s``).
 
 Every other key, and every key a run did not measure, keeps exactly the prediction it had:
 there is no factor outside a key. The result is a **new** ``Calibration``: ``parent`` is
@@ -78,6 +80,7 @@ class KeyChange:
     factor_before: float
     factor_after: float
     widen: float = 0.0
+    added_s: float = 0.0  # a request hand-off the model lacked: seconds added
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "key": self.key, "device": self.device, "link": self.link,
@@ -85,7 +88,7 @@ class KeyChange:
                 "outside_windows": self.outside, "side": self.side,
                 "predicted_s": self.predicted_s, "measured_s": self.measured_s,
                 "factor_before": self.factor_before, "factor_after": self.factor_after,
-                "widen": self.widen}
+                "widen": self.widen, "added_s": self.added_s}
 
 
 @dataclass(frozen=True)
@@ -187,11 +190,11 @@ def _decide(key: str, ws: Sequence[TermWindow], old: Adjustment | None, k: int,
             streak += 1
     before = old.factor if old is not None else 1.0
 
-    def change(changed: bool, reason: str, after: float = before, widen: float = 0.0
-               ) -> KeyChange:
+    def change(changed: bool, reason: str, after: float = before, widen: float = 0.0,
+               added: float = old.add_s if old is not None else 0.0) -> KeyChange:
         return KeyChange(last.kind, key, last.device, last.link, changed, reason, len(ws),
                          streak, side, last.predicted_s, last.measured_s, before, after,
-                         widen)
+                         widen, added)
 
     if side == 0:
         return change(False, "inside its interval in the latest window"), None
@@ -201,6 +204,8 @@ def _decide(key: str, ws: Sequence[TermWindow], old: Adjustment | None, k: int,
                              f"row)"), None
     used = ws[-streak:]
     ratios = [r for w in used if (r := _ratio(w)) is not None]
+    if not ratios and key.startswith("request:") and side > 0:
+        return _added(key, used, last, revision, k, change)
     if not ratios:
         return change(False, "predicted 0 s: no ratio to correct it by"), None
     ratio = statistics.median(ratios)
@@ -218,6 +223,24 @@ def _decide(key: str, ws: Sequence[TermWindow], old: Adjustment | None, k: int,
                      spread_s=statistics.median(w.spread_s for w in used), windows=streak,
                      samples=sum(w.samples for w in used), revision=revision, reason=reason)
     return change(True, reason, after, widen), adj
+
+
+def _added(key: str, used: Sequence[TermWindow], last: TermWindow, revision: int, k: int,
+           change: Any) -> tuple[KeyChange, Adjustment]:
+    """A request hand-off the model did not have (predicted 0 s): the measured median,
+    added."""
+    med = statistics.median(w.measured_s for w in used)
+    widen = _widen(used)
+    reason = (f"{len(used)} consecutive windows slower than the interval (k={k}): the model "
+              f"has no request hand-off here, measured median {med:.3g} s added; interval "
+              f"+-{100 * widen:.0f}% (observed spread)")
+    adj = Adjustment(kind=last.kind, key=key, device=last.device, factor=1.0, add_s=med,
+                     widen=widen, predicted_s=0.0, measured_s=med,
+                     spread_s=statistics.median(w.spread_s for w in used),
+                     windows=len(used), samples=sum(w.samples for w in used),
+                     revision=revision, reason=reason)
+    ch: KeyChange = change(True, reason, 1.0, widen, med)
+    return ch, adj
 
 
 def recalibrate(cal: Calibration, runs: Sequence[TelemetryRun], *, k: int = 3,

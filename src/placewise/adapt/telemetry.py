@@ -18,6 +18,11 @@ seconds and interval. The keys (``TermWindow.kind``):
   step's duration less kernel time: step bookkeeping and the partition's ``session.run``
   call), summed over the device's compute steps of a request, against the plan's launch
   terms;
+- ``launch`` of the request hand-off on the host (``request:{host}``): client and host
+  worker between the request's submission and its first step, and between its last step
+  and its outputs (the plan's ``request`` term, zero where the cost model did not measure
+  it), from the requests that ran alone (no other request's steps in between: the
+  isolated ones);
 - ``transfer`` per link (``transfer:{src}->{dst}``): the transfers' measured durations
   summed per request, against the plan's transfer tasks on that link;
 - ``contention`` per region set and device, where tasks overlapped: in-run kernel time of
@@ -68,6 +73,7 @@ __all__ = [
     "TelemetryRun",
     "TermWindow",
     "Window",
+    "concat_runs",
     "load_telemetry_run",
     "save_telemetry_run",
     "windows_from_telemetry",
@@ -222,6 +228,35 @@ def _overlaps(records: Sequence[TaskRecord]) -> set[int]:
                 hit.add(i)
                 break
     return hit
+
+
+def _alone(reqs: Sequence[Any]) -> set[int]:
+    """Requests whose submission-to-outputs span overlaps no other request's."""
+    spans = sorted((r.submit_ns, r.outputs_ns, r.request) for r in reqs)
+    out: set[int] = set()
+    reach = -1  # the latest end among the spans before
+    for i, (a, b, rid) in enumerate(spans):
+        after = i + 1 < len(spans) and spans[i + 1][0] < b
+        if reach <= a and not after:
+            out.add(rid)
+        reach = max(reach, b)
+    return out
+
+
+def _request_term(plan: Plan, r: Any, recs: Sequence[TaskRecord]) -> _Acc | None:
+    """The request hand-off on the host: submission -> first step, last step -> outputs."""
+    steps = [t for t in recs if t.kind in ("compute", "transfer", "conversion")]
+    if not steps:
+        return None
+    first = min(t.start_ns for t in steps)
+    last = max(t.end_ns for t in steps)
+    meas = max(first - r.submit_ns, 0) / 1e9 + max(r.outputs_ns - last, 0) / 1e9
+    q = plan.request
+    a = _Acc("launch", plan.host, "", ())
+    a.measured = meas
+    if q is not None:
+        a.predicted, a.lo, a.hi = q.latency_s, q.low_s, q.high_s
+    return a
 
 
 def _running_max(xs: list[int]) -> list[int]:
@@ -380,11 +415,15 @@ def windows_from_telemetry(plan: Plan, telemetry: Telemetry, *, window_requests:
     for t in telemetry.tasks:
         if t.kind == "transfer" and t.request in keep:
             by_req.setdefault(t.request, []).append((-1, t))
+    alone = _alone(reqs)
     per_request: list[dict[str, _Acc]] = []
     for r in reqs:
         items = by_req.get(r.request, [])
         ov = {k for k, (i, _) in enumerate(items) if i in overlapped}
-        per_request.append(_request_terms([t for _, t in items], ov, 0, pred, regions, base))
+        terms = _request_terms([t for _, t in items], ov, 0, pred, regions, base)
+        if r.request in alone and (rq := _request_term(plan, r, [t for _, t in items])):
+            terms[f"request:{plan.host}"] = rq
+        per_request.append(terms)
     chunks = [per_request[i:i + window_requests]
               for i in range(0, len(per_request), window_requests)]
     if len(chunks) > 1 and 2 * len(chunks[-1]) < window_requests:
@@ -395,6 +434,21 @@ def windows_from_telemetry(plan: Plan, telemetry: Telemetry, *, window_requests:
              f"{', '.join(sorted({r.phase for r in reqs}))} in {len(windows)} windows",)
     return TelemetryRun(dict(tags), plan_fingerprint(plan), plan.fingerprints.calibration,
                         windows, bucket, window_requests, notes)
+
+
+def concat_runs(runs: Sequence[TelemetryRun]) -> TelemetryRun:
+    """One run of the windows of ``runs`` (of one plan, e.g. one per phase) in order,
+    renumbered; tags, fingerprints and bucket of the first."""
+    if not runs:
+        raise InputError("no telemetry run to join")
+    first = runs[0]
+    windows: list[Window] = []
+    for run in runs:
+        for w in run.windows:
+            windows.append(Window(len(windows), w.requests, w.terms))
+    return TelemetryRun(first.tags, first.plan_fingerprint, first.calibration_fingerprint,
+                        tuple(windows), first.bucket, first.window_requests,
+                        tuple(n for run in runs for n in run.notes))
 
 
 def _program_of(plan: Plan) -> ExecProgram:

@@ -85,5 +85,7 @@ def recalibrate(
     for ch in rec.changes:
         what = (f"x{ch.factor_before:.4g} -> x{ch.factor_after:.4g}" if ch.changed
                 else f"kept x{ch.factor_before:.4g}")
+        if ch.added_s:
+            what = f"{'+' if ch.changed else 'kept +'}{ch.added_s:.4g} s"
         out.print(f"  {ch.key}: {what} (predicted {ch.predicted_s:.4g} s, measured "
                   f"{ch.measured_s:.4g} s in the latest window): {ch.reason}", markup=False)

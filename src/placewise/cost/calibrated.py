@@ -461,6 +461,9 @@ class Adjustment(_Strict):
     - ``compute``: the kernel part (every term but ``launch``) of the regions ``regions``
       (``region_key``) on ``device``;
     - ``launch``: the executor's per-step and run-call cost (``Term.LAUNCH``) on ``device``;
+      with a ``key`` of ``request:{device}``, the request hand-off on that host
+      (``request_cost``): scaled by ``factor``, or, where the model has none (the roofline),
+      ``add_s`` seconds of ``Term.SYNC``;
     - ``transfer``: the link ``link`` (``"src->dst"``), every term of its transfers;
     - ``contention``: the co-run slowdown of ``regions`` on ``device`` while another device
       computes (``corun_slowdown``), as a factor on the slowdown.
@@ -478,6 +481,7 @@ class Adjustment(_Strict):
     link: str = ""
     regions: list[str] = Field(default_factory=list, max_length=100_000)
     factor: float
+    add_s: float = 0.0
     widen: float = 0.0
     predicted_s: float = 0.0
     measured_s: float = 0.0
@@ -494,7 +498,7 @@ class Adjustment(_Strict):
             raise ValueError(f"kind must be one of {', '.join(ADJUSTMENT_KINDS)}, got {v!r}")
         return v
 
-    @field_validator("predicted_s", "measured_s", "spread_s", "widen")
+    @field_validator("predicted_s", "measured_s", "spread_s", "widen", "add_s")
     @classmethod
     def _finite(cls, v: float) -> float:
         return _finite_nonneg(v)
@@ -1111,11 +1115,14 @@ class CalibratedModel:
         self._fp = calibration.fingerprint()
         self._adj_region: dict[tuple[str, str, str], Adjustment] = {}
         self._adj_launch: dict[str, Adjustment] = {}
+        self._adj_request: dict[str, Adjustment] = {}
         self._adj_link: dict[tuple[str, str], Adjustment] = {}
         for adj in calibration.adjustments:
             if adj.kind in ("compute", "contention"):
                 for rk in adj.regions:
                     self._adj_region[(adj.kind, adj.device, rk)] = adj
+            elif adj.kind == "launch" and adj.key.startswith("request:"):
+                self._adj_request[adj.device] = adj
             elif adj.kind == "launch":
                 self._adj_launch[adj.device] = adj
             else:
@@ -1184,10 +1191,25 @@ class CalibratedModel:
         return self._adjusted(cost, None, self._adj_launch.get(device)) if cost.terms else cost
 
     def request_cost(self, host: str, devices: Sequence[str] = ()) -> Cost | None:
-        """The request hand-off (``_raw_request_cost``), its run call (launch) adjusted for
-        ``host``."""
+        """The request hand-off (``_raw_request_cost``) with the telemetry adjustment of the
+        host's hand-off (``request:{host}``; where the model has none, its ``add_s`` as
+        ``Term.SYNC``), else its run call (launch) adjusted for ``host``."""
         cost = self._raw_request_cost(host, devices)
-        return None if cost is None else self._adjusted(cost, None, self._adj_launch.get(host))
+        adj = self._adj_request.get(host)
+        if adj is None:
+            return None if cost is None else self._adjusted(cost, None,
+                                                            self._adj_launch.get(host))
+        if cost is not None and cost.total_s > 0:
+            return self._adjusted(cost, adj, adj)
+        if adj.add_s <= 0:
+            return cost
+        add = adj.add_s
+        return Cost(((Term.SYNC, add),), add * max(1.0 - adj.widen, 0.0),
+                    add * (1.0 + adj.widen), Bottleneck.LAUNCH, Source.CALIBRATED,
+                    (("model", "request hand-off measured by telemetry"),
+                     ("recalibrated_launch", f"+{add:.4g} s ({adj.key}, revision "
+                                             f"{adj.revision}): {adj.reason}"),
+                     ("calibration", self._fp)))
 
     def corun_slowdown(self, graph: Graph, ops: Sequence[Op], device: str, dtype: DType,
                        busy: frozenset[str]) -> float:

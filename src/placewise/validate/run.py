@@ -260,13 +260,7 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
     if load_note := _load_note(tags):
         notes.append(load_note)
     stable = validation_stable_tags(plan, tel, seed=seed, in_flight=got.in_flight)
-    run = None
-    if window_requests is not None:
-        from placewise.adapt.telemetry import SKIPPED_PHASES, windows_from_telemetry
-
-        n = sum(1 for r in tel.requests if r.phase not in SKIPPED_PHASES)
-        run = windows_from_telemetry(plan, tel, window_requests=window_requests or
-                                     max(1, n // 10), tags=stable, program=program)
+    run = _telemetry_run(plan, tel, program, stable, window_requests)
     report("done", 1.0)
     return ValidationReport(
         plan.model, plan.strategy, plan.objective.value, int(plan.batch),
@@ -296,6 +290,27 @@ def validation_stable_tags(plan: Plan, tel: Telemetry, *, seed: int, in_flight: 
         calibration_fingerprint=plan.fingerprints.calibration,
         arrival=f"validate:isolated+closed-loop stream,in_flight={in_flight}", seed=seed,
         devices=[(d.device, d.cores, d.threads, d.backend) for d in tel.devices])
+
+
+def _telemetry_run(plan: Plan, tel: Telemetry, program: ExecProgram,
+                   tags: Mapping[str, str], window_requests: int | None) -> Any:
+    """The run's telemetry windows (``adapt.telemetry``): ``window_requests`` requests each
+    over the isolated requests and the stream in order; 0: per phase, five windows of the
+    isolated requests (where the request hand-off is measured) then ten of the stream."""
+    if window_requests is None:
+        return None
+    from placewise.adapt.telemetry import concat_runs, windows_from_telemetry
+
+    if window_requests:
+        return windows_from_telemetry(plan, tel, window_requests=window_requests, tags=tags,
+                                      program=program, phases=(ISOLATED, STREAM))
+    runs = []
+    for phase, n in ((ISOLATED, 5), (STREAM, 10)):
+        got = len(tel.requests_of(phase))
+        if got:
+            runs.append(windows_from_telemetry(plan, tel, window_requests=max(1, got // n),
+                                               tags=tags, program=program, phases=(phase,)))
+    return concat_runs(runs)
 
 
 def _quality_check(plan: Plan, quality: Sequence[OutputQuality], inputs: str
