@@ -10,12 +10,16 @@ last-known-good store's current entry (``adapt.store``).
 **Running.** Both are opened once with ``adapt.serving.open_service`` (resident
 executors, every bucket of a plan set) and kept alive side by side. The traffic is a shape
 trace (``--trace``, ``adapt.trace``; its first ``requests`` requests) or, for two plain
-plans, ``requests`` requests at the incumbent's batch arriving at a fixed interval: twice
-the slower arm's median service time measured in the warm-up, so that neither arm is
-driven past half its capacity. The traffic is cut into ``blocks`` consecutive slices;
-slice ``i`` is served by A, then by B (A/B/A/B...), each slice's arrivals rebased to the
-start of its block, so both arms see exactly the same requests at the same offsets. Before
-the timed blocks each arm serves ``warmup`` requests untimed.
+plans, requests at the incumbent's batch arriving at a fixed interval: twice the slower
+arm's median service time measured in the warm-up (on spaced requests), so that neither arm is driven past half
+its capacity; by default as many as make each block last about ``BLOCK_S`` (at least
+``MIN_REQUESTS``, at most ``MAX_REQUESTS``): a block of a few milliseconds is at the mercy
+of one time slice of another process, and one of 50 ms is not. The traffic is cut into
+``blocks`` consecutive slices; slice ``i`` is served by both arms, one right after the
+other (interleaved blocks, A/B, B/A, A/B, ...: the order alternates between pairs so that
+neither arm always runs first), each slice's arrivals rebased to the start of its block,
+so both arms see exactly the same requests at the same offsets. Before the timed blocks
+each arm serves ``warmup`` requests untimed.
 
 **Quality.** The candidate's outputs on generated inputs (two per bucket, from ``seed``,
 at the bucket's shape) are compared with the single-device fp32 reference
@@ -52,9 +56,12 @@ if TYPE_CHECKING:
     from placewise.adapt.trace import ShapeTrace
     from placewise.hardware.spec import Machine
 
-__all__ = ["FORMAT", "Arm", "DecisionRecord", "QualityResult", "promote", "quality_check"]
+__all__ = ["BLOCK_S", "FORMAT", "MAX_REQUESTS", "MIN_REQUESTS", "Arm", "DecisionRecord", "QualityResult", "promote", "quality_check"]
 
 FORMAT = "placewise-decision"
+#: the default length of one block of generated traffic, and the bounds of its request count
+BLOCK_S = 0.05
+MIN_REQUESTS, MAX_REQUESTS = 200, 20_000
 Progress = Callable[[str, float], None]
 #: stable tags two arms may differ in: what makes them two plans
 _ARM_KEYS = ("plan_fingerprint", "calibration_fingerprint", "threads")
@@ -278,16 +285,25 @@ def _open(obj: Any, machine: Machine, seed: int, stack: ExitStack) -> _Side:
     return _Side(svc, pin)
 
 
+def _service_s(blk: Any) -> float:
+    """The median service time (latency less queueing) of a served block."""
+    svc = np.asarray(blk.latency_s) - np.asarray(blk.wait_s)
+    svc = svc[np.isfinite(svc)]
+    return float(np.median(svc)) if len(svc) else math.nan
+
+
 def _warm(side: _Side, traffic: ShapeTrace | None, batch: int, warmup: int,
           limit_s: float) -> None:
-    """Untimed warm-up; the median service time (latency less queueing) of it."""
+    """Untimed warm-up: ``warmup`` requests at once, then (generated traffic) as many
+    spaced at twice their service time, whose median service time is the arm's (spaced
+    requests find idle workers asleep, which back-to-back ones do not)."""
     if not warmup:
         return
     burst = _burst(traffic, warmup) if traffic is not None else _generated(batch, warmup, 0.0)
-    blk = side.serve(burst, limit_s)
-    svc = np.asarray(blk.latency_s) - np.asarray(blk.wait_s)
-    svc = svc[np.isfinite(svc)]
-    side.service_s = float(np.median(svc)) if len(svc) else math.nan
+    side.service_s = _service_s(side.serve(burst, limit_s))
+    if traffic is None and math.isfinite(side.service_s):
+        spaced = _generated(batch, warmup, 2.0 * side.service_s)
+        side.service_s = _service_s(side.serve(spaced, limit_s))
 
 
 def _arm(role: str, file: str, header: Header, side: _Side) -> Arm:
@@ -309,8 +325,8 @@ def promote(incumbent: str | os.PathLike[str] | None, candidate: str | os.PathLi
             progress: Progress | None = None) -> DecisionRecord:
     """Run ``incumbent`` (A) and ``candidate`` (B) interleaved and decide (module
     docstring). ``incumbent``: a plan or plan set file (``None``: the store's current
-    last-known-good). ``requests``: requests per arm (default: the whole trace, or 200
-    generated), in ``blocks`` A/B block pairs. ``limit_s``: the wall limit of one block.
+    last-known-good). ``requests``: requests per arm (default: the whole trace, or
+    generated for blocks of about ``BLOCK_S``), in ``blocks`` block pairs. ``limit_s``: the wall limit of one block.
     Raises ``InputError`` for refused inputs (nothing runs), ``ExecutionError`` when a
     worker fails (nothing is left running)."""
     from placewise.adapt.trace import load_shape_trace
@@ -346,7 +362,7 @@ def promote(incumbent: str | os.PathLike[str] | None, candidate: str | os.PathLi
                              file=shape_trace.file, place="--blocks")
         shape_trace = shape_trace.slice(0, n)
     else:
-        n = 200 if requests is None else requests
+        n = 0 if requests is None else requests  # by default: set after the warm-up
     batch = max(1, int(getattr(a_obj, "batch", 1)))
     with ExitStack() as stack:
         report("starting the incumbent", 0.0)
@@ -361,7 +377,10 @@ def promote(incumbent: str | os.PathLike[str] | None, candidate: str | os.PathLi
         traffic_notes: dict[str, Any]
         if shape_trace is None:
             slowest = max(side_a.service_s, side_b.service_s)
-            interval = 2.0 * slowest if math.isfinite(slowest) else 1e-3
+            interval = 2.0 * slowest if math.isfinite(slowest) and slowest > 0 else 1e-3
+            if not n:
+                n = max(blocks, min(MAX_REQUESTS, max(MIN_REQUESTS,
+                                              math.ceil(blocks * BLOCK_S / interval))))
             shape_trace = _generated(batch, n, interval)
             traffic_notes = {"source": "generated", "interval_s": interval,
                              "batch": batch, "rule": "twice the slower arm's warm-up "
@@ -373,7 +392,7 @@ def promote(incumbent: str | os.PathLike[str] | None, candidate: str | os.PathLi
         per = n // blocks
         for i in range(blocks):
             piece = shape_trace.slice(i * per, (i + 1) * per if i < blocks - 1 else n)
-            for side in (side_a, side_b):
+            for side in (side_a, side_b) if i % 2 == 0 else (side_b, side_a):
                 blk = side.serve(piece, limit_s)
                 lat = np.asarray(blk.latency_s, dtype=float)
                 side.blocks.append(lat[np.isfinite(lat)])
@@ -384,7 +403,8 @@ def promote(incumbent: str | os.PathLike[str] | None, candidate: str | os.PathLi
     return _finish(side_a, side_b, a_head, b_head, inc_file, cand_file, quality, lkg,
                    traffic=traffic_notes | {"requests": n, "blocks": blocks,
                                             "block_requests": per, "warmup": warmup,
-                                            "seed": seed, "order": "A/B per block pair"},
+                                            "seed": seed,
+                                            "order": "A/B, B/A alternately per block pair"},
                    threshold=threshold, p99_tolerance=p99_tolerance, confidence=confidence,
                    seed=seed, t_start=t_start)
 

@@ -53,7 +53,7 @@ def _print_record(doc: dict[str, Any]) -> None:
 def promote(
     candidate: Annotated[Path, typer.Option("--candidate", help="The candidate plan or plan set (B)")],
     incumbent: Annotated[Path | None, typer.Option("--incumbent", help="The plan or plan set in service (A); default: the --store's last-known-good")] = None,
-    requests: Annotated[int | None, typer.Option("--requests", help="Requests per arm (default: the whole --trace, or 200 generated)")] = None,
+    requests: Annotated[int | None, typer.Option("--requests", help="Requests per arm (default: the whole --trace, or generated for blocks of about 50 ms)")] = None,
     trace: Annotated[Path | None, typer.Option("--trace", help="Replayed traffic: a SHAPES.jsonl shape trace")] = None,
     store: Annotated[Path | None, typer.Option("--store", help="Last-known-good store folder: keeps the candidate when promoted")] = None,
     threshold: Annotated[float, typer.Option("--threshold", help="The median improvement the CI's lower end must clear (fraction)")] = 0.05,
