@@ -185,6 +185,14 @@ def test_a_plain_plan_is_one_bucket_and_serves_a_trace_from_the_cli(tmp_path: Pa
     assert got["telemetry"]["plan"]["executor_requests"] == 6
     run_file = json.loads((tmp_path / "run.json").read_text())
     assert run_file["format"] == "placewise-telemetry" and run_file["bucket"] == "plan"
+    assert got["simulated"]["buckets"][0]["padding"] == b["padding"] | {
+        k: got["simulated"]["buckets"][0]["padding"][k] for k in ("busy_s", "padding_time_s")}
+    # without --real: simulated only, from the plan's predicted service
+    proc = run("serve", str(plan_file), "--trace", str(tmp_path / "s.jsonl"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    sim = json.loads(proc.stdout)
+    assert sim["real"] is False and "measured" not in sim and sim["completed"] == 6
+    assert sim["buckets"][0]["padding"]["padded_rows"] == sum(4 - x for x in batches)
 
 
 def test_sequence_positions_are_padded_up_to_the_bucket() -> None:
@@ -203,3 +211,25 @@ def test_sequence_positions_are_padded_up_to_the_bucket() -> None:
     assert (s32.padding.elements_run, s32.padding.padded_elements) == (64, 12)
     assert s16.padding.padded_rows == s32.padding.padded_rows == 0  # batch 1 everywhere
     assert block.padding.fraction == pytest.approx(25 / 112)
+
+
+def test_the_simulated_path_routes_and_pads_as_the_real_one(plan_set_file: Path,
+                                                            service: Service) -> None:
+    from placewise.adapt.serving_sim import simulate_trace
+
+    batches = [1, 3, 4, 1, 2, 1]
+    tr = _trace(batches, [0.01 * i for i in range(6)], [0, 1, 0, 1, 0, 1])  # no queueing
+    sim = simulate_trace(plan_set_file, tr, machine=local_machine(), priorities=(1, 2))
+    real = service.serve(tr)
+    assert sim.result.conserved() and sim.result.completed == 6
+    assert sim.result.arrived_by_class == (3, 3) and sorted(sim.result.classes.tolist()) == [
+        0, 0, 0, 1, 1, 1]
+    for s, r in zip(sim.buckets, real.buckets, strict=True):
+        assert (s.name, s.arrived, s.calls) == (r.name, r.arrived, r.calls)
+        assert s.padding.padded_rows == r.padding.padded_rows
+        assert s.padding.padded_elements == r.padding.padded_elements
+        # alone in the machine, a request takes its bucket's predicted latency
+        assert s.p50_s == pytest.approx(sim.service_s[s.name])
+    assert sim.padding.padded_rows == real.padding.padded_rows == 3
+    with pytest.raises(InputError, match="request 0"):
+        simulate_trace(plan_set_file, _trace([16]), machine=local_machine())

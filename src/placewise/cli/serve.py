@@ -71,6 +71,7 @@ def serve(
     if _shape_path(plan_file, trace_file):
         assert trace_file is not None
         _serve_shapes(plan_file, trace_file, real=real, seed=seed, classes=request_class,
+                      calibration=calibration,
                       batching=batching, queue_limit=queue_limit, timeout=timeout,
                       timeout_action=timeout_action, preempt=preempt, in_flight=in_flight,
                       limit=limit, hw=hw, model=model, shape=shape,
@@ -323,64 +324,72 @@ def _shape_path(plan_file: Path, trace_file: Path | None) -> bool:
 
 
 def _serve_shapes(plan_file: Path, trace_file: Path, *, real: bool, seed: int,
-                  classes: list[str] | None, batching: str, queue_limit: int | None,
+                  classes: list[str] | None, calibration: Path | None, batching: str, queue_limit: int | None,
                   timeout: str | None, timeout_action: str, preempt: bool,
                   in_flight: int | None, limit: str, hw: str | None, model: str | None,
                   shape: list[str] | None, telemetry_out: Path | None, window_requests: int,
                   as_json: bool, against: Path | None = None,
                   allow_mismatch: bool = False) -> None:
-    """``serve PLANSET.json --real --trace SHAPES.jsonl``: every request in its bucket,
-    padded; per bucket requests, latency, padding waste and telemetry; the tags."""
-    from placewise.adapt.serving import open_service
+    """``serve PLANSET.json --trace SHAPES.jsonl [--real]``: every request in its bucket,
+    padded; per bucket requests, latency, padding waste (simulated from each bucket's
+    predicted service; with --real also measured, with telemetry); the tags."""
+    from placewise.adapt.serving import bucket_rows, open_service
+    from placewise.adapt.serving_sim import simulate_trace
     from placewise.adapt.trace import load_shape_trace
+    from placewise.hardware.power import split_ref
+    from placewise.hardware.spec import list_presets
     from placewise.io import check_output_path
-    from placewise.runtime.telemetry import STABLE_TAG_KEYS
     from placewise.serve.policies import parse_batching, parse_seconds
     from placewise.serve.queue import Admission, RequestClass, parse_class
 
     trace = load_shape_trace(trace_file)  # refused before anything is loaded
-    if not real:
-        raise InputError("a plan set or shape trace is served for real on this machine: "
-                         "add --real", place="--real")
     if parse_batching(batching).describe() != "none":
         raise InputError("requests of a shape trace carry their own rows and are sent one "
                          "at a time: use --batching none", place="--batching")
     if window_requests < 1:
         raise InputError(f"must be >= 1, got {window_requests}", place="--window-requests")
+    if telemetry_out is not None and not real:
+        raise InputError("telemetry comes from a real run: add --real", place="--telemetry-out")
     cls = tuple(parse_class(c) for c in classes or ()) or (RequestClass("default"),)
+    prio = tuple(c.priority for c in cls)
     admission = Admission(queue_limit, parse_seconds(timeout, "--timeout") if timeout else None,
                           timeout_action, preempt)
     wall = parse_seconds(limit, "--limit")
     if telemetry_out is not None:
         check_output_path(telemetry_out, place="--telemetry-out")
-    machine = resolve_machine(hw or "local")
-    with _progress("serving (real)") as cb, open_service(
-            plan_file, priorities=tuple(c.priority for c in cls), seed=seed,
-            admission=admission, in_flight=in_flight or 1, machine=machine, source=model,
-            shapes=_parse_shapes(shape), progress=cb) as svc:
-        block = svc.serve(trace, limit_s=wall, progress=cb,
-                          window_requests=window_requests if telemetry_out else None)
-        names = svc.bucket_names
-        plan_set = svc.plan_set is not None
-    result = _shapes_result(block, plan_file, trace_file, machine.name, plan_set, cls)
-    result["stable_tags"] = {k: str(block.tags[k]) for k in STABLE_TAG_KEYS if k in block.tags}
-    if against is not None:
-        from placewise.validate.compare import compare_tags_with
-
-        result["against"] = compare_tags_with(result["stable_tags"], against,
-                                              allow_mismatch=allow_mismatch)
-        for line in result["against"]["tag_differences"]:
-            err.print(f"tags differ (--allow-mismatch): {line}", markup=False)
-    if telemetry_out is not None:
-        result["telemetry_files"] = _write_runs(block, telemetry_out, names)
+    if calibration is not None and not calibration.is_file():
+        raise InputError("no such file", file=str(calibration))
+    plan_set, rows, _ = bucket_rows(plan_file)
+    planned_on = rows[0][4].machine.name
+    machine = resolve_machine(hw or (planned_on if split_ref(planned_on)[0] in list_presets()
+                                     else "local"))
+    with _progress("serving (simulated)") as cb:
+        cb("simulating", 0.5)
+        sim = simulate_trace(plan_file, trace, machine=machine, calibration=calibration,
+                             priorities=prio, admission=admission, in_flight=in_flight or 1)
+    result: dict[str, Any] = {"plan": str(plan_file), "plan_set": plan_set is not None,
+                              "trace": str(trace_file), "machine": machine.name,
+                              "requests": len(trace), "real": real,
+                              **sim.to_json(), "simulated": sim.to_json()}
+    if real:
+        with _progress("serving (real)") as cb, open_service(
+                plan_file, priorities=prio, seed=seed, admission=admission,
+                in_flight=in_flight or 1, machine=machine, source=model,
+                shapes=_parse_shapes(shape), progress=cb) as svc:
+            block = svc.serve(trace, limit_s=wall, progress=cb,
+                              window_requests=window_requests if telemetry_out else None)
+            names = svc.bucket_names
+        result.update(_shapes_result(block, cls))
+        if telemetry_out is not None:
+            result["telemetry_files"] = _write_runs(block, telemetry_out, names)
     if as_json:
         _print_json(result)
         return
     _render_shapes(result)
 
 
-def _shapes_result(block: Any, plan_file: Path, trace_file: Path, machine: str,
-                   plan_set: bool, classes: Any) -> dict[str, Any]:
+def _shapes_result(block: Any, classes: Any) -> dict[str, Any]:
+    """The measured figures of a served block (``serve --json`` keys)."""
     from placewise.serve.report import summarize
 
     measured = summarize(block.result, classes)
@@ -392,11 +401,11 @@ def _shapes_result(block: Any, plan_file: Path, trace_file: Path, machine: str,
             "devices": [d.device for d in t.devices],
             "tags": {k: t.tags[k] for k in ("bucket", "plan_fingerprint", "graph_fingerprint")
                      if k in t.tags}}
-    return {"plan": str(plan_file), "plan_set": plan_set, "trace": str(trace_file),
-            "machine": machine, "requests": len(block.bucket_of), **measured,
-            "buckets": [b.to_json() for b in block.buckets],
-            "padding": block.padding.to_json(), "telemetry": tel, "tags": dict(block.tags),
-            "real_notes": list(block.notes),
+    per_bucket = [b.to_json() for b in block.buckets]
+    return {**measured, "buckets": per_bucket, "padding": block.padding.to_json(),
+            "measured": {**measured, "buckets": per_bucket,
+                         "padding": block.padding.to_json()},
+            "telemetry": tel, "tags": dict(block.tags), "real_notes": list(block.notes),
             "late_s": block.to_json()["late_s"]}
 
 
@@ -423,24 +432,29 @@ def _render_shapes(r: dict[str, Any]) -> None:
     kind = "plan set" if r["plan_set"] else "plan"
     out.print(f"[bold]serve[/bold] {kind} {r['plan']} on {r['machine']}, trace {r['trace']} "
               f"({r['requests']} requests)")
-    out.print(_table("per bucket", ["bucket", "upper", "arrived", "completed", "p50", "p99",
-                                    "padded rows", "padded", "padding time", "telemetry"],
-                     [[b["name"], ",".join(f"{k}={v}" for k, v in b["upper"].items()),
-                       b["arrived"], b["completed"], fs(b["p50_s"]), fs(b["p99_s"]),
-                       f"{b['padding']['padded_rows']}/{b['padding']['rows_run']}",
-                       f"{b['padding']['padded_fraction']:.1%}",
-                       fs(b["padding"]["padding_time_s"]), b["telemetry_requests"]]
-                      for b in r["buckets"]]))
-    p = r["padding"]
-    out.print(f"all: {r['completed']} of {r['arrived']} completed (conserved: "
-              f"{r['conserved']}); p50 {fs(r['p50_s'])}, p99 {fs(r['p99_s'])}; padding "
-              f"{p['padded_fraction']:.1%} of the elements run, {fs(p['padding_time_s'])} of "
-              f"{fs(p['busy_s'])} executor time")
-    from placewise.runtime.telemetry import STABLE_TAG_KEYS
+    runs = [("simulated", r["simulated"])] + ([("measured", r["measured"])] if r["real"]
+                                              else [])
+    for what, f in runs:
+        out.print(_table(f"{what}, per bucket", [
+            "bucket", "requests", "p50", "p99", "padded rows", "padded", "padding time"],
+            [[b["name"], f"{b['completed']}/{b['arrived']}", fs(b["p50_s"]), fs(b["p99_s"]),
+              f"{b['padding']['padded_rows']}/{b['padding']['rows_run']}",
+              f"{b['padding']['padded_fraction']:.1%}", fs(b["padding"]["padding_time_s"])]
+             for b in f["buckets"]]))
+        p = f["padding"]
+        out.print(f"{what}: {f['completed']} of {f['arrived']} completed (conserved: "
+                  f"{f['conserved']}); p50 {fs(f['p50_s'])}, p99 {fs(f['p99_s'])}; padding "
+                  f"{p['padded_fraction']:.1%} of the elements run, "
+                  f"{fs(p['padding_time_s'])} of {fs(p['busy_s'])} service time")
+    if r["real"]:
+        from placewise.runtime.telemetry import STABLE_TAG_KEYS
 
-    out.print("tags: " + ", ".join(f"{k}={r['tags'][k]}" for k in STABLE_TAG_KEYS
-                                   if k in r["tags"]))
+        tel = ", ".join(f"{n} {t['executor_requests']}" for n, t in r["telemetry"].items()
+                        if t)
+        out.print(f"telemetry (executor requests per bucket): {tel or '-'}")
+        out.print("tags: " + ", ".join(f"{k}={r['tags'][k]}" for k in STABLE_TAG_KEYS
+                                       if k in r["tags"]))
     for f in r.get("telemetry_files", []):
         out.print(f"wrote {f}")
-    for note in r["real_notes"]:
+    for note in r.get("real_notes", []):
         out.print(f"note: {note}")
