@@ -174,16 +174,27 @@ def test_mismatched_tags_and_another_calibrations_telemetry_are_refused() -> Non
         recalibrate(cal, [other_torch])
     got = recalibrate(cal, [other_torch], allow_mismatch=True)
     assert any("torch" in m for m in got.mismatches) and got.changed()
-    other_cpu = TelemetryRun({**good.tags, "threads": "cpu0=4"}, good.plan_fingerprint,
-                             good.calibration_fingerprint, good.windows)
-    with pytest.raises(InputError, match=r"telemetry 2 against telemetry 1.*threads"):
-        recalibrate(cal, [good, other_cpu])
+    bare = _without_cpu(cal)
+    mine = TelemetryRun(good.tags, good.plan_fingerprint, bare.fingerprint(), good.windows)
+    other_cpu = TelemetryRun({**good.tags, "cpu_model": "another"}, good.plan_fingerprint,
+                             bare.fingerprint(), good.windows)
+    with pytest.raises(InputError, match=r"telemetry 2 against telemetry 1.*cpu_model"):
+        recalibrate(bare, [mine, other_cpu])
+    other_plan = TelemetryRun({**good.tags, "threads": "cpu0=1,cpu1=1"}, "sha256:other",
+                              good.calibration_fingerprint, good.windows)
+    assert recalibrate(cal, [good, other_plan]).runs == 2  # buckets of other plans combine
     foreign = TelemetryRun(good.tags, good.plan_fingerprint, "calibration:sha256:else",
                            good.windows)
     with pytest.raises(InputError, match="another calibration"):
         recalibrate(cal, [foreign])
     roofline = TelemetryRun(good.tags, good.plan_fingerprint, "roofline/v1", good.windows)
     assert recalibrate(cal, [roofline]).changed()  # an empty calibration is the roofline
+
+
+def _without_cpu(cal: Calibration) -> Calibration:
+    """``cal`` recording no ``cpu_model`` (so that only the runs disagree about it)."""
+    return cal.model_copy(update={"tags": {k: v for k, v in cal.tags.items()
+                                           if k != "cpu_model"}})
 
 
 def _cli(*args: str) -> tuple[int, str, str]:

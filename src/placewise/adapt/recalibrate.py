@@ -26,7 +26,8 @@ there is no factor outside a key. The result is a **new** ``Calibration``: ``par
 the old one's fingerprint, ``revision`` the old one's + 1 (the old object and file are never
 changed). Telemetry is refused (``InputError``) when its stable machine tags differ from
 the calibration's (``MACHINE_TAG_KEYS`` the calibration records), when the runs' machine
-tags differ from each other, or when a run's predictions came from another calibration
+tags differ from each other (runs of different plans, e.g. one per bucket, may be
+combined: their keys name their devices), or when a run's predictions came from another calibration
 (an empty calibration, ``empty_calibration``, stands for the roofline: runs of
 ``roofline/v1`` plans are its own); ``allow_mismatch=True`` keeps going and lists the
 differences in ``Recalibration.mismatches``.
@@ -140,7 +141,7 @@ def _check_runs(cal: Calibration, runs: Sequence[TelemetryRun], allow: bool) -> 
         if i:
             lines += [f"telemetry {i + 1} vs 1: {x}" for x in require_comparable(
                 runs[0].tags, run.tags, what=f"telemetry {i + 1} against telemetry 1",
-                allow_mismatch=allow, keys=(*MACHINE_TAG_KEYS, "threads"))]
+                allow_mismatch=allow, keys=MACHINE_TAG_KEYS)]
         if run.calibration_fingerprint not in own:
             msg = (f"telemetry {i + 1} predicted from calibration "
                    f"{run.calibration_fingerprint}, not from this one ({fp}): its residuals "
