@@ -242,18 +242,22 @@ def _check_references(m: Manifest, file: str) -> None:
     made: dict[str, str] = {}  # tensor -> partition
     seen: set[str] = set()
     files: set[str] = set()
+    data: set[str] = set()  # external data files: partitions may share one (a plan set's)
     graph_in = {t.name for t in m.graph_inputs}
     for i, p in enumerate(m.partitions):
         where = f"partitions[{i}] ({p.name})"
         if p.name in seen or p.name in (GRAPH_INPUT, GRAPH_OUTPUT):
             raise SpecError(f"partition name {p.name!r} repeats or is reserved", file=file,
                             place=f"{where}.name")
-        for what in (p.file, p.external_data):
-            if what is not None and what in files | {MANIFEST_FILE}:
-                raise SpecError(f"file {what!r} is named twice", file=file,
-                                place=f"{where}.file")
-            if what is not None:
-                files.add(what)
+        if p.file in files | data | {MANIFEST_FILE}:
+            raise SpecError(f"file {p.file!r} is named twice", file=file,
+                            place=f"{where}.file")
+        files.add(p.file)
+        if p.external_data is not None:
+            if p.external_data in files | {MANIFEST_FILE}:
+                raise SpecError(f"file {p.external_data!r} is named twice", file=file,
+                                place=f"{where}.external_data")
+            data.add(p.external_data)
         for j, t in enumerate(p.inputs):
             if not (t.name in graph_in if t.from_ == GRAPH_INPUT
                     else made.get(t.name) == t.from_):
@@ -313,13 +317,15 @@ def manifest_summary(manifest: Manifest, folder: str | os.PathLike[str]) -> dict
          "bytes": size(p.file) + size(p.external_data),
          "inputs": [t.name for t in p.inputs], "outputs": [t.name for t in p.outputs]}
         for p in manifest.partitions]
+    shared = sorted({p["external_data"] for p in parts if p["external_data"] is not None})
     return {"out": str(root), "manifest": str(root / MANIFEST_FILE),
             "format_version": manifest.format_version, "model": manifest.model,
             "machine": manifest.machine, "batch": manifest.batch, "partitions": parts,
             "graph_inputs": [t.name for t in manifest.graph_inputs],
             "graph_outputs": [t.name for t in manifest.graph_outputs],
-            "files": 1 + sum(1 + (p["external_data"] is not None) for p in parts),
-            "bytes": size(MANIFEST_FILE) + sum(int(p["bytes"]) for p in parts),
+            "files": 1 + len(parts) + len(shared),
+            "bytes": size(MANIFEST_FILE) + sum(size(p["file"]) for p in parts)
+            + sum(size(x) for x in shared),
             "fingerprints": manifest.fingerprints.model_dump()}
 
 

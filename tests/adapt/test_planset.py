@@ -360,3 +360,20 @@ def test_seq_axis_of_an_onnx_file(machine: Any, tmp_path: Path) -> None:
     onnx.save(helper.make_model(g2, opset_imports=[helper.make_opsetid("", 17)]), str(fixed))
     with pytest.raises(InputError, match="symbolic sequence dimension"):
         build_plan_set(str(fixed), machine, ["seq=4,8"], time_limit_s=0.5)
+
+
+def test_export_of_a_preset_plan_set_shares_one_file_between_partitions(
+        tmp_path: Path) -> None:
+    from placewise.adapt.planset_export import SHARED_FILE, export_plan_set
+    from placewise.export import load_manifest
+    from placewise.hardware.spec import load_machine
+
+    orin = load_machine("jetson-agx-orin")
+    ps = build_plan_set("zoo:mlp", orin, ["batch=1,64"], time_limit_s=1.0)
+    exp = export_plan_set(ps, tmp_path / "exp")
+    assert exp["verified_sessions"] == sum(r["partitions"] for r in exp["buckets"])
+    many = [r for r in exp["buckets"] if r["partitions"] > 1]
+    for r in many:  # partitions of one bucket name the one shared file
+        man = load_manifest(tmp_path / "exp" / r["folder"])
+        assert {p.external_data for p in man.partitions} <= {SHARED_FILE, None}
+    assert exp["bytes_written"] < exp["bytes_without_sharing"]
