@@ -324,8 +324,8 @@ def _shape_path(plan_file: Path, trace_file: Path | None) -> bool:
 
 
 def _serve_shapes(plan_file: Path, trace_file: Path, *, real: bool, seed: int,
-                  classes: list[str] | None, calibration: Path | None, batching: str, queue_limit: int | None,
-                  timeout: str | None, timeout_action: str, preempt: bool,
+                  classes: list[str] | None, calibration: Path | None, batching: str,
+                  queue_limit: int | None, timeout: str | None, timeout_action: str, preempt: bool,
                   in_flight: int | None, limit: str, hw: str | None, model: str | None,
                   shape: list[str] | None, telemetry_out: Path | None, window_requests: int,
                   as_json: bool, against: Path | None = None,
@@ -348,8 +348,9 @@ def _serve_shapes(plan_file: Path, trace_file: Path, *, real: bool, seed: int,
                          "at a time: use --batching none", place="--batching")
     if window_requests < 1:
         raise InputError(f"must be >= 1, got {window_requests}", place="--window-requests")
-    if telemetry_out is not None and not real:
-        raise InputError("telemetry comes from a real run: add --real", place="--telemetry-out")
+    if (telemetry_out is not None or against is not None) and not real:
+        raise InputError("telemetry and its tags come from a real run: add --real",
+                         place="--telemetry-out" if telemetry_out is not None else "--against")
     cls = tuple(parse_class(c) for c in classes or ()) or (RequestClass("default"),)
     prio = tuple(c.priority for c in cls)
     admission = Admission(queue_limit, parse_seconds(timeout, "--timeout") if timeout else None,
@@ -380,6 +381,17 @@ def _serve_shapes(plan_file: Path, trace_file: Path, *, real: bool, seed: int,
                               window_requests=window_requests if telemetry_out else None)
             names = svc.bucket_names
         result.update(_shapes_result(block, cls))
+        from placewise.runtime.telemetry import STABLE_TAG_KEYS
+
+        result["stable_tags"] = {k: str(block.tags[k]) for k in STABLE_TAG_KEYS
+                                 if k in block.tags}
+        if against is not None:
+            from placewise.validate.compare import compare_tags_with
+
+            result["against"] = compare_tags_with(result["stable_tags"], against,
+                                                  allow_mismatch=allow_mismatch)
+            for line in result["against"]["tag_differences"]:
+                err.print(f"tags differ (--allow-mismatch): {line}", markup=False)
         if telemetry_out is not None:
             result["telemetry_files"] = _write_runs(block, telemetry_out, names)
     if as_json:
