@@ -336,3 +336,78 @@ def test_a_request_hand_off_the_roofline_lacks_is_added_on_its_host() -> None:
     e0, e1 = evaluate(p0, _placement(p0)), evaluate(p1, _placement(p1))
     assert e1.latency_s == pytest.approx(e0.latency_s + 1.2e-5)
     assert e1.schedule.makespan_s == e0.schedule.makespan_s  # the tasks are untouched
+
+
+# ---- windows from an executor's telemetry (synthetic records of a 4-partition plan) -------
+
+
+def _split_plan() -> tuple[Any, Any]:
+    from placewise.plan import build_plan
+    from placewise.runtime.program import program_from_plan
+    from tests.runtime.helpers import TINY_MLP, problem_of, split_placement
+
+    src = tiny_source()
+    prob = problem_of(src)
+    plan = build_plan(prob, evaluate(prob, split_placement(prob, int8=False)),
+                      model_ref=TINY_MLP, strategy="test")
+    assert src.graph is not None
+    return plan, program_from_plan(plan, src.graph, local_machine())
+
+
+def _telemetry(program: Any) -> Any:
+    """Six requests 1 ms apart, steps back to back (us): requests 3-5 run p2.cpu0 while
+    p1.cpu1 still computes (overlap: contention for both)."""
+    from placewise.runtime.telemetry import RequestRecord, SoloRecord, TaskRecord, Telemetry
+
+    us = 1000
+    tasks, reqs = [], []
+    for r in range(6):
+        b = 1_000_000 * (r + 1)
+        late = r >= 3
+        steps = [("p0.cpu0", "compute", "cpu0", None, 0, 10, 6),
+                 ("xfer:relu:cpu0->cpu1", "transfer", "cpu0", "cpu1", 10, 15, 0),
+                 ("p1.cpu1", "compute", "cpu1", None, 15, 25, 8),
+                 ("xfer:linear_1:cpu1->cpu0", "transfer", "cpu1", "cpu0", 25, 30, 0),
+                 ("p2.cpu0", "compute", "cpu0", None, 20 if late else 30,
+                  29 if late else 35, 7 if late else 3),
+                 ("xfer:relu_1:cpu0->cpu01", "transfer", "cpu0", "cpu01", 35, 40, 0),
+                 ("p3.cpu01", "compute", "cpu01", None, 40, 50, 9),
+                 ("xfer:linear_2:cpu01->cpu0", "transfer", "cpu01", "cpu0", 50, 55, 0)]
+        for name, kind, dev, dst, a, z, kern in steps:
+            tasks.append(TaskRecord(r, name, kind, dev, b + a * us, b + z * us,
+                                    kernel_ns=kern * us, dst_device=dst, phase="isolated"))
+        reqs.append(RequestRecord(r, "isolated", b - 3 * us, b + 58 * us, b + 58 * us))
+    solo = (SoloRecord("p2.cpu0", "cpu0", 4e-6, 3e-6, 0.0, 3),)
+    return Telemetry({}, (), tuple(reqs), tuple(tasks), (), (), solo)
+
+
+def test_windows_line_measured_tasks_up_with_the_plan_per_key() -> None:
+    from placewise.adapt.telemetry import windows_from_telemetry
+
+    plan, program = _split_plan()
+    run_ = windows_from_telemetry(plan, _telemetry(program), window_requests=3,
+                                  tags={"t": "1"}, program=program)
+    assert len(run_.windows) == 2 and run_.tags == {"t": "1"}
+    w0 = {t.key: t for t in run_.windows[0].terms}
+    w1 = {t.key: t for t in run_.windows[1].terms}
+    assert w0["transfer:cpu0->cpu1"].measured_s == pytest.approx(5e-6)
+    assert w0["transfer:cpu01->cpu0"].measured_s == pytest.approx(5e-6)
+    assert w0["request:cpu0"].measured_s == pytest.approx(6e-6)  # 3 us in, 3 us out
+    assert w0["request:cpu0"].predicted_s == 0.0  # the roofline has no hand-off
+    # launch per device: p0 (10 - 6) + p2 (5 - 3) us on cpu0
+    assert w0["launch:cpu0"].measured_s == pytest.approx(6e-6)
+    comp = {t.key: t for t in w0.values() if t.kind == "compute"}
+    assert len(comp) == 4  # one per partition, keyed by its regions
+    assert {len(t.regions) for t in comp.values()} == {1, 2}
+    # requests 3-5: p1 and p2 overlapped -> their kernel time is contention, not compute
+    cont = {t.key: t for t in w1.values() if t.kind == "contention"}
+    assert {t.device for t in cont.values()} == {"cpu0", "cpu1"}
+    (c2,) = [t for t in cont.values() if t.device == "cpu0"]
+    assert c2.base_s == pytest.approx(3e-6) and c2.measured_s == pytest.approx(4e-6)
+    assert len([t for t in w1.values() if t.kind == "compute"]) == 2
+    pt = plan.task_index()["xfer:relu:cpu0->cpu1"]
+    assert w0["transfer:cpu0->cpu1"].predicted_s == pytest.approx(pt.duration_s)
+    # every term's interval holds its prediction
+    for w in run_.windows:
+        for t in w.terms:
+            assert t.lo_s <= t.predicted_s <= t.hi_s
