@@ -68,3 +68,34 @@ def test_failing_quality_keeps(plans: dict[str, Path], tmp_path: Path) -> None:
     assert rec.quality.measured["rel_l2"] < 0.01  # it computes the right thing...
     cur = LastKnownGood(tmp_path / "s").current()
     assert cur is not None and cur.path.read_bytes() == plans["pingpong"].read_bytes()
+
+
+def test_plan_sets_with_a_trace(plans: dict[str, Path], tmp_path: Path) -> None:
+    """Two plan sets on a replayed shape trace (every bucket's executor resident); a plan
+    set without a trace, or against a plan of another model, is refused (exit 2)."""
+    from placewise.adapt.trace import ShapeTrace, save_shape_trace
+
+    ps = tmp_path / "ps.json"
+    p = run("plan", "zoo:mlp?layers=2&hidden=64", "--hw", "local", "--envelope",
+            "batch=1,2,4", "--out", str(ps))
+    assert p.returncode == 0, p.stderr
+    copy = tmp_path / "ps2.json"
+    copy.write_bytes(ps.read_bytes())
+    n = 36
+    trace = tmp_path / "t.jsonl"
+    save_shape_trace(ShapeTrace(tuple(i * 5e-4 for i in range(n)),
+                                tuple({"batch": 1 + i % 4} for i in range(n)), (0,) * n,
+                                (0,) * n), trace)
+    rec = promote(ps, copy, trace=trace, blocks=6, warmup=2)
+    assert rec.decision in ("keep", "promote")
+    assert rec.incumbent.header.kind == rec.candidate.header.kind == "planset"
+    assert rec.traffic["source"] == "trace" and rec.traffic["requests"] == n
+    assert rec.traffic["shapes"] == {"batch=1": 9, "batch=2": 9, "batch=3": 9, "batch=4": 9}
+    assert rec.guardrail.stats.a_samples == rec.guardrail.stats.b_samples == n
+    p = run("promote", "--incumbent", str(ps), "--candidate", str(copy))
+    assert p.returncode == 2 and "--trace" in p.stderr
+    other = placed_plan(tmp_path / "o.json", ("cpu0",), model="zoo:mlp?layers=3&hidden=64")
+    p = run("promote", "--incumbent", str(ps), "--candidate", str(other), "--trace",
+            str(trace))
+    assert p.returncode == 2 and "fingerprints.model" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
