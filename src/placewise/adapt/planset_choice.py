@@ -25,7 +25,13 @@ served in the smallest bucket covering it, padded up to ``upper``.
 - ``total_cost_s`` = the sum. An edge set whose residency does not fit a memory is not
   chosen (``fits`` False).
 
-The defaults (``ChoiceCosts``) are stated in the plan set's ``choice.costs``.
+The defaults (``ChoiceCosts``) are stated in the plan set's ``choice.costs``: a plan set
+serves a million requests before it is replanned; one more bucket costs a second to
+compile (on this project's two-core test machine, compiling one bucket's partitions from
+a zoo model took 1.2 s for ``zoo:mlp`` and 3.9 s for ``zoo:bert``, ``benchmarks/planset.py``;
+opening its onnxruntime sessions takes milliseconds), so 1 us per request; a GiB held
+beyond one bucket's residency is worth 10 us per request. ``placewise plan
+--bucket-cost KEY=VALUE`` changes them.
 
 **Residency** (``resident_bytes``): a weight lives once per device: per memory (a
 device's tier, or a pool of tiers that are one physical memory), the union of the
@@ -83,8 +89,8 @@ class ChoiceCosts:
     seconds to compile one more bucket's sessions; ``memory_s_per_gib`` seconds per
     request a GiB of extra resident memory is worth."""
 
-    horizon_requests: int = 100_000
-    compile_s_per_bucket: float = 0.05
+    horizon_requests: int = 1_000_000
+    compile_s_per_bucket: float = 1.0
     memory_s_per_gib: float = 1e-5
 
     def __post_init__(self) -> None:
