@@ -4,6 +4,7 @@ updates, and the quality check that keeps a candidate whatever its speed."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -59,8 +60,10 @@ def test_failing_quality_keeps(plans: dict[str, Path], tmp_path: Path) -> None:
     """A candidate whose own precision record puts it beyond its budget is kept out, and
     the measured quality is in the record."""
     bad = edit_plan(plans["single"], tmp_path / "bad.json", estimated_error=0.5)
+    pinned = os.sched_getaffinity(0)
     rec = promote(plans["pingpong"], bad, requests=36, blocks=6, warmup=2,
                   store=tmp_path / "s")
+    assert os.sched_getaffinity(0) == pinned  # the caller's thread is given back
     assert rec.decision == "keep"
     quality = next(c for c in rec.guardrail.checks if c.name == "quality")
     assert not quality.passed and not rec.quality.holds

@@ -365,6 +365,9 @@ def promote(incumbent: str | os.PathLike[str] | None, candidate: str | os.PathLi
         n = 0 if requests is None else requests  # by default: set after the warm-up
     batch = max(1, int(getattr(a_obj, "batch", 1)))
     with ExitStack() as stack:
+        if hasattr(os, "sched_getaffinity"):  # the in-process workers pin this thread:
+            held = set(os.sched_getaffinity(0))  # the caller gets its pinning back
+            stack.callback(os.sched_setaffinity, 0, held)
         report("starting the incumbent", 0.0)
         side_a = _open(a_obj, machine, seed, stack)
         report("starting the candidate", 0.1)
