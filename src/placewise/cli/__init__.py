@@ -463,7 +463,7 @@ def plan(
     inputs: Annotated[Path | None, typer.Option("--inputs", help="Representative inputs (.npz, one array per model input) for the quality evidence (default: generated)")] = None,
     envelope: Annotated[list[str] | None, typer.Option("--envelope", help="AXIS=VALUES (batch or seq; 1,2,4 or 32..512:pow2 or 8..64:+8), repeatable: write a plan set for this shape envelope (--time-limit is then per grid point)")] = None,
     mix: Annotated[Path | None, typer.Option("--mix", help="With --envelope: the shape mix the buckets are chosen for (JSON/YAML list of {batch, seq, weight}, or a SHAPES.jsonl trace); default uniform over the grid")] = None,
-    bucket_cost: Annotated[list[str] | None, typer.Option("--bucket-cost", help="With --envelope: KEY=VALUE, a price of more buckets: horizon_requests (requests before replanning, default 1000000), compile_s_per_bucket (1.0), memory_s_per_gib (1e-05 s per request per extra GiB)")] = None,
+    bucket_cost: Annotated[list[str] | None, typer.Option("--bucket-cost", help="With --envelope: KEY=VALUE[,KEY=VALUE], a price of more buckets: horizon_requests (requests before replanning, default 1000000), compile_s_per_bucket (1.0), memory_s_per_gib (1e-05 s per request per extra GiB)")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Search placements and write a plan (with --envelope: a plan set)."""
@@ -577,7 +577,7 @@ def _bucket_costs(items: list[str] | None) -> Any:
     from placewise.adapt.planset_choice import ChoiceCosts
 
     kw: dict[str, Any] = {}
-    for item in items or ():
+    for item in (part for given in items or () for part in given.split(",")):
         key, sep, text = item.partition("=")
         key = key.strip()
         if not sep or key not in ("horizon_requests", "compile_s_per_bucket",
