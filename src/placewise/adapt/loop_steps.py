@@ -13,6 +13,7 @@ evaluator ``schedule.evaluate`` (a plan's placement priced under another calibra
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -27,8 +28,10 @@ __all__ = ["ALLOWED_TO_DIFFER", "Arm", "LoopState", "adapt", "envelope_of", "exp
            "initial_state", "least_window_s", "mix_json", "repredict", "serve_window"]
 
 #: stable tags in which two arms served on the same window may differ: what makes them two
-#: plan sets (as ``adapt.promote`` allows)
-ALLOWED_TO_DIFFER = ("plan_fingerprint", "calibration_fingerprint", "threads")
+#: plan sets (as ``adapt.promote`` allows; the graph is the one of a set's first bucket,
+#: bound at that bucket's shape)
+ALLOWED_TO_DIFFER = ("plan_fingerprint", "calibration_fingerprint", "threads",
+                     "graph_fingerprint")
 _VOLATILE_SHOWN = ("date", "load_average_1m", "host", "phase", "block")
 #: the arm name of a set on probation's predecessor
 LKG = "last-known-good"
@@ -126,17 +129,30 @@ def _tags_shown(tags: Mapping[str, str]) -> dict[str, str]:
 
 def _phase(st: LoopState, name: str, window: int, arm: str | None, tags: Mapping[str, str],
            plan_set: str | None) -> dict[str, Any]:
-    """Record a phase with its tags and what differs from the phase before."""
+    """Record a phase with its tags and which stable tags differ from the phase of the same
+    kind before it (``serve``, ``plan``, ``guardrail``: its name's first word)."""
     from placewise.runtime.telemetry import tag_differences
 
-    prev = st.phases[-1]["tags"] if st.phases else None
-    rec = {"index": len(st.phases), "name": name, "window": window, "arm": arm,
+    kind = name.split()[0]
+    prev = next((p["tags"] for p in reversed(st.phases) if p["kind"] == kind), None)
+    rec = {"index": len(st.phases), "name": name, "kind": kind, "window": window, "arm": arm,
            "plan_set": plan_set, "calibration": st.calibration.fingerprint(),
            "tags": _tags_shown(tags),
            "differs_from_previous": {} if prev is None else
            {k: list(v) for k, v in tag_differences(prev, tags).items()}}
     st.phases.append(rec)
     return rec
+
+
+def _plan_tags(st: LoopState, ps: Any) -> dict[str, str]:
+    """The tags of a planning phase: this machine's stable tags, the model, the calibration
+    planned with and the plan set made."""
+    from placewise.runtime.telemetry import model_fingerprint
+    from placewise.validate.compare import machine_tags
+
+    return {**machine_tags(), "model_fingerprint": model_fingerprint(st.model),
+            "calibration_fingerprint": st.calibration.fingerprint(),
+            "plan_fingerprint": str(ps.fingerprint()), "seed": str(st.seed)}
 
 
 def _rel(path: Path, work: Path) -> str:
@@ -200,7 +216,7 @@ def initial_state(model: str, machine: Any, trace: ShapeTrace, first: ShapeTrace
                                    "first window's shape mix"}})
     st.static = _open(st, "static", path, ps, mix0)
     st.adaptive = _open(st, "adaptive", path, ps, mix0)
-    _phase(st, "plan the initial plan set", 0, None, machine_tags(), ps.fingerprint())
+    _phase(st, "plan the initial plan set", 0, None, _plan_tags(st, ps), ps.fingerprint())
     return st
 
 
@@ -491,8 +507,8 @@ def _replan(i: int, win: ShapeTrace, observed: Any, dist: float, recalibrated: b
           "candidate_buckets": [b.name for b in ps.buckets]}
     acts: list[dict[str, Any]] = [{"action": "replan", "reason": "; ".join(why),
                                    "evidence": ev}]
-    _phase(st, f"plan a candidate after window {i}", i, None,
-           st.phases[-1]["tags"] if st.phases else {}, ps.fingerprint())
+    _phase(st, f"plan a candidate after window {i}", i, None, _plan_tags(st, ps),
+           ps.fingerprint())
     if cand.fingerprint == st.adaptive.fingerprint or gain < cfg.margin:
         acts.append({"action": "keep", "guardrail": False,
                      "reason": f"the candidate is not predicted better by the {cfg.margin:.0%} "
@@ -517,10 +533,17 @@ def _try(i: int, win: ShapeTrace, cand: Arm, observed: Any, st: LoopState, cfg: 
         return {"action": "keep", "guardrail": False, "reason": f"the window's {n} requests "
                 f"cannot fill the guardrail's {blocks} block pairs", "evidence": {}}
     limit = max(2.0, min(win.duration_s + 5.0, left() / (2 * blocks + 2)))
-    rec = promote(st.adaptive.file, cand.file, requests=n, blocks=blocks, trace=tr_path,
-                  store=st.store.root, threshold=cfg.threshold,
-                  p99_tolerance=cfg.p99_tolerance, seed=cfg.seed, machine=st.machine,
-                  limit_s=limit)
+    held = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    try:
+        rec = promote(st.adaptive.file, cand.file, requests=n, blocks=blocks, trace=tr_path,
+                      store=st.store.root, threshold=cfg.threshold,
+                      p99_tolerance=cfg.p99_tolerance, seed=cfg.seed, machine=st.machine,
+                      limit_s=limit)
+    finally:
+        # promote's in-process executors pin this thread to their cores: the loop's next
+        # services (and their stable tags' usable cores) get the machine back
+        if held is not None:
+            os.sched_setaffinity(0, held)
     dec_path = work / f"decision-{i}.json"
     atomic_write_json(dec_path, rec.to_json())
     st.files[dec_path.stem] = _rel(dec_path, work)

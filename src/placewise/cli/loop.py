@@ -37,7 +37,7 @@ def loop(
     """Serve the trace window by window with a plan set that adapts (recalibrate, replan,
     promote behind the guardrail, roll back), beside the never-adapting incumbent on the
     same traffic; write LOOP.json for ``placewise report LOOP.json --out loop.html``."""
-    from placewise.adapt.loop import LoopSettings, run_loop, save_loop
+    from placewise.adapt.loop import LoopSettings, run_loop, save_loop, split_windows
     from placewise.adapt.trace import load_shape_trace
     from placewise.errors import InputError
     from placewise.io import check_output_path
@@ -60,6 +60,7 @@ def loop(
                        plan_time_s=parse_seconds(plan_time, "--plan-time"), envelope=env)
     cfg.check()
     trace = load_shape_trace(trace_file)
+    split_windows(trace, cfg.windows)  # a trace too short for the windows, before probing
     machine = resolve_machine(hw)
     work_dir = work if work is not None else out_file.with_name(out_file.name + ".d")
     with _progress("closed loop") as cb:
