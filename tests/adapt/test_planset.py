@@ -293,6 +293,13 @@ def test_corrupt_and_edited_files_are_refused(mlp_set: PlanSet, tmp_path: Path) 
     gap["fingerprints"]["planset"] = _doc_fingerprint(gap)
     with pytest.raises(SpecError, match="no bucket covers"):
         plan_set_from_json(gap, file="ps.json")
+    # a bucket name that would leave the export folder
+    evil = json.loads(json.dumps(doc))
+    evil["buckets"][0]["name"] = "../evil"
+    evil["fingerprints"]["planset"] = _doc_fingerprint(evil)
+    with pytest.raises(SpecError, match="pattern") as exc:
+        plan_set_from_json(evil, file="ps.json")
+    assert exc.value.place == "buckets[0].name"
     bad = tmp_path / "bad.json"
     bad.write_text('{"format": "placewise-planset", "version": 1, ')
     with pytest.raises(SpecError, match="not valid JSON") as exc:
