@@ -7,7 +7,8 @@
 - ``hostile_plan``: ``zoo:mlp`` on the h100 preset with crossing edges whose model
   reference is ``helpers.HOSTILE``;
 - ``reports``: the plan-only report (of the hostile plan) and the full one (plan,
-  validation, serve, sweep) written by ``placewise report``.
+  validation, serve, sweep) written by ``placewise report``; and the closed-loop report of
+  a ``placewise loop`` file (``_loop_file``).
 """
 
 from __future__ import annotations
@@ -98,6 +99,27 @@ def hostile_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def _loop_file(xdg: Path, folder: Path) -> Path:
+    """A LOOP.json from ``placewise loop`` itself (a short drifting trace on the test
+    machine), with ``HOSTILE`` written into its notes and one action's reason."""
+    from placewise.adapt.trace import drifting_trace, save_shape_trace
+
+    trace = folder / "shapes.jsonl"
+    save_shape_trace(drifting_trace("batch", requests=60, rate_rps=100.0, phases=2,
+                                    values=(1, 2), majority=1.0, seed=4), trace)
+    path = folder / "loop.json"
+    r = cli(xdg, "loop", "zoo:mlp?layers=2&hidden=64", "--trace", str(trace), "--windows", "2",
+            "--envelope", "batch=1,2", "--plan-time", "1s", "--promote-requests", "12",
+            "--promote-blocks", "6", "--budget", "120s", "--out", str(path), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(path.read_text())
+    doc["notes"].append(HOSTILE)
+    doc["windows"][0]["actions"].append({"action": "keep", "reason": HOSTILE,
+                                         "evidence": {"note": HOSTILE}})
+    path.write_text(json.dumps(doc))
+    return path
+
+
 @pytest.fixture(scope="session")
 def reports(xdg: Path, local_files: dict[str, Path], hostile_plan: Path,
             tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict[str, Any]]]:
@@ -108,11 +130,12 @@ def reports(xdg: Path, local_files: dict[str, Path], hostile_plan: Path,
     r = cli(xdg, "sweep", "--model", "zoo:mlp", "--hw", "jetson-agx-orin", "--hw",
             "a100-pcie-server", "--batch", "1,8", "--slo", "1ms", "--out", str(real_sweep))
     assert r.returncode == 0, r.stderr
+    loop = _loop_file(xdg, folder)
     out: dict[str, tuple[Path, dict[str, Any]]] = {}
     for name, inputs in (("plan-only", [hostile_plan]),
                          ("full", [local_files[k] for k in ("plan", "validation", "serve",
                                                             "sweep")]),
-                         ("real-sweep", [real_sweep])):
+                         ("real-sweep", [real_sweep]), ("loop", [loop])):
         path = folder / f"{name}.html"
         r = cli(xdg, "report", *map(str, inputs), "--out", str(path), "--json")
         assert r.returncode == 0, r.stderr

@@ -31,7 +31,7 @@ def browser() -> Any:
         b.close()
 
 
-@pytest.mark.parametrize("name", ["plan-only", "full", "real-sweep"])
+@pytest.mark.parametrize("name", ["plan-only", "full", "real-sweep", "loop"])
 def test_report_renders_offline_without_errors(browser: Any, reports: Any, name: str) -> None:
     path, answer = reports[name]
     url = path.resolve().as_uri()

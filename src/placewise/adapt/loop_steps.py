@@ -13,7 +13,6 @@ evaluator ``schedule.evaluate`` (a plan's placement priced under another calibra
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -533,17 +532,10 @@ def _try(i: int, win: ShapeTrace, cand: Arm, observed: Any, st: LoopState, cfg: 
         return {"action": "keep", "guardrail": False, "reason": f"the window's {n} requests "
                 f"cannot fill the guardrail's {blocks} block pairs", "evidence": {}}
     limit = max(2.0, min(win.duration_s + 5.0, left() / (2 * blocks + 2)))
-    held = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-    try:
-        rec = promote(st.adaptive.file, cand.file, requests=n, blocks=blocks, trace=tr_path,
-                      store=st.store.root, threshold=cfg.threshold,
-                      p99_tolerance=cfg.p99_tolerance, seed=cfg.seed, machine=st.machine,
-                      limit_s=limit)
-    finally:
-        # promote's in-process executors pin this thread to their cores: the loop's next
-        # services (and their stable tags' usable cores) get the machine back
-        if held is not None:
-            os.sched_setaffinity(0, held)
+    rec = promote(st.adaptive.file, cand.file, requests=n, blocks=blocks, trace=tr_path,
+                  store=st.store.root, threshold=cfg.threshold,
+                  p99_tolerance=cfg.p99_tolerance, seed=cfg.seed, machine=st.machine,
+                  limit_s=limit)
     dec_path = work / f"decision-{i}.json"
     atomic_write_json(dec_path, rec.to_json())
     st.files[dec_path.stem] = _rel(dec_path, work)

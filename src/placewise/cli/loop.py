@@ -29,6 +29,8 @@ def loop(
     threshold: Annotated[float, typer.Option(help="Guardrail: the median improvement's 95% interval must clear this fraction")] = 0.05,
     p99_tolerance: Annotated[float, typer.Option("--p99-tolerance", help="Guardrail: how much worse p99 may be (fraction)")] = 0.10,
     promote_requests: Annotated[int, typer.Option("--promote-requests", help="Requests of each guardrail trial")] = 200,
+    promote_blocks: Annotated[int, typer.Option("--promote-blocks", help="A/B block pairs of each guardrail trial (at least 6)")] = 10,
+    window_requests: Annotated[int, typer.Option("--window-requests", help="Executor requests per telemetry window (recalibration counts k of them)")] = 20,
     plan_time: Annotated[str, typer.Option("--plan-time", help="Search time of each plan set")] = "5s",
     calibration: Annotated[Path | None, typer.Option(help="Starting calibration (default: an empty one for the machine)")] = None,
     work: Annotated[Path | None, typer.Option("--work", help="Folder for the plan sets, calibrations and telemetry (default: OUT with .d)")] = None,
@@ -57,6 +59,7 @@ def loop(
     cfg = LoopSettings(windows=windows, budget_s=parse_seconds(budget, "--budget"), seed=seed,
                        k=k, margin=margin, mix_shift=mix_shift, threshold=threshold,
                        p99_tolerance=p99_tolerance, promote_requests=promote_requests,
+                       promote_blocks=promote_blocks, window_requests=window_requests,
                        plan_time_s=parse_seconds(plan_time, "--plan-time"), envelope=env)
     cfg.check()
     trace = load_shape_trace(trace_file)
