@@ -533,6 +533,10 @@ def open_service(plan_or_planset: Any, *, priorities: Sequence[int] = (1,), seed
             buckets.append(b)
         tags = _tags_of(buckets[0], seed, plan_fingerprint=None if ps is None
                         else str(ps.fingerprint()))
+        if ps is not None:  # a plan set is of one model, whatever shape its first bucket binds
+            from placewise.runtime.telemetry import model_fingerprint
+
+            tags["model_fingerprint"] = model_fingerprint(ps.model)
     except BaseException:
         stack.close()
         raise
