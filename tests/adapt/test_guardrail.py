@@ -134,3 +134,48 @@ def test_record_is_json_ready() -> None:
     doc = json.loads(json.dumps(d.to_json()))
     assert doc["decision"] == "promote" and doc["stats"]["pairs"] == PAIRS
     assert [c["name"] for c in doc["checks"]] == ["improvement", "p99", "quality"]
+
+
+def test_replication_over_rounds_of_fresh_instances() -> None:
+    """Two instances of the same plan differ by an instance effect no block pair averages
+    out: with one round, an A/A comparison whose B instance happens to be 15% faster is
+    promoted; over two rounds of fresh instances it must repeat in both, and does not."""
+    rng = np.random.default_rng(11)
+    assert decide(*_pair(rng, speedup=0.85)).decision == "promote"  # one round
+    a1, b1 = _pair(rng, speedup=0.85, pairs=10)  # round 1: a lucky B instance
+    a2, b2 = _pair(rng, speedup=1.0, pairs=10)   # round 2: fresh instances, no effect
+    two = decide(a1 + a2, b1 + b2, rounds=[0] * 10 + [1] * 10)
+    names = [c.name for c in two.checks]
+    assert names == ["improvement", "replication", "p99", "quality"]
+    assert two.decision == "keep" and not two.checks[1].passed
+    assert "round 2" in two.checks[1].text and len(two.stats.rounds) == 2
+    assert two.stats.rounds[0].ci_low > 0.05 >= two.stats.rounds[1].ci_low
+    # a real improvement repeats in every round
+    a3, b3 = _pair(rng, speedup=0.7, pairs=10)
+    a4, b4 = _pair(rng, speedup=0.7, pairs=10)
+    both = decide(a3 + a4, b3 + b4, rounds=[0] * 10 + [1] * 10)
+    assert both.decision == "promote" and "each of 2 rounds" in both.reason
+    assert [r["pairs"] for r in both.to_json()["stats"]["rounds"]] == [10, 10]
+    with pytest.raises(InputError, match="round labels"):
+        decide(a3, b3, rounds=[0, 1])
+
+
+def test_instance_effects_false_promotion_rate() -> None:
+    """A/A with a random effect per instance (sd 4% each, about what two services of one
+    plan differ by here): one round of 20 pairs promotes copies now and then at the 5%
+    threshold; two rounds of 10 on fresh instances far less often."""
+    def effect(rng: np.random.Generator) -> float:
+        return float(rng.lognormal(0.0, 0.04) / rng.lognormal(0.0, 0.04))
+
+    one = two = 0
+    for seed in range(TRIALS):
+        rng = np.random.default_rng(1000 + seed)
+        a, b = _pair(rng)
+        e = effect(rng)
+        one += decide(a, [y * e for y in b]).decision == "promote"
+        a, b = _pair(rng)
+        e1, e2 = effect(rng), effect(rng)
+        b = [y * (e1 if i < PAIRS // 2 else e2) for i, y in enumerate(b)]
+        two += decide(a, b, rounds=[i * 2 // PAIRS for i in range(PAIRS)]
+                      ).decision == "promote"
+    assert one > 3 * two and two <= 0.01 * TRIALS

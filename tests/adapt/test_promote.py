@@ -61,7 +61,7 @@ def test_failing_quality_keeps(plans: dict[str, Path], tmp_path: Path) -> None:
     the measured quality is in the record."""
     bad = edit_plan(plans["single"], tmp_path / "bad.json", estimated_error=0.5)
     pinned = os.sched_getaffinity(0)
-    rec = promote(plans["pingpong"], bad, requests=36, blocks=6, warmup=2,
+    rec = promote(plans["pingpong"], bad, requests=48, blocks=12, warmup=2,
                   store=tmp_path / "s")
     assert os.sched_getaffinity(0) == pinned  # the caller's thread is given back
     assert rec.decision == "keep"
@@ -69,6 +69,9 @@ def test_failing_quality_keeps(plans: dict[str, Path], tmp_path: Path) -> None:
     assert not quality.passed and not rec.quality.holds
     assert "beyond its limit" in rec.quality.text
     assert rec.quality.measured["rel_l2"] < 0.01  # it computes the right thing...
+    assert rec.traffic["rounds"] == 2 and len(rec.guardrail.stats.rounds) == 2
+    assert [c.name for c in rec.guardrail.checks] == ["improvement", "replication", "p99",
+                                                      "quality"]
     cur = LastKnownGood(tmp_path / "s").current()
     assert cur is not None and cur.path.read_bytes() == plans["pingpong"].read_bytes()
 

@@ -7,7 +7,8 @@ only when **all** of these hold, and keeps A otherwise (an inconclusive result k
 - **median improvement**: the lower end of the confidence interval (default 95%) of the
   median improvement clears ``threshold`` (default 5%);
 - **tail**: B's p99 is not worse than A's by more than ``p99_tolerance`` (default 10%);
-- **quality**: ``quality_holds`` (the candidate's precision budget, measured by the caller).
+- **quality**: ``quality_holds`` (the candidate's precision budget, measured by the caller);
+- **replication** (when the pairs come from several rounds; see below).
 
 **The statistic.** The unit of evidence is a *block pair*: block ``i`` of A and block ``i``
 of B ran the same requests one after the other. Requests within a block share the
@@ -25,6 +26,13 @@ bootstrap because the number of block pairs is small (tens), where bootstrap int
 a median undercover, and over a t interval because latency ratios are skewed. Fewer pairs
 than the interval needs (6 at 95%) is inconclusive. With flat samples and no ``block``,
 each request is its own pair (the same replayed request in A and B).
+
+**Replication.** The pairs share one instance of each arm, and two resident instances of
+the *same* plan differ by a few percent here (memory placement and the like: up to 9% in
+``benchmarks/guardrail.py``), a difference no number of block pairs averages out. When
+the pairs come from several rounds, each on freshly started instances (``rounds``: the
+round of every pair), a fourth check asks that the interval of **every** round clear the
+threshold too: an instance effect must then repeat in each round to promote.
 
 >>> import numpy as np
 >>> rng = np.random.default_rng(1)
@@ -48,10 +56,23 @@ import numpy as np
 
 from placewise.errors import InputError
 
-__all__ = ["Check", "Decision", "GuardrailStats", "decide", "median_ci", "min_pairs"]
+__all__ = ["Check", "Decision", "GuardrailStats", "RoundStats", "decide", "median_ci", "min_pairs"]
 
 Samples = (Sequence[float] | Sequence[Sequence[float]] | Sequence[np.ndarray[Any, Any]]
            | np.ndarray[Any, Any])
+
+
+@dataclass(frozen=True, slots=True)
+class RoundStats:
+    """One round's share of the pairs: its median improvement and exact interval
+    (``nan`` when it has too few pairs for one)."""
+
+    round: int
+    pairs: int
+    improvement: float
+    ci_low: float
+    ci_high: float
+    coverage: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,12 +101,17 @@ class GuardrailStats:
     p99_note: str
     quality_holds: bool
     seed: int
+    rounds: tuple[RoundStats, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["block_requests"] = list(self.block_requests)
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-                for k, v in d.items()}
+        d["rounds"] = [{k: _finite(v) for k, v in asdict(r).items()} for r in self.rounds]
+        return {k: _finite(v) for k, v in d.items()}
+
+
+def _finite(v: Any) -> Any:
+    return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,13 +226,15 @@ def _p99_note(na: int, nb: int) -> str:
 
 def decide(a_s: Samples, b_s: Samples, *, threshold: float = 0.05,
            p99_tolerance: float = 0.10, quality_holds: bool = True,
-           confidence: float = 0.95, seed: int = 0, block: int | None = None) -> Decision:
+           confidence: float = 0.95, seed: int = 0, block: int | None = None,
+           rounds: Sequence[int] | None = None) -> Decision:
     """Promote or keep (module docstring). ``a_s`` / ``b_s``: latencies in seconds, either
     as blocks (a sequence of per-block sequences, block ``i`` of A paired with block ``i``
     of B) or flat (split into consecutive blocks of ``block`` requests; without ``block``,
-    request ``i`` of A is paired with request ``i`` of B). ``seed`` is recorded; the exact
-    interval draws no random numbers. ``InputError`` for samples that are not positive
-    finite latencies, unequal pair counts, or arguments out of range."""
+    request ``i`` of A is paired with request ``i`` of B). ``rounds``: per pair, the round
+    of fresh instances it ran on (module docstring; ``None``: one round). ``seed`` is
+    recorded; the exact interval draws no random numbers. ``InputError`` for samples that
+    are not positive finite latencies, unequal pair counts, or arguments out of range."""
     _check_args(threshold, p99_tolerance, confidence)
     a = _blocks(a_s, block, "A")
     b = _blocks(b_s, block, "B")
@@ -234,8 +262,25 @@ def decide(a_s: Samples, b_s: Samples, *, threshold: float = 0.05,
         confidence=confidence, coverage=coverage, threshold=threshold, p99_a_s=p99_a,
         p99_b_s=p99_b, p99_ratio=p99_ratio, p99_tolerance=p99_tolerance,
         p99_note=_p99_note(len(all_a), len(all_b)), quality_holds=bool(quality_holds),
-        seed=seed)
+        seed=seed, rounds=_rounds(ratios, rounds, confidence))
     return _rule(stats)
+
+
+def _rounds(ratios: np.ndarray[Any, Any], rounds: Sequence[int] | None, confidence: float
+            ) -> tuple[RoundStats, ...]:
+    """Per round (when there are several) its improvement and interval."""
+    if rounds is None:
+        return ()
+    r = np.asarray(rounds)
+    if len(r) != len(ratios):
+        raise InputError(f"{len(r)} round labels for {len(ratios)} pairs", place="rounds")
+    out = []
+    for k in sorted(set(r.tolist())):
+        x = ratios[r == k]
+        ci = median_ci(x, confidence)
+        lo, hi, cov = (1.0 - ci[1], 1.0 - ci[0], ci[2]) if ci else (math.nan, math.nan, 0.0)
+        out.append(RoundStats(int(k), len(x), 1.0 - float(np.median(x)), lo, hi, cov))
+    return tuple(out) if len(out) > 1 else ()
 
 
 def _rule(s: GuardrailStats) -> Decision:
@@ -259,6 +304,11 @@ def _rule(s: GuardrailStats) -> Decision:
             imp = Check("improvement", False, f"the candidate is not faster: {ci}")
         else:
             imp = Check("improvement", False, f"{ci}: the whole interval is below {thr}")
+    checks = [imp]
+    if s.rounds:
+        rep, straddle = _replication(s)
+        checks.append(rep)
+        inconclusive = inconclusive or (imp.passed and straddle)
     p99_ok = s.p99_ratio <= 1.0 + s.p99_tolerance
     p99 = Check("p99", bool(p99_ok),
                 f"p99 {s.p99_b_s * 1e3:.3f} ms (B) against {s.p99_a_s * 1e3:.3f} ms (A): "
@@ -268,9 +318,31 @@ def _rule(s: GuardrailStats) -> Decision:
                     "the candidate's output quality holds its precision budget"
                     if s.quality_holds else
                     "the candidate's output quality breaks its precision budget")
-    checks = (imp, p99, quality)
+    checks += [p99, quality]
     failed = [c for c in checks if not c.passed]
+    rep_text = f"; repeated in each of {len(s.rounds)} rounds" if s.rounds else ""
     if not failed:
-        return Decision("promote", f"all checks hold: {imp.text}; p99 within tolerance; "
-                                   f"quality holds", False, s, checks)
-    return Decision("keep", f"keep the incumbent: {failed[0].text}", inconclusive, s, checks)
+        return Decision("promote", f"all checks hold: {imp.text}{rep_text}; p99 within "
+                                   f"tolerance; quality holds", False, s, tuple(checks))
+    return Decision("keep", f"keep the incumbent: {failed[0].text}", inconclusive, s,
+                    tuple(checks))
+
+
+def _replication(s: GuardrailStats) -> tuple[Check, bool]:
+    """Whether every round's interval clears the threshold; and whether a failing round
+    straddles it (inconclusive) rather than lying below it."""
+    def text(r: RoundStats) -> str:
+        if not math.isfinite(r.ci_low):
+            return f"round {r.round + 1}: {r.pairs} pairs, too few for an interval"
+        return (f"round {r.round + 1}: {100 * r.improvement:.1f}% "
+                f"[{100 * r.ci_low:.1f}%, {100 * r.ci_high:.1f}%] over {r.pairs} pairs")
+
+    bad = [r for r in s.rounds if not (r.ci_low > s.threshold)]
+    every = "; ".join(text(r) for r in s.rounds)
+    if not bad:
+        return Check("replication", True, f"every round on fresh instances clears the "
+                                          f"threshold ({every})"), False
+    straddle = any(not math.isfinite(r.ci_low) or r.ci_high > s.threshold for r in bad)
+    return Check("replication", False,
+                 f"{'inconclusive: ' if straddle else ''}not every round on fresh instances "
+                 f"clears the {100 * s.threshold:g}% threshold ({every})"), straddle

@@ -7,8 +7,8 @@ plan's graph fingerprint, a plan set's model fingerprint) or another machine tha
 incumbent, either made for another machine than this one, or one that does not match the
 last-known-good store's current entry (``adapt.store``).
 
-**Running.** Both are opened once with ``adapt.serving.open_service`` (resident
-executors, every bucket of a plan set) and kept alive side by side. The traffic is a shape
+**Running.** Both are opened with ``adapt.serving.open_service`` (resident executors,
+every bucket of a plan set) and kept alive side by side for a round. The traffic is a shape
 trace (``--trace``, ``adapt.trace``; its first ``requests`` requests) or, for two plain
 plans, requests at the incumbent's batch arriving at a fixed interval: twice the slower
 arm's median service time measured in the warm-up (on spaced requests), so that neither arm is driven past half
@@ -20,6 +20,12 @@ other (interleaved blocks, A/B, B/A, A/B, ...: the order alternates between pair
 neither arm always runs first), each slice's arrivals rebased to the start of its block,
 so both arms see exactly the same requests at the same offsets. Before the timed blocks
 each arm serves ``warmup`` requests untimed.
+
+**Rounds.** The block pairs are split over ``rounds`` rounds (default 2 when each gets at
+least 6 pairs), each on freshly started services of both arms: two instances of the same
+plan differ by a few percent, and the guardrail's replication check
+(``adapt.guardrail``) asks that every round clear the threshold, so that one lucky pair
+of instances cannot promote a candidate.
 
 **Quality.** The candidate's outputs on generated inputs (two per bucket, from ``seed``,
 at the bucket's shape) are compared with the single-device fp32 reference
@@ -177,7 +183,7 @@ def _check_args(requests: int | None, blocks: int, warmup: int, limit_s: float) 
                          place="limit_s")
 
 
-def _identity(ref: str | os.PathLike[str], role: str) -> tuple[Any, Header]:
+def _identity(ref: str | os.PathLike[str]) -> tuple[Any, Header]:
     file = os.fspath(ref)
     obj = load_plan_or_set(file)
     return obj, identity_of(obj, file)
@@ -261,11 +267,12 @@ def _burst(trace: ShapeTrace, n: int) -> ShapeTrace:
 
 @dataclass
 class _Side:
-    """An opened arm: its service and the thread pinning it left behind (each service's
-    in-process workers pin the calling thread; it is put back before each of its blocks)."""
+    """One arm over the rounds: its current service and the thread pinning the service
+    left behind (each service's in-process workers pin the calling thread; it is put back
+    before each of its blocks), and what its blocks measured."""
 
-    service: Service
-    pin: set[int] | None
+    service: Any = None
+    pin: set[int] | None = None
     blocks: list[np.ndarray] = field(default_factory=list)
     arrived: int = 0
     service_s: float = math.nan
@@ -276,13 +283,21 @@ class _Side:
             os.sched_setaffinity(0, self.pin)
         return self.service.serve(trace, limit_s=limit_s)
 
+    def run(self, piece: ShapeTrace, limit_s: float) -> None:
+        """Serve one timed block and keep its completed requests' latencies."""
+        blk = self.serve(piece, limit_s)
+        lat = np.asarray(blk.latency_s, dtype=float)
+        self.blocks.append(lat[np.isfinite(lat)])
+        self.arrived += len(piece)
+        if not self.tags:
+            self.tags = dict(blk.tags)
 
-def _open(obj: Any, machine: Machine, seed: int, stack: ExitStack) -> _Side:
+
+def _open(side: _Side, obj: Any, machine: Machine, seed: int, stack: ExitStack) -> None:
     from placewise.adapt.serving import open_service
 
-    svc = stack.enter_context(open_service(obj, machine=machine, seed=seed))
-    pin = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-    return _Side(svc, pin)
+    side.service = stack.enter_context(open_service(obj, machine=machine, seed=seed))
+    side.pin = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
 
 
 def _service_s(blk: Any) -> float:
@@ -293,15 +308,17 @@ def _service_s(blk: Any) -> float:
 
 
 def _warm(side: _Side, traffic: ShapeTrace | None, batch: int, warmup: int,
-          limit_s: float) -> None:
+          limit_s: float, *, first: bool = True) -> None:
     """Untimed warm-up: ``warmup`` requests at once, then (generated traffic) as many
     spaced at twice their service time, whose median service time is the arm's (spaced
     requests find idle workers asleep, which back-to-back ones do not)."""
     if not warmup:
         return
     burst = _burst(traffic, warmup) if traffic is not None else _generated(batch, warmup, 0.0)
-    side.service_s = _service_s(side.serve(burst, limit_s))
-    if traffic is None and math.isfinite(side.service_s):
+    service_s = _service_s(side.serve(burst, limit_s))
+    if first:
+        side.service_s = service_s
+    if first and traffic is None and math.isfinite(side.service_s):
         spaced = _generated(batch, warmup, 2.0 * side.service_s)
         side.service_s = _service_s(side.serve(spaced, limit_s))
 
@@ -322,11 +339,13 @@ def promote(incumbent: str | os.PathLike[str] | None, candidate: str | os.PathLi
             store: str | os.PathLike[str] | None = None, threshold: float = 0.05,
             p99_tolerance: float = 0.10, confidence: float = 0.95, warmup: int = 10,
             seed: int = 0, machine: Machine | None = None, limit_s: float = 60.0,
-            progress: Progress | None = None) -> DecisionRecord:
+            rounds: int | None = None, progress: Progress | None = None) -> DecisionRecord:
     """Run ``incumbent`` (A) and ``candidate`` (B) interleaved and decide (module
     docstring). ``incumbent``: a plan or plan set file (``None``: the store's current
     last-known-good). ``requests``: requests per arm (default: the whole trace, or
-    generated for blocks of about ``BLOCK_S``), in ``blocks`` block pairs. ``limit_s``: the wall limit of one block.
+    generated for blocks of about ``BLOCK_S``), in ``blocks`` block pairs over
+    ``rounds`` rounds of fresh instances (default: 2 when each gets at least 6 pairs, else
+    1). ``limit_s``: the wall limit of one block.
     Raises ``InputError`` for refused inputs (nothing runs), ``ExecutionError`` when a
     worker fails (nothing is left running)."""
     from placewise.adapt.trace import load_shape_trace
@@ -342,8 +361,8 @@ def promote(incumbent: str | os.PathLike[str] | None, candidate: str | os.PathLi
                              "plan", place="--incumbent")
         incumbent = cur.path
     inc_file, cand_file = os.fspath(incumbent), os.fspath(candidate)
-    a_obj, a_head = _identity(inc_file, "incumbent")
-    b_obj, b_head = _identity(cand_file, "candidate")
+    a_obj, a_head = _identity(inc_file)
+    b_obj, b_head = _identity(cand_file)
     if machine is None:
         from placewise.hardware.probe import load_local
 
@@ -364,58 +383,88 @@ def promote(incumbent: str | os.PathLike[str] | None, candidate: str | os.PathLi
     else:
         n = 0 if requests is None else requests  # by default: set after the warm-up
     batch = max(1, int(getattr(a_obj, "batch", 1)))
-    with ExitStack() as stack:
-        if hasattr(os, "sched_getaffinity"):  # the in-process workers pin this thread:
-            held = set(os.sched_getaffinity(0))  # the caller gets its pinning back
-            stack.callback(os.sched_setaffinity, 0, held)
-        report("starting the incumbent", 0.0)
-        side_a = _open(a_obj, machine, seed, stack)
-        report("starting the candidate", 0.1)
-        side_b = _open(b_obj, machine, seed, stack)
-        report("warming up", 0.2)
-        for side in (side_a, side_b):
-            _warm(side, shape_trace, batch, warmup, limit_s)
-        report("checking the candidate's output quality", 0.25)
-        quality = quality_check(side_b.service, b_obj, seed=seed)
-        traffic_notes: dict[str, Any]
-        if shape_trace is None:
-            slowest = max(side_a.service_s, side_b.service_s)
-            interval = 2.0 * slowest if math.isfinite(slowest) and slowest > 0 else 1e-3
-            if not n:
-                n = max(blocks, min(MAX_REQUESTS, max(MIN_REQUESTS,
-                                              math.ceil(blocks * BLOCK_S / interval))))
-            shape_trace = _generated(batch, n, interval)
-            traffic_notes = {"source": "generated", "interval_s": interval,
-                             "batch": batch, "rule": "twice the slower arm's warm-up "
-                                                     "median service time"}
-        else:
-            traffic_notes = {"source": "trace", "file": os.fspath(trace or ""),
-                             "duration_s": shape_trace.duration_s,
-                             "shapes": shape_trace.shape_counts()}
-        per = n // blocks
-        for i in range(blocks):
-            piece = shape_trace.slice(i * per, (i + 1) * per if i < blocks - 1 else n)
-            for side in (side_a, side_b) if i % 2 == 0 else (side_b, side_a):
-                blk = side.serve(piece, limit_s)
-                lat = np.asarray(blk.latency_s, dtype=float)
-                side.blocks.append(lat[np.isfinite(lat)])
-                side.arrived += len(piece)
-                if not side.tags:
-                    side.tags = dict(blk.tags)
-            report(f"block pair {i + 1} of {blocks}", 0.3 + 0.65 * (i + 1) / blocks)
+    rounds = _rounds_of(rounds, blocks)
+    side_a, side_b = _Side(), _Side()
+    round_of: list[int] = []
+    quality: QualityResult | None = None
+    traffic_notes: dict[str, Any] = {}
+    per = 0
+    held = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    try:
+        for r in range(rounds):
+            with ExitStack() as stack:  # fresh instances of both arms every round
+                report(f"round {r + 1} of {rounds}: starting both arms", r / rounds)
+                for side, obj in ((side_a, a_obj), (side_b, b_obj)):
+                    _open(side, obj, machine, seed, stack)
+                for side in (side_a, side_b):
+                    _warm(side, shape_trace, batch, warmup, limit_s, first=r == 0)
+                if quality is None:
+                    report("checking the candidate's output quality", 0.05)
+                    quality = quality_check(side_b.service, b_obj, seed=seed)
+                if r == 0:
+                    shape_trace, n, traffic_notes = _traffic(shape_trace, n, batch, blocks,
+                                                             side_a, side_b, trace)
+                    per = n // blocks
+                assert shape_trace is not None
+                mine = [i for i in range(blocks) if i * rounds // blocks == r]
+                for i in mine:
+                    piece = shape_trace.slice(i * per, (i + 1) * per if i < blocks - 1 else n)
+                    for side in (side_a, side_b) if i % 2 == 0 else (side_b, side_a):
+                        side.run(piece, limit_s)
+                    round_of.append(r)
+                    report(f"block pair {i + 1} of {blocks}", (i + 1) / blocks)
+    finally:  # the in-process workers pin this thread: the caller gets its pinning back
+        if held is not None:
+            os.sched_setaffinity(0, held)
+    assert quality is not None
     return _finish(side_a, side_b, a_head, b_head, inc_file, cand_file, quality, lkg,
                    traffic=traffic_notes | {"requests": n, "blocks": blocks,
                                             "block_requests": per, "warmup": warmup,
-                                            "seed": seed,
+                                            "seed": seed, "rounds": rounds,
                                             "order": "A/B, B/A alternately per block pair"},
-                   threshold=threshold, p99_tolerance=p99_tolerance, confidence=confidence,
-                   seed=seed, t_start=t_start)
+                   round_of=round_of, threshold=threshold, p99_tolerance=p99_tolerance,
+                   confidence=confidence, seed=seed, t_start=t_start)
+
+
+def _rounds_of(rounds: int | None, blocks: int) -> int:
+    """The rounds of fresh instances: as given (each needs enough block pairs for an
+    interval), or 2 when ``blocks`` gives each at least 6 pairs, else 1."""
+    from placewise.adapt.guardrail import min_pairs
+
+    if rounds is None:
+        return 2 if blocks >= 2 * min_pairs() else 1
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise InputError(f"must be an integer >= 1, got {rounds!r}", place="--rounds")
+    if rounds > 1 and blocks // rounds < min_pairs():
+        raise InputError(f"{blocks} block pairs over {rounds} rounds leave fewer than "
+                         f"{min_pairs()} per round, too few for an interval (more --blocks, "
+                         f"or --rounds 1)", place="--rounds")
+    return rounds
+
+
+def _traffic(shape_trace: ShapeTrace | None, n: int, batch: int, blocks: int, side_a: _Side,
+             side_b: _Side, trace: str | os.PathLike[str] | None
+             ) -> tuple[ShapeTrace, int, dict[str, Any]]:
+    """The traffic both arms replay (module docstring), its size and description."""
+    if shape_trace is not None:
+        return shape_trace, n, {"source": "trace", "file": os.fspath(trace or ""),
+                                "duration_s": shape_trace.duration_s,
+                                "shapes": shape_trace.shape_counts()}
+    slowest = max(side_a.service_s, side_b.service_s)
+    interval = 2.0 * slowest if math.isfinite(slowest) and slowest > 0 else 1e-3
+    if not n:
+        n = max(blocks, min(MAX_REQUESTS, max(MIN_REQUESTS,
+                                              math.ceil(blocks * BLOCK_S / interval))))
+    return _generated(batch, n, interval), n, {
+        "source": "generated", "interval_s": interval, "batch": batch,
+        "rule": "twice the slower arm's warm-up median service time"}
 
 
 def _finish(side_a: _Side, side_b: _Side, a_head: Header, b_head: Header, inc_file: str,
             cand_file: str, quality: QualityResult, lkg: LastKnownGood | None, *,
-            traffic: dict[str, Any], threshold: float, p99_tolerance: float,
-            confidence: float, seed: int, t_start: float) -> DecisionRecord:
+            traffic: dict[str, Any], round_of: list[int], threshold: float,
+            p99_tolerance: float, confidence: float, seed: int, t_start: float
+            ) -> DecisionRecord:
     """Decide, compare the tags, act on the store, and build the record."""
     from placewise.adapt.store import now_utc
     from placewise.runtime.telemetry import STABLE_TAG_KEYS, tag_differences
@@ -431,8 +480,10 @@ def _finish(side_a: _Side, side_b: _Side, a_head: Header, b_head: Header, inc_fi
     lost = sum(side.arrived - sum(len(b) for b in side.blocks) for side in (side_a, side_b))
     if lost > 0:
         notes.append(f"{lost} request(s) did not complete within their block's limit")
+    rounds = [r for i, r in enumerate(round_of) if i not in empty]
     guard = decide(pairs_a, pairs_b, threshold=threshold, p99_tolerance=p99_tolerance,
-                   quality_holds=quality.holds, confidence=confidence, seed=seed)
+                   quality_holds=quality.holds, confidence=confidence, seed=seed,
+                   rounds=rounds if len(set(rounds)) > 1 else None)
     keys = [k for k in STABLE_TAG_KEYS if k not in _ARM_KEYS]
     diffs = tag_differences(side_a.tags, side_b.tags, keys=keys)
     if diffs:

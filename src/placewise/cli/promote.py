@@ -38,7 +38,8 @@ def _print_record(doc: dict[str, Any]) -> None:
               f"{doc['quality']['text']}")
     t = doc["traffic"]
     out.print(f"  traffic: {t['requests']} requests per arm ({t['source']}), {t['blocks']} "
-              f"A/B block pairs of {t['block_requests']}, warm-up {t['warmup']}; "
+              f"A/B block pairs of {t['block_requests']} in {t['rounds']} round(s), "
+              f"warm-up {t['warmup']}; "
               f"{doc['wall_s']:.1f} s")
     for c in doc["checks"]:
         out.print(f"  [{'ok' if c['passed'] else 'no'}] {c['name']}: {c['text']}")
@@ -59,6 +60,7 @@ def promote(
     threshold: Annotated[float, typer.Option("--threshold", help="The median improvement the CI's lower end must clear (fraction)")] = 0.05,
     p99_tolerance: Annotated[float, typer.Option("--p99-tolerance", help="How much worse the candidate's p99 may be (fraction)")] = 0.10,
     blocks: Annotated[int, typer.Option("--blocks", help="A/B block pairs")] = 20,
+    rounds: Annotated[int | None, typer.Option("--rounds", help="Rounds of freshly started instances the pairs are split over (default: 2 when each gets 6 pairs, else 1)")] = None,
     warmup: Annotated[int, typer.Option("--warmup", help="Untimed requests per arm first")] = 10,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the generated inputs")] = 0,
     as_json: JsonOpt = False,
@@ -71,7 +73,7 @@ def promote(
     with _progress("promote") as bar:
         rec = _promote(incumbent, candidate, requests=requests, blocks=blocks, trace=trace,
                        store=store, threshold=threshold, p99_tolerance=p99_tolerance,
-                       warmup=warmup, seed=seed, progress=bar)
+                       warmup=warmup, seed=seed, rounds=rounds, progress=bar)
     doc = rec.to_json()
     if as_json:
         _print_json(doc)
