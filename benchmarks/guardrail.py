@@ -15,7 +15,9 @@ default as many requests as make each block last about 50 ms), on ``zoo:mlp?laye
   no better is promoted (the threshold is 5%, so it should be never).
 
     flock /tmp/placewise-bench.lock .venv/bin/python benchmarks/guardrail.py
-    # writes benchmarks/results/guardrail.json; --trials N, --requests N, --blocks N
+    # writes benchmarks/results/guardrail.json; --trials N, --requests N, --blocks N,
+    # --rounds N (rounds of fresh instances; default: promote's, 2 for 20 blocks)
+    # --rounds 1 --out benchmarks/results/guardrail-one-round.json: one pair of instances
 
 The figures per kind: the decisions, the median improvement and its 95% CI per trial
 (the median over trials of each), the p99 ratio, and the wall time per trial.
@@ -70,17 +72,18 @@ def _plans(work: Path, model: str) -> dict[str, Path]:
     return {"single": single, "copy": copy, "pingpong": pingpong}
 
 
-def _trial(inc: Path, cand: Path, requests: int | None, blocks: int, seed: int) -> dict[str, Any]:
+def _trial(inc: Path, cand: Path, requests: int | None, blocks: int, rounds: int | None,
+           seed: int) -> dict[str, Any]:
     from placewise.adapt.promote import promote
 
     t0 = time.monotonic()
-    rec = promote(inc, cand, requests=requests, blocks=blocks, seed=seed)
+    rec = promote(inc, cand, requests=requests, blocks=blocks, rounds=rounds, seed=seed)
     s = rec.guardrail.stats
     return {"decision": rec.decision, "reason": rec.reason, "improvement": s.improvement,
             "ci_low": s.ci_low, "ci_high": s.ci_high, "pairs": s.pairs,
             "p50_a_s": rec.incumbent.p50_s, "p50_b_s": rec.candidate.p50_s,
             "p99_ratio": s.p99_ratio, "quality_holds": rec.quality.holds,
-            "requests": rec.traffic["requests"], "interval_s": rec.traffic.get("interval_s"),
+            "rounds": rec.traffic["rounds"], "requests": rec.traffic["requests"], "interval_s": rec.traffic.get("interval_s"),
             "load_average_1m": rec.candidate.tags.get("load_average_1m"),
             "trial_s": time.monotonic() - t0}
 
@@ -105,6 +108,7 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=20)
     ap.add_argument("--requests", type=int, default=None)
     ap.add_argument("--blocks", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument("--model", default=MODEL)
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
@@ -116,14 +120,14 @@ def main() -> None:
         rows: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
         for i in range(args.trials):  # the kinds interleaved: the machine's load hits each
             for kind, (a, b) in kinds.items():
-                r = _trial(plans[a], plans[b], args.requests, args.blocks, seed=i)
+                r = _trial(plans[a], plans[b], args.requests, args.blocks, args.rounds, seed=i)
                 rows[kind].append(r)
                 print(f"{kind:>6} trial {i + 1:>2}: {r['decision']:<7} improvement "
                       f"{100 * r['improvement']:7.1f}% CI [{100 * r['ci_low']:7.1f}%, "
                       f"{100 * r['ci_high']:7.1f}%] p99 ratio {r['p99_ratio']:.2f} "
                       f"({r['trial_s']:.1f} s)", flush=True)
     doc = {"benchmark": "guardrail", "model": args.model, "requests": args.requests,
-           "blocks": args.blocks, "kinds": {k: {"incumbent": a, "candidate": b}
+           "blocks": args.blocks, "rounds": args.rounds, "kinds": {k: {"incumbent": a, "candidate": b}
                                             for k, (a, b) in kinds.items()},
            "summary": {k: _summary(v) for k, v in rows.items()}, "trials": rows,
            "machine": {"cpu": platform.processor() or _cpu(), "cores": os.cpu_count(),
