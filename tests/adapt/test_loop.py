@@ -220,8 +220,9 @@ def test_a_promoted_set_worse_than_the_last_known_good_is_rolled_back(tmp_path: 
     store = LastKnownGood(tmp_path / "lkg")
     store.keep(files["good"])
     store.keep(files["bad"])
-    tr = ShapeTrace(tuple(i * 0.01 for i in range(30)), tuple({"batch": 1} for _ in range(30)),
-                    (0,) * 30, (0,) * 30)
+    n = 60
+    tr = ShapeTrace(tuple(i * 0.02 for i in range(n)), tuple({"batch": 1} for _ in range(n)),
+                    (0,) * n, (0,) * n)
     cfg = LoopSettings(window_requests=10)
     with ExitStack() as stack:
         ph = steps.Arm("static", Path(), None, None, None)

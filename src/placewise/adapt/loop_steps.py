@@ -32,6 +32,8 @@ __all__ = ["ALLOWED_TO_DIFFER", "Arm", "LoopState", "adapt", "envelope_of", "exp
 ALLOWED_TO_DIFFER = ("plan_fingerprint", "calibration_fingerprint", "threads",
                      "graph_fingerprint")
 _VOLATILE_SHOWN = ("date", "load_average_1m", "host", "phase", "block")
+#: untimed executor requests per bucket before each arm serves a window
+WARMUP = 3
 #: the arm name of a set on probation's predecessor
 LKG = "last-known-good"
 
@@ -280,7 +282,10 @@ def serve_window(i: int, win: ShapeTrace, st: LoopState, cfg: Any, left_s: float
     blocks: dict[str, Any] = {}
     recs: dict[str, dict[str, Any]] = {}
     for arm in order:
-        blk = arm.service.serve(win, limit_s=limit, window_requests=cfg.window_requests)
+        # a few untimed requests per bucket first: the arm served first in a window would
+        # otherwise pay for waking its idle workers, the second not
+        blk = arm.service.serve(win, limit_s=limit, window_requests=cfg.window_requests,
+                                warmup=WARMUP)
         blocks[arm.name] = blk
         recs[arm.name] = _arm_record(arm, blk, win)
         recs[arm.name]["phase"] = _phase(st, f"serve window {i} ({arm.name})", i, arm.name,
@@ -425,10 +430,11 @@ def _probation(i: int, st: LoopState, blocks: Mapping[str, Any]) -> dict[str, An
                 "on both: too few to judge, the promoted set stays", "evidence": ev}
     d = decide(new_s[both], old_s[both], threshold=0.0, p99_tolerance=1.0, seed=st.seed)
     ev.update({k: v for k, v in d.to_json().items() if k in ("decision", "reason", "stats")})
+    why = _back(d.reason)
     if d.decision != "promote":
         _close(old)
-        return {"action": "confirm", "reason": "the promoted set is not worse than the "
-                "last-known-good on this window: " + d.reason, "evidence": ev}
+        return {"action": "confirm", "reason": "the promoted set stays: going back to the "
+                "last-known-good is not better on this window: " + why, "evidence": ev}
     left, back = st.store.rollback()
     ev.update({"store_left": left.id, "store_restored": back.id})
     st.adaptive.service.close()
@@ -437,7 +443,13 @@ def _probation(i: int, st: LoopState, blocks: Mapping[str, Any]) -> dict[str, An
         svc = _open(st, "adaptive", old.file, old.plan_set, old.mix).service
     st.adaptive = Arm("adaptive", old.file, old.plan_set, svc, old.mix)
     return {"action": "rollback", "reason": "the promoted set is worse than the "
-            "last-known-good on this window: " + d.reason, "evidence": ev}
+            "last-known-good on this window: " + why, "evidence": ev}
+
+
+def _back(reason: str) -> str:
+    """The guardrail's reason read for a rollback (the last-known-good is its candidate)."""
+    return reason.removeprefix("keep the incumbent: ").replace("the candidate",
+                                                               "the last-known-good")
 
 
 def _close(arm: Arm) -> None:
