@@ -333,6 +333,38 @@ def _arm(role: str, file: str, header: Header, side: _Side) -> Arm:
                math.nan, len(lat), side.arrived, side.service_s, side.tags)
 
 
+def _files(incumbent: str | os.PathLike[str] | None, candidate: str | os.PathLike[str],
+           lkg: LastKnownGood | None) -> tuple[str, str]:
+    """The incumbent's file (the store's current entry when not given) and the
+    candidate's."""
+    if incumbent is None:
+        cur = lkg.current() if lkg is not None else None
+        if cur is None:
+            raise InputError("give --incumbent, or a --store that holds a last-known-good "
+                             "plan", place="--incumbent")
+        incumbent = cur.path
+    return os.fspath(incumbent), os.fspath(candidate)
+
+
+def _load_traffic(trace: str | os.PathLike[str] | None, requests: int | None, blocks: int,
+                  a_head: Header, b_head: Header) -> tuple[ShapeTrace | None, int]:
+    """The replayed trace cut to ``requests`` (``None`` for generated traffic: plans
+    only) and the request count (0: set after the warm-up)."""
+    from placewise.adapt.trace import load_shape_trace
+
+    if trace is None:
+        if a_head.kind == "planset" or b_head.kind == "planset":
+            raise InputError("a plan set serves a mix of shapes: give the traffic with "
+                             "--trace SHAPES.jsonl", place="--trace")
+        return None, 0 if requests is None else requests
+    shape_trace = load_shape_trace(trace)
+    n = len(shape_trace) if requests is None else min(requests, len(shape_trace))
+    if n < blocks:
+        raise InputError(f"{n} requests cannot fill {blocks} blocks", file=shape_trace.file,
+                         place="--blocks")
+    return shape_trace.slice(0, n), n
+
+
 def promote(incumbent: str | os.PathLike[str] | None, candidate: str | os.PathLike[str], *,
             requests: int | None = None, blocks: int = 20,
             trace: str | os.PathLike[str] | None = None,
@@ -348,19 +380,11 @@ def promote(incumbent: str | os.PathLike[str] | None, candidate: str | os.PathLi
     1). ``limit_s``: the wall limit of one block.
     Raises ``InputError`` for refused inputs (nothing runs), ``ExecutionError`` when a
     worker fails (nothing is left running)."""
-    from placewise.adapt.trace import load_shape_trace
-
     report: Progress = progress or (lambda _m, _f: None)
     _check_args(requests, blocks, warmup, limit_s)
     t_start = time.monotonic()
     lkg = LastKnownGood(store) if store is not None else None
-    if incumbent is None:
-        cur = lkg.current() if lkg is not None else None
-        if cur is None:
-            raise InputError("give --incumbent, or a --store that holds a last-known-good "
-                             "plan", place="--incumbent")
-        incumbent = cur.path
-    inc_file, cand_file = os.fspath(incumbent), os.fspath(candidate)
+    inc_file, cand_file = _files(incumbent, candidate, lkg)
     a_obj, a_head = _identity(inc_file)
     b_obj, b_head = _identity(cand_file)
     if machine is None:
@@ -370,18 +394,7 @@ def promote(incumbent: str | os.PathLike[str] | None, candidate: str | os.PathLi
     _check_pair(a_head, b_head, str(machine.fingerprint()), cand_file, inc_file)
     if lkg is not None:
         lkg.check_candidate(b_head, file=cand_file)
-    shape_trace = load_shape_trace(trace) if trace is not None else None
-    if shape_trace is None and (a_head.kind == "planset" or b_head.kind == "planset"):
-        raise InputError("a plan set serves a mix of shapes: give the traffic with --trace "
-                         "SHAPES.jsonl", place="--trace")
-    if shape_trace is not None:
-        n = len(shape_trace) if requests is None else min(requests, len(shape_trace))
-        if n < blocks:
-            raise InputError(f"{n} requests cannot fill {blocks} blocks",
-                             file=shape_trace.file, place="--blocks")
-        shape_trace = shape_trace.slice(0, n)
-    else:
-        n = 0 if requests is None else requests  # by default: set after the warm-up
+    shape_trace, n = _load_traffic(trace, requests, blocks, a_head, b_head)
     batch = max(1, int(getattr(a_obj, "batch", 1)))
     rounds = _rounds_of(rounds, blocks)
     side_a, side_b = _Side(), _Side()
