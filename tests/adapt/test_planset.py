@@ -387,3 +387,26 @@ def test_export_of_a_preset_plan_set_shares_one_file_between_partitions(
         man = load_manifest(tmp_path / "exp" / r["folder"])
         assert {p.external_data for p in man.partitions} <= {SHARED_FILE, None}
     assert exp["bytes_written"] < exp["bytes_without_sharing"]
+
+
+def test_dynamic_programme_matches_exhaustive_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    import random
+
+    import placewise.adapt.planset_choice as pc
+
+    rng = random.Random(7)
+    for _ in range(40):
+        vals = tuple(sorted(rng.sample(range(1, 64), rng.randint(2, 7))))
+        lat: dict[Point, float] = {(v,): x for v, x in
+                                   zip(vals, sorted(rng.random() * 1e-3 for _ in vals),
+                                       strict=True)}
+        probs: dict[Point, float] = {(v,): rng.random() for v in vals}
+        costs = ChoiceCosts(horizon_requests=1000, compile_s_per_bucket=rng.random() * 0.2)
+        facts = _facts({v: lat[(v,)] for v in vals})
+        monkeypatch.setattr(pc, "MAX_EXHAUSTIVE", 4096)
+        exact = choose(facts, probs, costs)[1]
+        monkeypatch.setattr(pc, "MAX_EXHAUSTIVE", 0)
+        dp = choose(facts, probs, costs)[1]
+        assert "dynamic programme" in dp["method"] and "exhaustive" in exact["method"]
+        assert dp["chosen"]["total_cost_s"] == pytest.approx(exact["chosen"]["total_cost_s"],
+                                                             rel=1e-12)

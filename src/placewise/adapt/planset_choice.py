@@ -1,5 +1,6 @@
 """How many buckets a plan set has and where their edges fall: the cost terms, the
-exhaustive (or coordinate-descent) search over edge sets, residency and padding.
+search over edge sets (exhaustive up to ``MAX_EXHAUSTIVE`` edge sets; beyond, coordinate
+descent with a dynamic programme over each axis's sorted values), residency and padding.
 
 Everything here is a pure function of per-grid-point facts (``GridFacts``: each grid
 point's predicted latency, placement and memory) and the mix's probabilities, so the
@@ -75,7 +76,8 @@ __all__ = [
 ]
 
 GIB = float(2**30)
-#: edge sets searched exhaustively up to this many; beyond, coordinate descent per axis
+#: edge sets searched exhaustively up to this many; beyond, coordinate descent (a dynamic
+#: programme per axis, exact for one axis when memory does not matter)
 MAX_EXHAUSTIVE = 4096
 
 Point = tuple[int, ...]
@@ -242,13 +244,50 @@ def _candidates(facts: GridFacts) -> tuple[list[Edges] | None, str]:
     n = math.prod(len(x) for x in per_axis)
     if n <= MAX_EXHAUSTIVE:
         return [tuple(c) for c in itertools.product(*per_axis)], f"exhaustive over {n} edge sets"
-    return None, f"coordinate descent per axis ({n} edge sets are too many to try)"
+    return None, (f"coordinate descent, a dynamic programme per axis ({n} edge sets are "
+                  f"too many to try)")
+
+
+def _dp_axis(facts: GridFacts, cur: Sequence[tuple[int, ...]], i: int,
+             probs: Mapping[Point, float], costs: ChoiceCosts) -> tuple[int, ...]:
+    """The best edges of axis ``i`` with the other axes' edges ``cur`` fixed: a dynamic
+    programme over the axis's sorted values (a bucket range ``(v[j], v[k]]`` costs the
+    mix mass in it served at ``v[k]``, plus one compile term per bucket it makes across
+    the other axes). The memory term is left to the exact evaluation that follows."""
+    vals = facts.values(i)
+    n = len(vals)
+    others = math.prod(len(e) for j, e in enumerate(cur) if j != i)
+    per_bucket = others * costs.compile_s_per_bucket / costs.horizon_requests
+    # mass[k]: (probability, point) of the mix whose axis-i value is vals[k]
+    mass: list[list[tuple[float, Point]]] = [[] for _ in vals]
+    for g, p in probs.items():
+        mass[vals.index(g[i])].append((p, g))
+
+    def served(g: Point, edge: int) -> float:
+        up = tuple(edge if j == i else next(e for e in cur[j] if e >= g[j])
+                   for j in range(len(g)))
+        return facts.latency_s[up]
+
+    best = [0.0] + [math.inf] * n  # best[k + 1]: values 0..k covered
+    cut = [0] * (n + 1)
+    for k in range(n):
+        for j in range(k + 1):  # the range vals[j..k], served at vals[k]
+            c = best[j] + per_bucket + sum(p * served(g, vals[k])
+                                           for m in mass[j:k + 1] for p, g in m)
+            if c < best[k + 1]:
+                best[k + 1], cut[k + 1] = c, j
+    edges, k = [], n
+    while k > 0:
+        edges.append(vals[k - 1])
+        k = cut[k]
+    return tuple(sorted(edges))
 
 
 def _descend(facts: GridFacts, probs: Mapping[Point, float], costs: ChoiceCosts,
              base: int) -> list[dict[str, Any]]:
-    """Coordinate descent: from one bucket per grid point, each axis's edge set in turn
-    chosen exhaustively with the others fixed, until nothing improves (at most 8 rounds)."""
+    """Coordinate descent: from one bucket per grid point, each axis's edges in turn
+    chosen by ``_dp_axis`` with the others fixed, kept when the exact cost improves,
+    until nothing does (at most 8 rounds)."""
     cur: list[tuple[int, ...]] = [facts.values(i) for i in range(len(facts.axes))]
     seen: dict[Edges, dict[str, Any]] = {}
 
@@ -261,11 +300,11 @@ def _descend(facts: GridFacts, probs: Mapping[Point, float], costs: ChoiceCosts,
     for _ in range(8):
         improved = False
         for i in range(len(cur)):
-            for opt in axis_edge_sets(facts.values(i)):
-                trial = tuple(opt if j == i else cur[j] for j in range(len(cur)))
-                rec = ev(trial)
-                if _key(rec) < _key(best):
-                    best, cur, improved = rec, list(trial), True
+            trial = tuple(_dp_axis(facts, cur, i, probs, costs) if j == i else cur[j]
+                          for j in range(len(cur)))
+            rec = ev(trial)
+            if _key(rec) < _key(best):
+                best, cur, improved = rec, list(trial), True
         if not improved:
             break
     return list(seen.values())
