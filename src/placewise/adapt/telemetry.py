@@ -24,7 +24,9 @@ seconds and interval. The keys (``TermWindow.kind``):
   it), from the requests that ran alone (no other request's steps in between: the
   isolated ones);
 - ``transfer`` per link (``transfer:{src}->{dst}``): the transfers' measured durations
-  summed per request, against the plan's transfer tasks on that link;
+  summed per request, against the plan's transfer tasks on that link, from the requests
+  that ran alone (a pipelined request's transfer also waits for its busy receiver: that
+  is queueing, which the scheduler models, not the link);
 - ``contention`` per region set and device, where tasks overlapped: in-run kernel time of
   the requests where another device computed at the same time, less the uncontended kernel
   time (``base_s``: the solo replay's, else the median uncontended in-run one), against the
@@ -289,7 +291,7 @@ def _rel(pred: float, pt: PlanTask) -> tuple[float, float]:
     return pred * pt.low_s / d, pred * pt.high_s / d
 
 
-def _request_terms(recs: Sequence[TaskRecord], overlapped: set[int], first: int,
+def _request_terms(recs: Sequence[TaskRecord], overlapped: set[int],
                    pred: Mapping[str, PlanTask], regions: Mapping[str, tuple[str, ...]],
                    base: Mapping[str, float]) -> dict[str, _Acc]:
     """One request's measured and predicted seconds per key."""
@@ -326,7 +328,7 @@ def _request_terms(recs: Sequence[TaskRecord], overlapped: set[int], first: int,
             continue
         tail = f"{r.device}:{len(regs)}r:{_digest(regs)}"
         kern_p = max(pt.duration_s - launch_p - pt.contention_s, 0.0)
-        if first + i in overlapped:
+        if i in overlapped:
             b = base.get(r.task, kern)
             add(f"contention:{tail}", "contention", r.device, "", regs, max(kern - b, 0.0),
                 pt.contention_s, max(pt.contention_s - (pt.duration_s - pt.low_s), 0.0),
@@ -412,15 +414,15 @@ def windows_from_telemetry(plan: Plan, telemetry: Telemetry, *, window_requests:
     by_req: dict[int, list[tuple[int, TaskRecord]]] = {}
     for i, t in enumerate(compute):
         by_req.setdefault(t.request, []).append((i, t))
-    for t in telemetry.tasks:
-        if t.kind == "transfer" and t.request in keep:
-            by_req.setdefault(t.request, []).append((-1, t))
     alone = _alone(reqs)
+    for t in telemetry.tasks:  # a transfer of a pipelined request also waits for its receiver
+        if t.kind == "transfer" and t.request in alone:
+            by_req.setdefault(t.request, []).append((-1, t))
     per_request: list[dict[str, _Acc]] = []
     for r in reqs:
         items = by_req.get(r.request, [])
         ov = {k for k, (i, _) in enumerate(items) if i in overlapped}
-        terms = _request_terms([t for _, t in items], ov, 0, pred, regions, base)
+        terms = _request_terms([t for _, t in items], ov, pred, regions, base)
         if r.request in alone and (rq := _request_term(plan, r, [t for _, t in items])):
             terms[f"request:{plan.host}"] = rq
         per_request.append(terms)
