@@ -3,9 +3,11 @@ keep, roll back; the never-adapting incumbent served alongside on the same traff
 
 **Windows.** The trace (``placewise.adapt.trace``) is cut into ``windows`` windows of equal
 request counts, each replayed from its own start. Window 0 is the initial mix: the plan set
-(``placewise.adapt.planset``) of both arms is planned for it. Every window is then served
-twice, once by each arm, in alternating order (static first in even windows, adaptive first
-in odd ones) by services opened once and kept resident (``placewise.adapt.serving``):
+(``placewise.adapt.planset``) of both arms is planned for it. Every window is then served by
+each arm, interleaved: cut into ``slices`` consecutive slices, each slice served by one arm
+then the other (the first arm alternating from slice to slice), so both see the same
+requests under the same load, by services opened once and kept resident
+(``placewise.adapt.serving``), each block after a few untimed requests per bucket:
 
 - **static**: the plan set of window 0 with the initial calibration, never changed;
 - **adaptive**: the loop's current plan set.
@@ -81,8 +83,9 @@ class LoopSettings:
     cost's interval before recalibrating; ``margin``: how much lower a candidate's predicted
     expected cost must be; ``mix_shift``: total-variation distance of a window's mix that
     triggers replanning; ``threshold`` / ``p99_tolerance``: the guardrail's;
-    ``promote_requests``: requests per guardrail trial (its traffic is the window's trace,
-    cycled) in ``promote_blocks`` A/B block pairs; ``window_requests``: requests per telemetry window inside a served block."""
+    ``promote_requests``: requests per guardrail trial (its traffic is the window's trace)
+    in ``promote_blocks`` A/B block pairs; ``window_requests``: executor requests per
+    telemetry window; ``slices``: the interleaved slices of each window."""
 
     windows: int = 6
     budget_s: float = 300.0
@@ -96,6 +99,7 @@ class LoopSettings:
     promote_blocks: int = 10
     plan_time_s: float = 5.0
     window_requests: int = 20
+    slices: int = 4
     envelope: Mapping[str, Sequence[int]] | None = None
 
     def check(self) -> None:
@@ -103,7 +107,7 @@ class LoopSettings:
         ints: tuple[tuple[str, int, int], ...] = (("windows", self.windows, 2), ("k", self.k, 1),
                 ("promote_requests", self.promote_requests, 12),
                 ("promote_blocks", self.promote_blocks, 6),
-                ("window_requests", self.window_requests, 2))
+                ("window_requests", self.window_requests, 2), ("slices", self.slices, 1))
         for name, v, lo in ints:
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 raise InputError(f"must be an integer >= {lo}, got {v!r}",
@@ -126,7 +130,7 @@ class LoopSettings:
                 "threshold": self.threshold, "p99_tolerance": self.p99_tolerance,
                 "promote_requests": self.promote_requests,
                 "promote_blocks": self.promote_blocks, "plan_time_s": self.plan_time_s,
-                "window_requests": self.window_requests,
+                "window_requests": self.window_requests, "slices": self.slices,
                 "envelope": None if self.envelope is None else
                 {a: [int(v) for v in vs] for a, vs in self.envelope.items()}}
 
@@ -249,13 +253,14 @@ def summarize(windows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 # ---- prediction error by term --------------------------------------------------------------------
-def prediction_rows(before: Any, after: Any, bucket: str) -> list[dict[str, Any]]:
-    """Per term kind of one bucket's telemetry (``TelemetryRun`` under the calibration served
-    with, and the same measurements predicted under the recalibrated one): predicted before
-    and after, and measured, summed over the terms of the kind and the run's windows."""
+def prediction_rows(before: Sequence[Any], after: Sequence[Any], bucket: str
+                    ) -> list[dict[str, Any]]:
+    """Per term kind of one bucket's telemetry (its ``TelemetryRun`` s under the calibration
+    served with, and the same measurements predicted under the recalibrated one): predicted
+    before and after, and measured, summed over the terms of the kind and the runs' windows."""
     rows: dict[str, dict[str, Any]] = {}
-    for run, when in ((before, "before"), (after, "after")):
-        for win in run.windows:
+    for runs, when in ((before, "before"), (after, "after")):
+        for win in (w for run in runs for w in run.windows):
             for t in win.terms:
                 r = rows.setdefault(t.kind, {"bucket": bucket, "kind": t.kind,
                                              "predicted_before_s": 0.0,

@@ -13,7 +13,7 @@ evaluator ``schedule.evaluate`` (a plan's placement priced under another calibra
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -222,39 +222,61 @@ def initial_state(model: str, machine: Any, trace: ShapeTrace, first: ShapeTrace
 
 
 # ---- serving a window --------------------------------------------------------------------------
-def _arm_record(arm: Arm, block: Any, win: ShapeTrace) -> dict[str, Any]:
-    """An arm's figures of one window: requests (conserved), latency, throughput, padding,
+def _arm_record(arm: Arm, blocks: Sequence[Any], win: ShapeTrace) -> dict[str, Any]:
+    """An arm's figures of one window served as consecutive ``blocks`` (slices of it):
+    requests (conserved), latency, throughput (completed over the blocks' spans), padding,
     per bucket."""
-    r = block.result
-    lat = np.asarray(block.latency_s, dtype=float)
-    done = lat[np.isfinite(lat)]
     offered = len(win)
-    req = {"offered": offered, "arrived": int(r.arrived), "completed": int(r.completed),
-           "rejected": int(r.rejected), "timed_out": int(r.timed_out),
-           "in_flight": int(r.in_flight), "not_arrived": offered - int(r.arrived)}
-    req["conserved"] = bool(r.conserved()) and offered == req["arrived"] + req["not_arrived"]
-    buckets = []
-    for b in block.buckets:
-        if not b.arrived:
-            continue
-        base = arm.plan_set.buckets[arm.plan_set._index(b.name)]
-        buckets.append({"bucket": b.name, "lower": dict(b.lower), "upper": dict(b.upper),
-                        "requests": int(b.arrived), "completed": int(b.completed),
-                        "latency_p50_s": _f(b.p50_s), "latency_p99_s": _f(b.p99_s),
-                        "predicted_latency_s": float(base.predicted_latency_s),
-                        "padding_waste": float(b.padding.fraction),
-                        "padding_time_s": float(b.padding.time_s)})
+    req = {"offered": offered, "arrived": 0, "completed": 0, "rejected": 0, "timed_out": 0,
+           "in_flight": 0}
+    conserved = True
+    span = 0.0
+    for blk in blocks:
+        r = blk.result
+        for k in ("arrived", "completed", "rejected", "timed_out", "in_flight"):
+            req[k] += int(getattr(r, k))
+        conserved = conserved and bool(r.conserved())
+        span += float(r.span_s)
+    req["not_arrived"] = offered - req["arrived"]
+    req["conserved"] = conserved and offered == req["arrived"] + req["not_arrived"]
+    lat = _samples(blocks)
+    done = lat[np.isfinite(lat)]
+    pad = [blk.padding for blk in blocks]
     return {"plan_set": arm.fingerprint, "file": str(arm.file.name), "requests": req,
             "latency_p50_s": _q(done, 0.5), "latency_p99_s": _q(done, 0.99),
             "latency_mean_s": float(done.mean()) if len(done) else None,
-            "throughput_rps": float(r.throughput_rps), "span_s": float(r.span_s),
-            "padding_waste": float(block.padding.fraction),
-            "padding_time_s": float(block.padding.time_s), "buckets": buckets,
-            "notes": list(block.notes)}
+            "throughput_rps": req["completed"] / span if span > 0 else 0.0, "span_s": span,
+            "padding_waste": _share(pad), "padding_time_s": sum(p.time_s for p in pad),
+            "buckets": _bucket_records(arm, blocks), "blocks": len(blocks),
+            "notes": list(dict.fromkeys(n for blk in blocks for n in blk.notes))}
 
 
-def _f(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None
+def _share(pads: Sequence[Any]) -> float:
+    run = sum(p.elements_run for p in pads)
+    return sum(p.padded_elements for p in pads) / run if run else 0.0
+
+
+def _bucket_records(arm: Arm, blocks: Sequence[Any]) -> list[dict[str, Any]]:
+    """Per bucket that served something: requests, latency of its completed requests,
+    its plan's predicted latency, padding."""
+    out = []
+    for k, name in enumerate(b.name for b in blocks[0].buckets):
+        served = [blk.buckets[k] for blk in blocks]
+        arrived = sum(b.arrived for b in served)
+        if not arrived:
+            continue
+        lat = np.concatenate([np.asarray(blk.latency_s, dtype=float)[blk.bucket_of == k]
+                              for blk in blocks])
+        lat = lat[np.isfinite(lat)]
+        base = arm.plan_set.buckets[arm.plan_set._index(name)]
+        out.append({"bucket": name, "lower": dict(served[0].lower),
+                    "upper": dict(served[0].upper), "requests": int(arrived),
+                    "completed": int(sum(b.completed for b in served)),
+                    "latency_p50_s": _q(lat, 0.5), "latency_p99_s": _q(lat, 0.99),
+                    "predicted_latency_s": float(base.predicted_latency_s),
+                    "padding_waste": _share([b.padding for b in served]),
+                    "padding_time_s": float(sum(b.padding.time_s for b in served))})
+    return out
 
 
 def _q(x: np.ndarray, q: float) -> float | None:
@@ -269,35 +291,42 @@ def _arms_of(st: LoopState) -> list[Arm]:
 
 
 def serve_window(i: int, win: ShapeTrace, st: LoopState, cfg: Any, left_s: float
-                 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Serve window ``i`` on every arm (static first in even windows, adaptive first in
-    odd ones; the set on probation last): the window's record and the blocks by arm."""
+                 ) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    """Serve window ``i`` on every arm, interleaved: the window is cut into ``cfg.slices``
+    consecutive slices and each slice is served by every arm in turn (static first in
+    even slices of even windows, adaptive first in odd ones; a set on probation last), so
+    that both arms see the same requests under the same conditions. Returns the window's
+    record and, per arm, its blocks in slice order."""
+    from placewise.adapt.loop import split_windows
     from placewise.adapt.planset_mix import mix_of_trace
     from placewise.runtime.telemetry import require_comparable
 
     arms = _arms_of(st)
-    order = arms[:2] if i % 2 == 0 else arms[1::-1]
-    order += arms[2:]
-    limit = max(2.0, min(2.0 * win.duration_s + 5.0, left_s / len(order)))
-    blocks: dict[str, Any] = {}
+    pieces = split_windows(win, min(cfg.slices, len(win)))
+    calls = len(arms) * len(pieces)
+    blocks: dict[str, list[Any]] = {a.name: [] for a in arms}
+    for j, piece in enumerate(pieces):
+        order = arms[:2] if (i + j) % 2 == 0 else arms[1::-1]
+        limit = max(2.0, min(2.0 * piece.duration_s + 5.0, left_s / calls))
+        for arm in order + arms[2:]:
+            # a few untimed requests per bucket first: the arm served first would otherwise
+            # pay for waking its idle workers, the second not
+            blocks[arm.name].append(arm.service.serve(
+                piece, limit_s=limit, window_requests=cfg.window_requests, warmup=WARMUP))
     recs: dict[str, dict[str, Any]] = {}
-    for arm in order:
-        # a few untimed requests per bucket first: the arm served first in a window would
-        # otherwise pay for waking its idle workers, the second not
-        blk = arm.service.serve(win, limit_s=limit, window_requests=cfg.window_requests,
-                                warmup=WARMUP)
-        blocks[arm.name] = blk
-        recs[arm.name] = _arm_record(arm, blk, win)
+    for arm in arms:
+        recs[arm.name] = _arm_record(arm, blocks[arm.name], win)
         recs[arm.name]["phase"] = _phase(st, f"serve window {i} ({arm.name})", i, arm.name,
-                                         blk.tags, arm.fingerprint)["index"]
+                                         blocks[arm.name][0].tags, arm.fingerprint)["index"]
     keys = [k for k in _stable_keys() if k not in ALLOWED_TO_DIFFER]
-    diffs = require_comparable(blocks["static"].tags, blocks["adaptive"].tags,
+    diffs = require_comparable(blocks["static"][0].tags, blocks["adaptive"][0].tags,
                                what=f"window {i}: static against adaptive",
                                allow_mismatch=True, keys=keys)
     from placewise.adapt.loop import window_gain
 
     rec: dict[str, Any] = {"index": i, "requests": len(win), "duration_s": win.duration_s,
-                           "mix": mix_json(mix_of_trace(win)), "order": [a.name for a in order],
+                           "mix": mix_json(mix_of_trace(win)), "slices": len(pieces),
+                           "first": arms[0].name if i % 2 == 0 else arms[1].name,
                            "arms": recs, "comparable": not diffs, "tag_differences": diffs}
     rec["gain"] = window_gain(recs) if not diffs else {"latency_p50": None,
                                                          "latency_p99": None,
@@ -348,26 +377,27 @@ def expected_cost(st: LoopState, arm: Arm, mix: Any) -> float:
     return total
 
 
-def _runs(st: LoopState, arm: Arm, block: Any, cfg: Any) -> dict[str, Any]:
-    """Bucket -> the block's telemetry windows lined up with the bucket's plan priced under
-    the current calibration."""
+def _runs(st: LoopState, arm: Arm, blocks: Sequence[Any], cfg: Any) -> dict[str, list[Any]]:
+    """Bucket -> the telemetry windows of each of ``blocks`` (in order), lined up with the
+    bucket's plan priced under the current calibration."""
     from placewise.adapt.telemetry import windows_from_telemetry
     from placewise.serve.real import SERVE
 
-    out = {}
+    out: dict[str, list[Any]] = {}
     programs = {b.name: b.program for b in arm.service.buckets}
-    for b in block.buckets:
-        if b.telemetry is None:
-            continue
-        plan = repredict(st, arm, b.name)
-        if b.run is not None and plan.fingerprints.calibration == b.run.calibration_fingerprint:
-            out[b.name] = b.run
-            continue
-        out[b.name] = windows_from_telemetry(plan, b.telemetry,
-                                             window_requests=cfg.window_requests,
-                                             tags=dict(b.telemetry.tags),
-                                             program=programs[b.name], phases=(SERVE,),
-                                             bucket=b.name)
+    for blk in blocks:
+        for b in blk.buckets:
+            if b.telemetry is None:
+                continue
+            plan = repredict(st, arm, b.name)
+            if b.run is not None and \
+                    plan.fingerprints.calibration == b.run.calibration_fingerprint:
+                out.setdefault(b.name, []).append(b.run)
+                continue
+            out.setdefault(b.name, []).append(windows_from_telemetry(
+                plan, b.telemetry, window_requests=cfg.window_requests,
+                tags=dict(b.telemetry.tags), program=programs[b.name], phases=(SERVE,),
+                bucket=b.name))
     return out
 
 
@@ -405,8 +435,10 @@ def adapt(i: int, last: bool, win: ShapeTrace, rec: dict[str, Any], blocks: Mapp
     return actions
 
 
-def _samples(block: Any) -> np.ndarray:
-    return np.asarray(block.latency_s, dtype=float)
+def _samples(blocks: Sequence[Any]) -> np.ndarray:
+    """Per request of the window (slice after slice, so in trace order), its latency
+    (``nan`` unless completed)."""
+    return np.concatenate([np.asarray(b.latency_s, dtype=float) for b in blocks])
 
 
 def _probation(i: int, st: LoopState, blocks: Mapping[str, Any]) -> dict[str, Any]:
@@ -457,17 +489,18 @@ def _close(arm: Arm) -> None:
         arm.service.close()
 
 
-def _recalibrate(rec: dict[str, Any], block: Any, arm: Arm, st: LoopState, cfg: Any,
-                 work: Path) -> dict[str, Any] | None:
+def _recalibrate(rec: dict[str, Any], blocks: Sequence[Any], arm: Arm, st: LoopState,
+                 cfg: Any, work: Path) -> dict[str, Any] | None:
     """Recalibrate from the telemetry windows of ``arm`` (the adaptive arm that served
-    ``block``); the prediction error by term before and after, on the same measurements."""
+    ``blocks``); the prediction error by term before and after, on the same measurements."""
     from placewise.adapt.recalibrate import recalibrate
 
-    before = _runs(st, arm, block, cfg)
+    before = _runs(st, arm, blocks, cfg)
     if not before:
         rec["prediction"], rec["prediction_error"] = [], {"before": None, "after": None}
         return None
-    r = recalibrate(st.calibration, list(before.values()), k=cfg.k)
+    r = recalibrate(st.calibration, [run for runs in before.values() for run in runs],
+                    k=cfg.k)
     changed = r.changed()
     action = None
     if changed:
@@ -484,7 +517,7 @@ def _recalibrate(rec: dict[str, Any], block: Any, arm: Arm, st: LoopState, cfg: 
                                "file": _rel(path, work),
                                "changed": [c.to_json() for c in changed][:50],
                                "unchanged": len(r.changes) - len(changed)}}
-    after = _runs(st, arm, block, cfg) if changed else before
+    after = _runs(st, arm, blocks, cfg) if changed else before
     from placewise.adapt.loop import _total_error, prediction_rows
 
     rows = [row for name in before for row in prediction_rows(before[name], after[name], name)]

@@ -31,6 +31,7 @@ def loop(
     promote_requests: Annotated[int, typer.Option("--promote-requests", help="Requests of each guardrail trial")] = 200,
     promote_blocks: Annotated[int, typer.Option("--promote-blocks", help="A/B block pairs of each guardrail trial (at least 6)")] = 10,
     window_requests: Annotated[int, typer.Option("--window-requests", help="Executor requests per telemetry window (recalibration counts k of them)")] = 20,
+    slices: Annotated[int, typer.Option(help="Slices of each window, each served by both arms in turn")] = 4,
     plan_time: Annotated[str, typer.Option("--plan-time", help="Search time of each plan set")] = "5s",
     calibration: Annotated[Path | None, typer.Option(help="Starting calibration (default: an empty one for the machine)")] = None,
     work: Annotated[Path | None, typer.Option("--work", help="Folder for the plan sets, calibrations and telemetry (default: OUT with .d)")] = None,
@@ -60,6 +61,7 @@ def loop(
                        k=k, margin=margin, mix_shift=mix_shift, threshold=threshold,
                        p99_tolerance=p99_tolerance, promote_requests=promote_requests,
                        promote_blocks=promote_blocks, window_requests=window_requests,
+                       slices=slices,
                        plan_time_s=parse_seconds(plan_time, "--plan-time"), envelope=env)
     cfg.check()
     trace = load_shape_trace(trace_file)
