@@ -165,3 +165,19 @@ def test_serve_json_carries_stable_tags_and_refuses_an_earlier_run_of_other_tags
     diffs = json.loads(out)["against"]["tag_differences"]
     assert sorted(d.split(":")[0] for d in diffs) == ["arrival", "seed"]
     assert "tags differ (--allow-mismatch): seed" in err
+
+
+def test_a_profiled_calibrations_pinning_tag_is_not_the_core_count() -> None:
+    from placewise.adapt.recalibrate import calibration_tag_keys, recalibrate
+
+    mine = machine_tags()
+    tags = {k: v for k, v in mine.items() if k != "placewise"}
+    cal = empty_calibration(local_machine(), {**tags, "cores": "cpu0=0;cpu1=1"})
+    assert "cores" not in calibration_tag_keys(cal)
+    assert calibration_tag_keys(empty_calibration(local_machine(), mine)) == MACHINE_TAG_KEYS
+    tw = TermWindow("launch", "launch:cpu0", "cpu0", "", 1.0, 0.5, 1.5, 1.0, 0.0, 1)
+    run_ = TelemetryRun(dict(mine), "p", cal.fingerprint(), (Window(0, 1, (tw,)),))
+    assert recalibrate(cal, [run_]).mismatches == ()
+    other = TelemetryRun({**mine, "torch": "9"}, "p", cal.fingerprint(), (Window(0, 1, (tw,)),))
+    with pytest.raises(InputError, match="torch"):
+        recalibrate(cal, [other])

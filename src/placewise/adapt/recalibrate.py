@@ -57,7 +57,8 @@ if TYPE_CHECKING:
     from placewise.adapt.telemetry import TelemetryRun, TermWindow
     from placewise.hardware.spec import Machine
 
-__all__ = ["KeyChange", "Recalibration", "empty_calibration", "recalibrate"]
+__all__ = ["KeyChange", "Recalibration", "calibration_tag_keys", "empty_calibration",
+           "recalibrate"]
 
 #: what a plan made without a calibration records as its cost model
 ROOFLINE = "roofline/v1"
@@ -122,6 +123,18 @@ def empty_calibration(machine: Machine, tags: Mapping[str, str]) -> Calibration:
                        tags={k: str(tags[k]) for k in MACHINE_TAG_KEYS if k in tags})
 
 
+def calibration_tag_keys(cal: Calibration) -> tuple[str, ...]:
+    """The stable machine tags (``MACHINE_TAG_KEYS``) ``cal`` records, to compare a run
+    with: ``placewise profile`` records ``cores`` as each device's pinning, not as the
+    usable core count, so it is compared only when it is a count.
+
+    >>> calibration_tag_keys(Calibration(tags={"torch": "2", "cores": "cpu0=0"}))
+    ('torch',)
+    """
+    return tuple(k for k in MACHINE_TAG_KEYS if k in cal.tags
+                 and (k != "cores" or cal.tags[k].isdigit()))
+
+
 def _is_empty(cal: Calibration) -> bool:
     return not (cal.devices or cal.measurements or cal.fits or cal.context or cal.links
                 or cal.corun)
@@ -130,7 +143,7 @@ def _is_empty(cal: Calibration) -> bool:
 def _check_runs(cal: Calibration, runs: Sequence[TelemetryRun], allow: bool) -> list[str]:
     """The tag and fingerprint checks (module docstring); the differences as lines."""
     lines: list[str] = []
-    keys = [k for k in MACHINE_TAG_KEYS if k in cal.tags]
+    keys = calibration_tag_keys(cal)
     fp = cal.fingerprint()
     own = {fp} | ({ROOFLINE} if _is_empty(cal) and cal.revision == 0 else set())
     for i, run in enumerate(runs):

@@ -52,9 +52,10 @@ def check_calibration_tags(plan: Plan, cal_file: str | os.PathLike[str], *,
     if cal.fingerprint() != plan.fingerprints.calibration:
         raise InputError(f"the plan was made with calibration {plan.fingerprints.calibration}, "
                          f"this file is {cal.fingerprint()}", file=file, place="--calibration")
-    keys = [k for k in MACHINE_TAG_KEYS if k in cal.tags]
+    from placewise.adapt.recalibrate import calibration_tag_keys
+
     try:
-        return require_comparable(cal.tags, machine_tags(), keys=keys,
+        return require_comparable(cal.tags, machine_tags(), keys=calibration_tag_keys(cal),
                                   what="the calibration against this run",
                                   allow_mismatch=allow_mismatch)
     except InputError as exc:
