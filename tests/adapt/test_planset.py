@@ -410,3 +410,29 @@ def test_dynamic_programme_matches_exhaustive_search(monkeypatch: pytest.MonkeyP
         assert "dynamic programme" in dp["method"] and "exhaustive" in exact["method"]
         assert dp["chosen"]["total_cost_s"] == pytest.approx(exact["chosen"]["total_cost_s"],
                                                              rel=1e-12)
+
+
+def test_buckets_without_mix_probability_are_dropped() -> None:
+    lat: dict[Point, float] = {(b, s): b * s * 1e-6 for b in (1, 4) for s in (8, 16)}
+    facts = GridFacts(("batch", "seq"), {"batch": (1, 4), "seq": (8, 16)}, lat,
+                      dict.fromkeys(lat, "k"), {}, {}, {})
+    pr: dict[Point, float] = {(1, 8): 0.9, (4, 16): 0.1}
+    edges, choice = choose(facts, pr, ChoiceCosts())
+    assert edges == ((1, 4), (8, 16))
+    assert choice["chosen"]["buckets"] == 2 and choice["chosen"]["dropped"] == 2
+    assert choice["per_grid_point"]["buckets"] == 4  # the reference keeps every point
+    rows = {tuple(r["shape"].values()): r for r in padding_table(facts, edges, pr)}
+    assert rows[(1, 16)]["upper"] == {"batch": 4, "seq": 16}  # the only cover left
+    assert rows[(4, 8)]["upper"] == {"batch": 4, "seq": 16}
+
+
+def test_a_dropped_bucket_is_served_in_a_covering_one(machine: Any, tmp_path: Path) -> None:
+    mix = Mix.from_weights({(("batch", 1), ("seq", 16)): 0.9, (("batch", 2), ("seq", 32)): 0.1},
+                           kind="distribution", source=None)
+    ps = build_plan_set(BERT, machine, ["batch=1,2", "seq=16,32"], mix, time_limit_s=0.5)
+    uppers = [b.upper for b in ps.buckets]
+    assert {"batch": 2, "seq": 32} in uppers and {"batch": 1, "seq": 32} not in uppers
+    assert ps.bucket_for({"batch": 1, "seq": 32}).upper == {"batch": 2, "seq": 32}
+    assert ps.choice["chosen"]["buckets"] == len(ps.buckets)
+    save_plan_set(ps, tmp_path / "ps.json")
+    assert load_plan_set(tmp_path / "ps.json").buckets == ps.buckets

@@ -59,6 +59,7 @@ from placewise.adapt.planset_choice import (
     grid_points,
     padding_table,
     resident_bytes,
+    serving,
 )
 from placewise.adapt.planset_mix import AXES, Mix, grid_probabilities, load_mix
 from placewise.errors import Infeasible, InputError
@@ -248,7 +249,15 @@ class PlanSet:
         for b in self.buckets:
             if all(b.lower[a] <= v <= b.upper[a] for a, v in zip(self.axes, g, strict=True)):
                 return b
-        raise AssertionError(f"no bucket covers grid point {g}")  # pragma: no cover
+        # its own bucket was dropped (no mix probability): the covering one of least
+        # predicted latency (``planset_choice.cover_of``)
+        ups = [b for b in self.buckets
+               if all(b.upper[a] >= v for a, v in zip(self.axes, g, strict=True))]
+        if not ups:  # pragma: no cover - the loader checks every grid point is covered
+            raise InputError(f"no bucket covers {dict(zip(self.axes, g, strict=True))}",
+                             place="shape")
+        return min(ups, key=lambda b: (b.predicted_latency_s, math.prod(b.upper.values()),
+                                       tuple(b.upper.values())))
 
     def plan_of(self, bucket: Bucket | str | int) -> Plan:
         """The plan ``bucket`` is served with: planned at its upper corner, with the
@@ -530,8 +539,10 @@ def _assemble(model: str, machine: Machine, axes: tuple[str, ...],
     import itertools
 
     ranges = _ranges(edges, env, axes)
-    cells = list(itertools.product(*(range(len(r)) for r in ranges)))
-    upper = {c: tuple(ranges[i][k][1] for i, k in enumerate(c)) for c in cells}
+    kept = set(serving(facts, edges, probs)[0])
+    upper = {c: tuple(ranges[i][k][1] for i, k in enumerate(c))
+             for c in itertools.product(*(range(len(r)) for r in ranges))}
+    cells = [c for c in upper if upper[c] in kept]
     roots = _groups(cells, {c: facts.placement_key[upper[c]] for c in cells})
     members: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
     for c in cells:

@@ -11,7 +11,9 @@ real plans.
 set* picks, per axis, the values where a bucket ends (the axis's largest value always
 does); the buckets are the product of the per-axis ranges ``(previous edge, edge]``. A
 bucket's plan is the plan of the grid point at its upper corner (``upper``); a shape is
-served in the smallest bucket covering it, padded up to ``upper``.
+served in the smallest bucket covering it, padded up to ``upper``. A bucket the mix gives
+no probability is dropped (``serving``; not the one at the envelope's top corner): its
+shapes are served in the covering bucket of least predicted latency.
 
 **The cost of an edge set** (seconds per request; every term in the same unit):
 
@@ -67,11 +69,13 @@ __all__ = [
     "Point",
     "axis_edge_sets",
     "choose",
+    "cover_of",
     "cover_point",
     "evaluate_edges",
     "grid_points",
     "padding_table",
     "resident_bytes",
+    "serving",
     "upper_of",
 ]
 
@@ -215,28 +219,58 @@ def _edges_json(facts: GridFacts, edges: Edges) -> dict[str, list[int]]:
     return {a: list(es) for a, es in zip(facts.axes, edges, strict=True)}
 
 
+def cover_of(facts: GridFacts, kept: Sequence[Point], point: Point) -> Point:
+    """The kept bucket (upper corner) that serves ``point`` when its own was dropped: of
+    those whose upper covers it, the one of least predicted latency (then the smallest)."""
+    ups = [u for u in kept if all(a >= b for a, b in zip(u, point, strict=True))]
+    return min(ups, key=lambda u: (facts.latency_s[u], math.prod(u), u))
+
+
+def serving(facts: GridFacts, edges: Edges, probs: Mapping[Point, float], *,
+            drop: bool = True) -> tuple[list[Point], dict[Point, Point]]:
+    """The buckets kept under ``edges`` (upper corners, sorted) and, per grid point, the
+    upper corner it is served at. A bucket the mix gives no probability is dropped when
+    a kept bucket covers it (every bucket but the one at the envelope's top corner): its
+    shapes, should they come, are served in ``cover_of``; dropping it changes no expected
+    latency and saves its compile and memory cost. ``drop=False``: every bucket kept."""
+    pts = grid_points(facts.axes, facts.envelope)
+    own = {g: upper_of(edges, g) for g in pts}
+    mass: dict[Point, float] = {}
+    for g, p in probs.items():
+        mass[own[g]] = mass.get(own[g], 0.0) + p
+    top = tuple(es[-1] for es in edges)
+    kept = sorted(u for u in set(own.values())
+                  if not drop or mass.get(u, 0.0) > 0 or u == top)
+    keep = set(kept)
+    return kept, {g: u if u in keep else cover_of(facts, kept, u) for g, u in own.items()}
+
+
 def evaluate_edges(facts: GridFacts, edges: Edges, probs: Mapping[Point, float],
-                   costs: ChoiceCosts, base_resident: int | None = None) -> dict[str, Any]:
-    """The cost terms of one edge set (module docstring)."""
-    uppers = sorted({upper_of(edges, g) for g in grid_points(facts.axes, facts.envelope)})
-    expected = sum(p * facts.latency_s[upper_of(edges, g)] for g, p in probs.items())
+                   costs: ChoiceCosts, base_resident: int | None = None, *,
+                   drop: bool = True) -> dict[str, Any]:
+    """The cost terms of one edge set (module docstring); ``drop``: as ``serving``."""
+    uppers, served = serving(facts, edges, probs, drop=drop)
+    expected = sum(p * facts.latency_s[served[g]] for g, p in probs.items())
     res = resident_bytes(facts, uppers)
     total_res = sum(int(r["resident_bytes"]) for r in res.values())
     extra = 0 if base_resident is None else max(0, total_res - base_resident)
-    n = math.prod(len(es) for es in edges)
+    n = len(uppers)
     compile_term = (n - 1) * costs.compile_s_per_bucket / costs.horizon_requests
     memory_term = costs.memory_s_per_gib * extra / GIB
     fits = all(r["fits"] for r in res.values())
     return {"edges": _edges_json(facts, edges), "buckets": n,
+            "dropped": math.prod(len(es) for es in edges) - n,
             "expected_latency_s": expected, "compile_term_s": compile_term,
             "memory_term_s": memory_term, "extra_resident_bytes": extra,
             "resident_bytes": total_res, "fits": fits,
             "total_cost_s": expected + compile_term + memory_term if fits else None}
 
 
-def _key(rec: Mapping[str, Any]) -> tuple[float, int]:
+def _key(rec: Mapping[str, Any]) -> tuple[float, int, int]:
+    """Least cost, then fewest buckets, then fewest edges (dropped buckets included)."""
     t = rec["total_cost_s"]
-    return (math.inf if t is None else float(t), int(rec["buckets"]))
+    return (math.inf if t is None else float(t), int(rec["buckets"]),
+            int(rec["buckets"]) + int(rec["dropped"]))
 
 
 def _candidates(facts: GridFacts) -> tuple[list[Edges] | None, str]:
@@ -312,9 +346,11 @@ def _descend(facts: GridFacts, probs: Mapping[Point, float], costs: ChoiceCosts,
 
 def choose(facts: GridFacts, probs: Mapping[Point, float], costs: ChoiceCosts
            ) -> tuple[Edges, dict[str, Any]]:
-    """The edge set of least ``total_cost_s`` (ties: fewer buckets) and the ``choice``
+    """The edge set of least ``total_cost_s`` (ties: fewer buckets, then fewer edges) and
+    the ``choice``
     record: the costs, how the edge sets were searched, the chosen one, the reference
-    alternatives (one bucket, one bucket per grid point) and the ten cheapest, and why."""
+    alternatives (one bucket; one bucket per grid point, none dropped) and the ten
+    cheapest, and why."""
     axes_vals = [facts.values(i) for i in range(len(facts.axes))]
     one: Edges = tuple((v[-1],) for v in axes_vals)
     every: Edges = tuple(tuple(v) for v in axes_vals)
@@ -331,7 +367,7 @@ def choose(facts: GridFacts, probs: Mapping[Point, float], costs: ChoiceCosts
                          "activations resident", place="--envelope")
     chosen: Edges = tuple(tuple(best["edges"][a]) for a in facts.axes)
     one_rec = evaluate_edges(facts, one, probs, costs, base)
-    every_rec = evaluate_edges(facts, every, probs, costs, base)
+    every_rec = evaluate_edges(facts, every, probs, costs, base, drop=False)
     choice = {"method": method, "costs": costs.to_json(), "buckets": best["buckets"],
               "edges": best["edges"], "chosen": best, "one_bucket": one_rec,
               "per_grid_point": every_rec, "considered": len(recs),
@@ -354,6 +390,10 @@ def _why(best: Mapping[str, Any], one: Mapping[str, Any], every: Mapping[str, An
              f"({every['buckets']}) {_fmt(every['total_cost_s'])} (expected latency "
              f"{_fmt(every['expected_latency_s'])} + compile {_fmt(every['compile_term_s'])}"
              f" + memory {_fmt(every['memory_term_s'])})")
+    if best.get("dropped"):
+        text += (f"; {best['dropped']} bucket{'s' if best['dropped'] != 1 else ''} of "
+                 f"these edges without mix probability dropped (their shapes pad to the "
+                 f"covering bucket of least latency)")
     if best["buckets"] == 1:
         text += ": padding everything to the largest shape costs less than another bucket"
     elif best["buckets"] == every["buckets"]:
@@ -369,9 +409,11 @@ def padding_table(facts: GridFacts, edges: Edges, probs: Mapping[Point, float]
     """Per grid point: its bucket's upper corner, the latency at its own grid point and
     served padded in its bucket, the padding cost (the difference), its probability under
     the mix, and along each axis the padding cost of serving it in the next bucket up."""
+    kept, at = serving(facts, edges, probs)
+    keep = set(kept)
     rows = []
     for g in grid_points(facts.axes, facts.envelope):
-        u = upper_of(edges, g)
+        u = at[g]
         own = facts.latency_s[g]
         served = facts.latency_s[u]
         nxt: dict[str, Any] = {}
@@ -380,6 +422,7 @@ def padding_table(facts: GridFacts, edges: Edges, probs: Mapping[Point, float]
             if not later:
                 continue
             up = tuple(later[0] if j == i else u[j] for j in range(len(u)))
+            up = up if up in keep else cover_of(facts, kept, up)
             nxt[a] = {"upper": dict(zip(facts.axes, up, strict=True)),
                       "latency_s": facts.latency_s[up],
                       "padding_s": facts.latency_s[up] - own}

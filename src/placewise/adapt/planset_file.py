@@ -185,7 +185,8 @@ def _check_fingerprints(doc: _Doc, entries: list[Any], own: list[Any], file: str
 
 
 def _check_cover(doc: _Doc, file: str) -> None:
-    """Every grid point in exactly one bucket; every edge a grid value."""
+    """Every grid point in at most one bucket's range and under some bucket's upper
+    corner (its own bucket dropped: served in a covering one); every edge a grid value."""
     import itertools
 
     axes = list(doc.axes)
@@ -205,8 +206,10 @@ def _check_cover(doc: _Doc, file: str) -> None:
                 raise _err(file, f"buckets[{i}]", f"grid point {pt} is also in bucket "
                            f"{doc.buckets[hits[pt]].name!r}")
             hits[pt] = i
+    ups = [tuple(b.upper[a] for a in axes) for b in doc.buckets]
     missing = [pt for pt in itertools.product(*(doc.envelope[a] for a in axes))
-               if pt not in hits]
+               if pt not in hits and not any(all(x >= y for x, y in zip(u, pt, strict=True))
+                                             for u in ups)]
     if missing:
         raise _err(file, "buckets", f"no bucket covers grid point {missing[0]}")
 
