@@ -167,7 +167,9 @@ def test_bad_inputs_exit_2_naming_the_file(xdg: Path, local_files: dict[str, Pat
 
 def test_cli_json_answer(reports: Reports) -> None:
     path, answer = reports["full"]
-    assert set(answer) == {"out", "size_bytes", "figures", "sections", "inputs", "absent"}
+    assert set(answer) == {"out", "size_bytes", "figures", "sections", "inputs", "absent",
+                           "tag_mismatches"}
+    assert answer["tag_mismatches"] == []  # one plan, its validation and serve: same tags
     assert answer["out"] == str(path) and answer["size_bytes"] == path.stat().st_size
 
 
