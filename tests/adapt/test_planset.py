@@ -293,6 +293,13 @@ def test_corrupt_and_edited_files_are_refused(mlp_set: PlanSet, tmp_path: Path) 
     gap["fingerprints"]["planset"] = _doc_fingerprint(gap)
     with pytest.raises(SpecError, match="no bucket covers"):
         plan_set_from_json(gap, file="ps.json")
+    # what explain reads is validated too
+    rows = json.loads(json.dumps(doc))
+    del rows["padding"][0]["served_latency_s"]
+    rows["fingerprints"]["planset"] = _doc_fingerprint(rows)
+    with pytest.raises(SpecError, match="Field required") as exc:
+        plan_set_from_json(rows, file="ps.json")
+    assert exc.value.place == "padding[0].served_latency_s"
     # a bucket name that would leave the export folder
     evil = json.loads(json.dumps(doc))
     evil["buckets"][0]["name"] = "../evil"

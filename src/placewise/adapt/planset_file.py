@@ -50,6 +50,79 @@ class _MixDoc(_R):
     items: list[_MixItem] = Field(min_length=1)
 
 
+class _Next(_R):
+    upper: dict[str, int]
+    latency_s: float
+    padding_s: float
+
+
+class _PadRow(_R):
+    shape: dict[str, int]
+    upper: dict[str, int]
+    own_latency_s: float
+    served_latency_s: float
+    padding_s: float
+    probability: float = Field(ge=0, le=1.000001)
+    next_bucket_up: dict[str, _Next]
+
+
+class _GridRow(_R):
+    shape: dict[str, int]
+    latency_s: float
+    placement_key: str
+    probability: float = Field(ge=0, le=1.000001)
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
+
+
+class _Costs(_Open):
+    horizon_requests: int
+    compile_s_per_bucket: float
+    memory_s_per_gib: float
+
+
+class _Alt(_Open):
+    edges: dict[str, list[int]]
+    buckets: int
+    expected_latency_s: float
+    compile_term_s: float
+    memory_term_s: float
+    total_cost_s: float | None
+
+
+class _Choice(_Open):
+    method: str
+    buckets: int
+    edges: dict[str, list[int]]
+    why: str
+    considered: int
+    costs: _Costs
+    chosen: _Alt
+    one_bucket: _Alt
+    per_grid_point: _Alt
+    alternatives: list[_Alt]
+
+
+class _Memory(_R):
+    weights_bytes: int
+    weights_without_sharing_bytes: int
+    other_peak_bytes: int
+    resident_bytes: int
+    capacity_bytes: int | None
+    fits: bool
+    devices: list[str]
+
+
+class _Residency(_R):
+    memories: dict[str, _Memory]
+    fits: bool
+    weights_bytes: int
+    weights_without_sharing_bytes: int
+    resident_bytes: int
+
+
 class _Fingerprints(_R):
     machine: str
     calibration: str
@@ -69,10 +142,10 @@ class _Doc(_R):
     envelope: dict[str, list[int]]
     buckets: list[_BucketDoc] = Field(min_length=1)
     mix: _MixDoc
-    choice: dict[str, Any]
-    residency: dict[str, Any]
-    padding: list[dict[str, Any]]
-    grid: list[dict[str, Any]]
+    choice: _Choice
+    residency: _Residency
+    padding: list[_PadRow]
+    grid: list[_GridRow]
     plans: list[dict[str, Any]] = Field(min_length=1)
     bucket_plans: list[dict[str, Any] | None]
     fingerprints: _Fingerprints
@@ -153,8 +226,8 @@ def plan_set_from_json(data: Mapping[str, Any] | str | bytes, *, file: str | Non
     mix = Mix.from_json(doc.mix.model_dump())
     return PlanSet(model=doc.model, machine=doc.machine, axes=tuple(doc.axes), envelope=env,
                    buckets=buckets, plans=tuple(entries), bucket_plans=tuple(bucket_plans),
-                   mix=mix, choice=dict(doc.choice), residency=dict(doc.residency),
-                   padding=tuple(doc.padding), grid=tuple(doc.grid),
+                   mix=mix, choice=dict(obj["choice"]), residency=dict(obj["residency"]),
+                   padding=tuple(obj["padding"]), grid=tuple(obj["grid"]),
                    fingerprints=doc.fingerprints.model_dump(), objective=doc.objective,
                    created_by=doc.created_by)
 
