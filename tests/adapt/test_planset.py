@@ -241,12 +241,13 @@ def test_mlp_plan_set(mlp_set: PlanSet) -> None:
 
 def test_shared_placement_and_residency_of_a_real_set(mlp_set: PlanSet) -> None:
     ps = mlp_set
-    for i, p in enumerate(ps.plans):  # neighbours with one placement share one entry
+    for i, p in enumerate(ps.plans):  # buckets with one placement share one entry
         sharing = [b for b in ps.buckets if b.plan_index == i]
         assert sharing and all(ps.plan_of(b).placement == p.placement for b in sharing)
-    for a, b in zip(ps.buckets, ps.buckets[1:], strict=False):
-        same = ps.plan_of(a).placement == ps.plan_of(b).placement
-        assert same == (a.plan_index == b.plan_index)
+    for a in ps.buckets:  # one entry per placement
+        for b in ps.buckets:
+            same = ps.plan_of(a).placement == ps.plan_of(b).placement
+            assert same == (a.plan_index == b.plan_index)
     one = sum(sum(w.values()) for w in plan_weights(ps.plan_of(ps.buckets[0])).values())
     res = ps.residency
     if len({json.dumps(ps.plan_of(b).placement, sort_keys=True) for b in ps.buckets}) == 1:

@@ -14,9 +14,9 @@ is served in the smallest bucket covering it, padded up). ``build_plan_set``:
 2. chooses how many buckets and where their edges fall (``placewise.adapt.planset_choice``:
    the expected latency over the shape ``Mix`` plus a stated compile and memory cost per
    extra bucket; the choice, the alternatives and why are kept in ``choice``);
-3. neighbouring buckets whose best placement is the same (the same device and precision
-   for every vertex) share one **plan entry** (``plans[bucket.plan_index]``: the plan at
-   the largest upper corner among them); every bucket still keeps its own plan at its own
+3. buckets whose best placement is the same (the same device and precision for every
+   vertex; neighbours or not) share one **plan entry** (``plans[bucket.plan_index]``: the
+   plan at the largest upper corner among them); every bucket still keeps its own plan at its own
    upper corner (``plan_of(bucket)``, the same placement at that shape), so that it is
    served without padding up to the shared entry's shape;
 4. records the **padding** cost per grid point (the latency served at its bucket's upper
@@ -513,22 +513,10 @@ def _ranges(edges: Edges, env: Mapping[str, Sequence[int]], axes: Sequence[str]
 
 def _groups(cells: list[tuple[int, ...]], keys: Mapping[tuple[int, ...], str]
             ) -> dict[tuple[int, ...], tuple[int, ...]]:
-    """Union of neighbouring cells (one index apart on one axis) with the same key:
-    cell -> its group's root."""
-    parent = {c: c for c in cells}
-
-    def find(c: tuple[int, ...]) -> tuple[int, ...]:
-        while parent[c] != c:
-            parent[c] = parent[parent[c]]
-            c = parent[c]
-        return c
-
-    for c in cells:
-        for i in range(len(c)):
-            n = tuple(x + 1 if j == i else x for j, x in enumerate(c))
-            if n in parent and keys[n] == keys[c]:
-                parent[find(n)] = find(c)
-    return {c: find(c) for c in cells}
+    """cell -> the first cell with the same placement key: buckets whose placement is the
+    same share one plan entry, neighbours or not (the plan entries are unique placements)."""
+    first: dict[str, tuple[int, ...]] = {}
+    return {c: first.setdefault(keys[c], c) for c in cells}
 
 
 def _assemble(model: str, machine: Machine, axes: tuple[str, ...],

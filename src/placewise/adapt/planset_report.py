@@ -67,7 +67,7 @@ def render_plan_set(data: dict[str, Any], *, max_rows: int = 40) -> str:
             lines.append(f"  plan entry {e['index']} (the same placement) is shared by "
                          f"{', '.join(e['buckets'])}")
     ch = data["choice"]
-    lines += ["", f"choice ({ch['method']}, {ch['considered']} edge sets): {ch['why']}"]
+    lines += ["", f"choice ({ch['method']}; {ch['considered']} evaluated): {ch['why']}"]
     costs = ch.get("costs") or {}
     lines.append(f"  costs: compile {costs.get('compile_s_per_bucket')} s per extra bucket "
                  f"over {costs.get('horizon_requests')} requests; memory "
