@@ -193,7 +193,8 @@ def test_the_loop_report_renders(loop_run: tuple[dict[str, Any], Path], tmp_path
     rep = report_sections(load_inputs([path]))
     assert [s.key for s in rep.sections] == ["loop", "loop-prediction", "loop-drift",
                                              "loop-actions", "loop-tags"]
-    assert rep.figures() == 5  # latency, throughput, prediction error, mix, padding
+    # latency, throughput, prediction error over time and per bucket, mix, padding
+    assert rep.figures() == 6
     html = rep.html()
     assert "Runtime adaptation gain" in html and "recalibrate" in html
 

@@ -176,6 +176,8 @@ def report_sections(inp: ReportInputs, *, graph: Any = None, machine: Any = None
                + ", ".join(f"{k} {v}" for k, v in inp.files.items()))
     else:
         title = "placewise report"
+        if inp.loop is not None:
+            title += f": the closed loop of {inp.loop.get('model')} on {inp.loop.get('machine')}"
         sub = "inputs: " + ", ".join(f"{k} {v}" for k, v in inp.files.items())
     return Report(title, sub, sections, absent)
 

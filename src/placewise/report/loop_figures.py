@@ -23,7 +23,8 @@ from typing import Any
 
 from placewise.report.model import COLORS, Figure, Section, Table, fmt_num, fmt_s, label
 
-__all__ = ["ARMS", "MAX_ACTION_ROWS", "MAX_PHASE_ROWS", "actions_table", "bucket_table",
+__all__ = ["ARMS", "MAX_ACTION_ROWS", "MAX_PHASE_ROWS", "actions_table", "bucket_error_figure",
+           "bucket_table",
            "error_figure", "gain_figure", "loop_sections", "mix_figure", "padding_figure",
            "phases_table", "summary_table", "throughput_figure"]
 
@@ -154,6 +155,35 @@ def _kind_error(w: Mapping[str, Any], kind: str, when: str) -> float | None:
     if not seen or meas <= 0:
         return None
     return round(abs(pred - meas) / meas * 100, 6)
+
+
+def bucket_error_figure(doc: Mapping[str, Any]) -> Figure | None:
+    """Per bucket, the prediction error over every window it served (the adaptive arm's
+    terms summed), before and after recalibration."""
+    sums: dict[str, dict[str, float]] = {}
+    for w in _windows(doc):
+        for p in _dicts(w.get("prediction")):
+            b, ms = str(p.get("bucket")), _num(p.get("measured_s"))
+            pb, pa = _num(p.get("predicted_before_s")), _num(p.get("predicted_after_s"))
+            if ms is None or pb is None or pa is None:
+                continue
+            acc = sums.setdefault(b, {"before": 0.0, "after": 0.0, "measured": 0.0})
+            acc["before"] += abs(pb - ms)
+            acc["after"] += abs(pa - ms)
+            acc["measured"] += ms
+    names = [b for b, acc in sums.items() if acc["measured"] > 0]
+    if not names:
+        return None
+    traces = [{"type": "bar", "name": when, "x": [label(b) for b in names],
+               "y": [round(sums[b][when] / sums[b]["measured"] * 100, 6) for b in names],
+               "marker": {"color": COLORS[i]},
+               "hovertemplate": "%{x}: %{y:.3g} % " + when + "<extra></extra>"}
+              for i, when in enumerate(("before", "after"))]
+    layout = {"barmode": "group", "height": 340, "xaxis": {"title": {"text": "bucket"}},
+              "yaxis": {"title": {"text": "sum |predicted - measured| / measured (%)"},
+                        "rangemode": "tozero"}}
+    return Figure("Prediction error per bucket, before and after recalibration", traces,
+                  layout, "every term of every window the bucket served in the adaptive arm")
 
 
 def mix_figure(doc: Mapping[str, Any]) -> Figure | None:
@@ -325,7 +355,7 @@ def loop_sections(doc: Mapping[str, Any]) -> list[Section]:
     return [Section("loop", "The closed loop", _figs(gain_figure(doc), throughput_figure(doc)),
                     [summary_table(doc)], notes),
             Section("loop-prediction", "Compile-time prediction error",
-                    _figs(error_figure(doc)), [bucket_table(doc)]),
+                    _figs(error_figure(doc), bucket_error_figure(doc)), [bucket_table(doc)]),
             Section("loop-drift", "Shape drift and padding",
                     _figs(mix_figure(doc), padding_figure(doc))),
             Section("loop-actions", "Actions", tables=[actions_table(doc)]),
