@@ -359,22 +359,29 @@ def test_seq_axis_of_an_onnx_file(machine: Any, tmp_path: Path) -> None:
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    w = numpy_helper.from_array(np.ones((8, 8), np.float32), "w")
+    w = numpy_helper.from_array(np.ones((32, 32), np.float32), "w")
     g = helper.make_graph(
         [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq_len", 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq_len", 8])], [w])
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq_len", 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq_len", 32])], [w])
     f = tmp_path / "m.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(f))
-    ps = build_plan_set(str(f), machine, ["batch=1,2", "seq=4,8"], time_limit_s=0.5)
+    ps = build_plan_set(str(f), machine, ["batch=1,2", "seq=4,8"], time_limit_s=0.5,
+                        costs=ChoiceCosts(compile_s_per_bucket=0.0))
     top = ps.buckets[-1]
-    assert top.shapes == {"x": [top.upper["batch"], top.upper["seq"], 8]}
-    assert ps.plan_of(top).tensors["x"].shape == (top.upper["batch"], top.upper["seq"], 8)
+    assert top.shapes == {"x": [top.upper["batch"], top.upper["seq"], 32]}
+    assert ps.plan_of(top).tensors["x"].shape == (top.upper["batch"], top.upper["seq"], 32)
+    from placewise.adapt.planset_export import export_plan_set
+
+    exp = export_plan_set(ps, tmp_path / "exp", machine=machine)  # partitions of the ONNX
+    assert exp["verified_sessions"] >= len(ps.buckets)
+    assert len(ps.buckets) == 4  # compile priced at 0: a bucket per grid point
+    assert exp["initializers"] == 1 and exp["references"] == 4  # w, written once
     fixed = tmp_path / "fixed.onnx"
     g2 = helper.make_graph(
         [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])], [w])
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 32])], [w])
     onnx.save(helper.make_model(g2, opset_imports=[helper.make_opsetid("", 17)]), str(fixed))
     with pytest.raises(InputError, match="symbolic sequence dimension"):
         build_plan_set(str(fixed), machine, ["seq=4,8"], time_limit_s=0.5)
