@@ -249,7 +249,10 @@ def test_bad_input_exits_2_with_one_line_and_no_file(tmp_path: Path) -> None:
     bad_trace = tmp_path / "bad.jsonl"
     bad_trace.write_text('{"t_s": 0.0, "batch": 1}\n{"t_s": -1, "batch": 1}\n')
     out = tmp_path / "loop.json"
-    cases = [(["--trace", str(tmp_path / "missing.jsonl")], "missing.jsonl"),
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "index.json").write_text("{}")
+    cases = [(["--trace", str(tr), "--work", str(used)], "--work"),(["--trace", str(tmp_path / "missing.jsonl")], "missing.jsonl"),
              (["--trace", str(bad_trace)], "line 2"),
              (["--trace", str(tr), "--windows", "1"], "--windows"),
              (["--trace", str(tr), "--windows", "50"], "--windows"),

@@ -66,7 +66,7 @@ from typing import Any
 from placewise.adapt.trace import ShapeTrace, shape_key
 from placewise.errors import InputError
 
-__all__ = ["FORMAT", "VERSION", "LoopSettings", "mix_distance", "prediction_rows", "run_loop",
+__all__ = ["FORMAT", "VERSION", "LoopSettings", "check_work_dir", "mix_distance", "prediction_rows", "run_loop",
            "save_loop", "split_windows", "summarize", "window_gain"]
 
 FORMAT = "placewise-loop"
@@ -295,6 +295,27 @@ def save_loop(doc: Mapping[str, Any], path: str | Path) -> None:
     atomic_write_json(path, doc)
 
 
+def check_work_dir(path: str | Path) -> Path:
+    """``path`` as the artifacts' folder: ``InputError`` for a file or a folder already
+    holding something (an earlier loop's store and calibrations would mix with this one's)."""
+    work = Path(path)
+    if work.exists() and (not work.is_dir() or any(work.iterdir())):
+        raise InputError("the loop's work folder must be new or empty (it would mix with "
+                         "what is there): remove it or give another --work", file=str(work),
+                         place="--work")
+    return work
+
+
+def _work_dir(path: str | Path) -> Path:
+    work = check_work_dir(path)
+    try:
+        work.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot make the work folder: {exc.strerror or exc}",
+                         file=str(work), place="--work") from None
+    return work
+
+
 def run_loop(model: str, machine: Any, trace: ShapeTrace, *, work_dir: str | Path,
              settings: LoopSettings | None = None, calibration: str | Path | None = None,
              progress: Progress | None = None, clock: Callable[[], float] = time.monotonic
@@ -309,8 +330,7 @@ def run_loop(model: str, machine: Any, trace: ShapeTrace, *, work_dir: str | Pat
     cfg.check()
     windows = split_windows(trace, cfg.windows)
     deadline = clock() + float(cfg.budget_s)
-    work = Path(work_dir)
-    work.mkdir(parents=True, exist_ok=True)
+    work = _work_dir(work_dir)
     say = progress or (lambda msg, frac: None)
     records: list[dict[str, Any]] = []
     notes: list[str] = []

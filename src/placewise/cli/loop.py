@@ -32,7 +32,7 @@ def loop(
     promote_blocks: Annotated[int, typer.Option("--promote-blocks", help="A/B block pairs of each guardrail trial (at least 6)")] = 10,
     window_requests: Annotated[int, typer.Option("--window-requests", help="Executor requests per telemetry window (recalibration counts k of them)")] = 20,
     slices: Annotated[int, typer.Option(help="Slices of each window, each served by both arms in turn")] = 4,
-    plan_time: Annotated[str, typer.Option("--plan-time", help="Search time of each plan set")] = "5s",
+    plan_time: Annotated[str, typer.Option("--plan-time", help="Search time of each grid point of a plan set")] = "5s",
     calibration: Annotated[Path | None, typer.Option(help="Starting calibration (default: an empty one for the machine)")] = None,
     work: Annotated[Path | None, typer.Option("--work", help="Folder for the plan sets, calibrations and telemetry (default: OUT with .d)")] = None,
     as_json: JsonOpt = False,
@@ -40,7 +40,13 @@ def loop(
     """Serve the trace window by window with a plan set that adapts (recalibrate, replan,
     promote behind the guardrail, roll back), beside the never-adapting incumbent on the
     same traffic; write LOOP.json for ``placewise report LOOP.json --out loop.html``."""
-    from placewise.adapt.loop import LoopSettings, run_loop, save_loop, split_windows
+    from placewise.adapt.loop import (
+        LoopSettings,
+        check_work_dir,
+        run_loop,
+        save_loop,
+        split_windows,
+    )
     from placewise.adapt.trace import load_shape_trace
     from placewise.errors import InputError
     from placewise.io import check_output_path
@@ -64,10 +70,11 @@ def loop(
                        slices=slices,
                        plan_time_s=parse_seconds(plan_time, "--plan-time"), envelope=env)
     cfg.check()
+    work_dir = check_work_dir(work if work is not None else
+                              out_file.with_name(out_file.name + ".d"))
     trace = load_shape_trace(trace_file)
     split_windows(trace, cfg.windows)  # a trace too short for the windows, before probing
     machine = resolve_machine(hw)
-    work_dir = work if work is not None else out_file.with_name(out_file.name + ".d")
     with _progress("closed loop") as cb:
         doc = run_loop(model, machine, trace, work_dir=work_dir, settings=cfg,
                        calibration=calibration, progress=cb)
