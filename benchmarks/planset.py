@@ -18,8 +18,10 @@ Cases:
     flock /tmp/placewise-bench.lock .venv/bin/python benchmarks/planset.py
     # writes benchmarks/results/planset.json
 
-Only planning and exporting are timed (no latency is measured: the figures of expected
-cost are the planner's predictions, which ``validate`` and ``serve --real`` check).
+The expected costs are the planner's predictions; ``--requests N`` (default 40) also runs
+every bucket plan for real (``validate_plan``: N isolated requests, median) and weighs the
+measured medians by the mix, against the plan at the envelope's largest shape serving
+everything.
 """
 
 from __future__ import annotations
@@ -67,8 +69,30 @@ def _costs(rec: dict[str, Any]) -> dict[str, Any]:
     return {k: rec[k] for k in keys}
 
 
+def _measure(ps: Any, machine: Any, requests: int) -> dict[str, Any]:
+    """Each bucket plan run for real (``validate_plan``: isolated requests, median), and
+    the expected latency over the mix from those medians, against the top bucket's plan
+    (the plan at the envelope's largest shape: one plan for all) serving everything."""
+    from placewise.validate import validate_plan
+
+    rows = []
+    for b in ps.buckets:
+        rep = validate_plan(ps.plan_of(b), requests=requests, machine=machine,
+                            baseline=False, stream_s=0.2)
+        rows.append({"bucket": b.name, "probability": b.probability,
+                     "predicted_s": b.predicted_latency_s, "measured_p50_s": rep.latency.p50_s,
+                     "measured_p90_s": rep.latency.p90_s, "n": rep.latency.n})
+    top = next(r for r, b in zip(rows, ps.buckets, strict=True)
+               if all(b.upper[a] == ps.envelope[a][-1] for a in ps.axes))
+    return {"requests": requests, "buckets": rows,
+            "expected_latency_s": sum(r["probability"] * r["measured_p50_s"] for r in rows),
+            "one_plan_for_all_s": top["measured_p50_s"],
+            "predicted_expected_latency_s": sum(r["probability"] * r["predicted_s"]
+                                                for r in rows)}
+
+
 def run_case(name: str, case: dict[str, Any], machine: Any, *, time_limit_s: float,
-             repeats: int) -> dict[str, Any]:
+             repeats: int, requests: int) -> dict[str, Any]:
     mix = Mix.from_weights(case["mix"], kind="distribution", source=f"benchmarks:{name}")
     times: list[float] = []
     choices: list[str] = []
@@ -86,8 +110,10 @@ def run_case(name: str, case: dict[str, Any], machine: Any, *, time_limit_s: flo
         t0 = time.perf_counter()
         exp = export_plan_set(ps, Path(tmp) / "export", machine=machine)
         export_s = time.perf_counter() - t0
+    measured = _measure(ps, machine, requests) if requests else None
     ch = ps.choice
     return {
+        "measured": measured,
         "model": case["model"], "envelope": ps.envelope, "mix": ps.mix.to_json()["items"],
         "grid_points": len(ps.grid), "time_limit_s_per_point": time_limit_s,
         "buckets": [{"name": b.name, "lower": b.lower, "upper": b.upper,
@@ -121,11 +147,14 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=1.0)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--cases", nargs="*", default=list(CASES))
+    ap.add_argument("--requests", type=int, default=40,
+                    help="isolated requests per bucket plan run for real (0: none)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/planset.json")
     args = ap.parse_args()
     machine = load_local()
     results = {name: run_case(name, CASES[name], machine, time_limit_s=args.time_limit,
-                              repeats=args.repeats) for name in args.cases}
+                              repeats=args.repeats, requests=args.requests)
+               for name in args.cases}
     doc = {"benchmark": "planset", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
            "cpu": _cpu(), "machine": machine.name,
            "machine_fingerprint": machine.fingerprint(), "cases": results}
@@ -139,6 +168,11 @@ def main() -> None:
               f" us; planning {r['planning_s']['median']:.2f} s (median of {args.repeats}); "
               f"export {r['export']['bytes_written']} B vs {r['export']['bytes_without_sharing']}"
               f" B without sharing")
+        if r["measured"]:
+            m = r["measured"]
+            print(f"  measured: expected {m['expected_latency_s'] * 1e6:.1f} us over the mix "
+                  f"(predicted {m['predicted_expected_latency_s'] * 1e6:.1f}) vs one plan "
+                  f"{m['one_plan_for_all_s'] * 1e6:.1f} us")
 
 
 if __name__ == "__main__":
