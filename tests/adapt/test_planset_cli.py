@@ -58,11 +58,13 @@ def test_explain_check_export_a_plan_set(made: tuple[Path, dict[str, Any]],
                                          tmp_path: Path) -> None:
     out, _ = made
     exp = tmp_path / "exp"
-    explain_j, explain_t, check_j, export_j = run_together(
+    first = load_plan_set(out).buckets[0].name
+    explain_j, explain_t, check_j, export_j, zoom = run_together(
         ["explain", str(out), "--json"], ["explain", str(out)],
         ["check", str(out), "--model", MLP, "--hw", "local", "--json"],
-        ["export", str(out), "--out", str(exp), "--json"])
-    for p in (explain_j, explain_t, check_j, export_j):
+        ["export", str(out), "--out", str(exp), "--json"],
+        ["explain", str(out), "--bucket", first, "--json"])
+    for p in (explain_j, explain_t, check_j, export_j, zoom):
         assert p.returncode == 0, p.stderr
     data = json.loads(explain_j.stdout)
     ps = load_plan_set(out)
@@ -71,6 +73,7 @@ def test_explain_check_export_a_plan_set(made: tuple[Path, dict[str, Any]],
     assert data["residency"]["weights_bytes"] > 0
     assert "buckets:" in explain_t.stdout and "residency" in explain_t.stdout
     assert "choice" in explain_t.stdout
+    assert json.loads(zoom.stdout)["summary"]["batch"] == ps.buckets[0].upper["batch"]
     chk = json.loads(check_j.stdout)
     assert chk["ok"] and chk["buckets"] == [b.name for b in ps.buckets]
     assert "residency" in chk["checks"]
@@ -118,6 +121,7 @@ def test_bad_input_exits_2(made: tuple[Path, dict[str, Any]], tmp_path: Path) ->
         ["export", str(edited), "--out", str(tmp_path / "x")],
         [*base, "--envelope", "batch=1,2", "--bucket-cost", "horizon_requests=0"],
         [*base, "--envelope", "batch=1,2", "--bucket-cost", "speed=3"],
+        ["explain", str(out), "--bucket", "nope"],
         ["plan", MLP, "--hw", "local", "--time-limit", "0.5", "--envelope", "batch=1,16",
          "--bucket-cost", "compile_s_per_bucket=1000", "--out", str(tmp_path / "one.json"),
          "--json"])
@@ -131,12 +135,13 @@ def test_bad_input_exits_2(made: tuple[Path, dict[str, Any]], tmp_path: Path) ->
         (procs[6], (str(edited), "fingerprints.planset")),
         (procs[7], ("--bucket-cost", "horizon_requests must be >= 1")),
         (procs[8], ("--bucket-cost speed=3", "expected horizon_requests=N")),
+        (procs[9], (str(out), "--bucket", "no bucket 'nope'")),
     ]
     for proc, needles in checks:
         assert_bad_input(proc, *needles)
     assert not o.exists() and not (tmp_path / "x").exists()
     # a bucket that costs more to compile than its padding saves is not made
-    one = procs[9]
+    one = procs[10]
     assert one.returncode == 0, one.stderr
     got = json.loads(one.stdout)
     assert got["choice"]["buckets"] == 1 and got["choice"]["costs"]["compile_s_per_bucket"] == 1000

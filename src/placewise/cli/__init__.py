@@ -663,9 +663,10 @@ def explain(
     plan_file: Annotated[Path, typer.Argument(metavar="PLAN", help="Plan JSON")],
     op: Annotated[str | None, typer.Option("--op", help="Zoom in on an op or vertex")] = None,
     edge: Annotated[str | None, typer.Option("--edge", help="Zoom in on a tensor")] = None,
+    bucket: Annotated[str | None, typer.Option("--bucket", help="A plan set: explain this bucket's plan (with --op/--edge)")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Why the plan is what it is."""
+    """Why the plan (or plan set) is what it is."""
     from placewise.adapt.planset import is_plan_set, load_plan_set
     from placewise.explain import explain as explain_plan
     from placewise.explain import render_explain
@@ -675,15 +676,30 @@ def explain(
         from placewise.adapt.planset_report import explain_plan_set, render_plan_set
 
         ps = load_plan_set(plan_file)
-        if op is not None or edge is not None:  # zoom in on one bucket's plan
-            raise InputError("--op and --edge zoom into a plan: export or explain one "
-                             "bucket's plan", place="--op" if op is not None else "--edge")
+        if bucket is not None:  # one bucket's plan, as explain shows a plan
+            try:
+                one = ps.plan_of(bucket)
+            except InputError as exc:
+                raise InputError(exc.problem, file=str(plan_file), place="--bucket") from None
+            data = explain_plan(one, op=op, edge=edge)
+            if as_json:
+                _print_json(data)
+                return
+            sys.stdout.write(render_explain(data))
+            return
+        if op is not None or edge is not None:
+            raise InputError("--op and --edge zoom into a plan: name a bucket with --bucket "
+                             f"({', '.join(b.name for b in ps.buckets)})",
+                             place="--op" if op is not None else "--edge")
         pdata = explain_plan_set(ps)
         if as_json:
             _print_json(pdata)
             return
         sys.stdout.write(render_plan_set(pdata))
         return
+    if bucket is not None:
+        raise InputError("--bucket names a bucket of a plan set; this is a plan",
+                         file=str(plan_file), place="--bucket")
     data = explain_plan(load_plan(plan_file), op=op, edge=edge)
     if as_json:
         _print_json(data)
