@@ -5,6 +5,7 @@ written."""
 
 from __future__ import annotations
 
+import json
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -265,3 +266,15 @@ def test_bad_input_exits_2_with_one_line_and_no_file(tmp_path: Path) -> None:
         assert len(r.stderr.strip().splitlines()) == 1 and where in r.stderr, r.stderr
         assert "Traceback" not in r.stderr
         assert not out.exists() and not Path(str(out) + ".d").exists()
+
+
+def test_the_report_refuses_a_loop_file_it_cannot_read(tmp_path: Path) -> None:
+    from placewise.report import load_inputs
+
+    for doc, place in (({"format": FORMAT, "version": 2, "windows": []}, "version"),
+                       ({"format": FORMAT, "version": 1, "windows": {}}, "windows")):
+        p = tmp_path / "loop.json"
+        p.write_text(json.dumps(doc))
+        with pytest.raises(InputError) as exc:
+            load_inputs([p])
+        assert exc.value.place == place and exc.value.file == str(p)
