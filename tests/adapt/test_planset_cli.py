@@ -122,6 +122,7 @@ def test_bad_input_exits_2(made: tuple[Path, dict[str, Any]], tmp_path: Path) ->
         [*base, "--envelope", "batch=1,2", "--bucket-cost", "horizon_requests=0"],
         [*base, "--envelope", "batch=1,2", "--bucket-cost", "speed=3"],
         ["explain", str(out), "--bucket", "nope"],
+        ["check", str(out), "--hw", "jetson-agx-orin"],
         ["plan", MLP, "--hw", "local", "--time-limit", "0.5", "--envelope", "batch=1,16",
          "--bucket-cost", "compile_s_per_bucket=1000", "--out", str(tmp_path / "one.json"),
          "--json"])
@@ -136,12 +137,13 @@ def test_bad_input_exits_2(made: tuple[Path, dict[str, Any]], tmp_path: Path) ->
         (procs[7], ("--bucket-cost", "horizon_requests must be >= 1")),
         (procs[8], ("--bucket-cost speed=3", "expected horizon_requests=N")),
         (procs[9], (str(out), "--bucket", "no bucket 'nope'")),
+        (procs[10], (str(out), "fingerprints.machine", "another machine")),
     ]
     for proc, needles in checks:
         assert_bad_input(proc, *needles)
     assert not o.exists() and not (tmp_path / "x").exists()
     # a bucket that costs more to compile than its padding saves is not made
-    one = procs[10]
+    one = procs[11]
     assert one.returncode == 0, one.stderr
     got = json.loads(one.stdout)
     assert got["choice"]["buckets"] == 1 and got["choice"]["costs"]["compile_s_per_bucket"] == 1000
