@@ -6,7 +6,10 @@ per bucket of a plan set (a plain ``Plan`` is a plan set of one bucket, at the p
 batch), each loading its bucket's model at the bucket's upper shape, warms each once and
 keeps them resident: every ``Service.serve`` block runs on the same executors, weights
 loaded once, until the service is closed (a context manager; a worker fault or Ctrl-C
-closes every executor, as ``serve --real`` does).
+closes every executor, as ``serve --real`` does). With several buckets their executors
+share this machine's cores in one process: their onnxruntime sessions do not spin after a
+run (an idle bucket's spinning pool threads would take the cores the next bucket's work
+needs), and the calling thread is put back on each bucket's cores before its work.
 
 **Dispatch.** A request of shape ``{batch, seq}`` goes to the smallest bucket that covers
 it (``PlanSet.bucket_for``; above the envelope: ``InputError`` naming the request), and
@@ -529,7 +532,9 @@ def open_service(plan_or_planset: Any, *, priorities: Sequence[int] = (1,), seed
                 name, lower, upper, idx, plan, model if model is not None else source,
                 bshapes if bshapes is not None else shapes, machine, file, inputs=inputs,
                 seed=seed, in_flight=in_flight, timeout_s=timeout_s, warmup=warmup,
-                opts=executor_options or {}, stack=stack, report=lambda m: None, base=base)
+                opts={**({"session_spinning": False} if len(rows) > 1 else {}),
+                      **(executor_options or {})},
+                stack=stack, report=lambda m: None, base=base)
             buckets.append(b)
         tags = _tags_of(buckets[0], seed, plan_fingerprint=None if ps is None
                         else str(ps.fingerprint()))

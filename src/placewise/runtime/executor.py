@@ -340,7 +340,7 @@ class Executor:
                  idle_spin_s: float = 2e-4, omp_wait_policy: str | None = "PASSIVE",
                  refill_s: float = 5e-4,
                  partition_files: Mapping[str, str] | None = None,
-                 inline_host: bool | None = None) -> None:
+                 inline_host: bool | None = None, session_spinning: bool = True) -> None:
         if slots < 1:
             raise InputError(f"slots must be >= 1, got {slots}", place="slots")
         self.program = program
@@ -358,6 +358,10 @@ class Executor:
         #: compiled at start-up when not given
         self.partition_files = dict(partition_files or {})
         self.inline_host = inline_host
+        #: False: no onnxruntime session spins after its run (several executors sharing
+        #: cores in one process: a plan set's buckets; an idle one's spinning pool threads
+        #: would take the cores the next one's work needs)
+        self.session_spinning = bool(session_spinning)
         #: the workers run in this process (the host's first), each with its pipes from
         #: other workers, and every pipe end they hold
         self._inline: list[tuple[_Worker, list[Connection]]] = []
@@ -509,7 +513,7 @@ class Executor:
                 # the next one's work needs (measured: bert on cpu0 + cpu01, 4.6 ms per
                 # request spinning, 1.7 ms not)
                 payload["session_spinning"] = payload["session_spinning"] and not (
-                    d.name in inline and len(inline) > 1)
+                    d.name in inline and len(inline) > 1) and self.session_spinning
                 if d.name in inline:
                     iw = _Worker(payload, None, readers[d.name], writers[d.name], shm=self._shm,
                                  inbox=boxes[d.name])

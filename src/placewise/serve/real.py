@@ -376,9 +376,8 @@ class OpenLoop:
         if len(self.lanes) == 1:
             return [(0, c) for c in self.lanes[0].ex.poll(timeout_s)]
         busy = [k for k, ln in enumerate(self.lanes) if ln.ex.outstanding]
-        if not busy:
-            time.sleep(timeout_s)
-            return []
+        if not busy:  # the executor's idle wait (it sleeps, then spins its last moments)
+            return [(0, c) for c in self.lanes[0].ex.poll(timeout_s)]
         got: list[tuple[int, Completion]] = []
         for k in busy[1:]:
             self._pin(self.lanes[k])
