@@ -43,6 +43,7 @@ import json
 import math
 import os
 import re
+import stat
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -653,6 +654,10 @@ def is_plan_set(path_or_doc: str | os.PathLike[str] | Mapping[str, Any]) -> bool
     if isinstance(path_or_doc, Mapping):
         return path_or_doc.get("format") == FORMAT
     try:
+        # only a regular file is opened: a FIFO or a device would block or never end (the
+        # plan loader then refuses it, naming what it is)
+        if not stat.S_ISREG(os.stat(os.fspath(path_or_doc)).st_mode):
+            return False
         with open(os.fspath(path_or_doc), "rb") as f:
             head = f.read(256)
     except OSError:
