@@ -393,7 +393,10 @@ class OpenLoop:
                                                           for ln in self.lanes):
             if not len(q):
                 return True
-            ids, dropped = q.take(now)
+            # the batch is decided at its dispatch time: a request whose timeout passes
+            # between the decision and the submission must not be sent
+            t = max(now, self.clock())
+            ids, dropped = q.take(t)
             self._time_out(dropped)
             if not ids:
                 return True
@@ -402,7 +405,6 @@ class OpenLoop:
             lane = self.lanes[li]
             arrays = lane.pool[lane.sent % len(lane.pool)]
             self._pin(lane)
-            t = self.clock()
             r = lane.ex.submit(arrays)
             lane.sent += 1
             self.batches[(li, r)] = _Batch(li, ids, t, time.monotonic_ns())
