@@ -111,15 +111,17 @@ def _render(doc: dict[str, Any], out_file: Path) -> None:
                      _pct((w.get("prediction_error") or {}).get("after")),
                      ", ".join(a["action"] for a in w["actions"]) or "-"])
     out.print(_table(f"closed loop: {doc['model']} on {doc['machine']}",
-                     ["window", "static p50", "adaptive p50", "gain p50", "gain thr.",
-                      "pred. err. before", "after", "actions"], rows,
+                     ["win", "static p50", "adapt. p50", "gain p50", "gain thr",
+                      "err before", "err after", "actions"], rows,
                      right=(1, 2, 3, 4, 5, 6)))
     s = doc["summary"]
     out.print(f"gain (median over windows after the first): latency p50 "
               f"{_pct(s['gain_latency_p50'])}, throughput {_pct(s['gain_throughput'])}; "
               f"prediction error before/after recalibration "
               f"{_pct(s['prediction_error_before'])} / {_pct(s['prediction_error_after'])}; "
-              f"{s['promotions']} promoted, {s['keeps']} kept, {s['rollbacks']} rolled back")
+              f"{s['promotions']} promoted, {s['guardrail_refusals']} refused by the "
+              f"guardrail, {s['keeps'] - s['guardrail_refusals']} not predicted better, "
+              f"{s['rollbacks']} rolled back")
     for w in doc["windows"]:
         for a in w["actions"]:
             out.print(f"  window {w['index']}: {a['action']}: {a['reason']}")

@@ -252,7 +252,9 @@ def summary_table(doc: Mapping[str, Any]) -> Table:
             ["recalibrations", fmt_num(s.get("recalibrations"))],
             ["candidates planned", fmt_num(s.get("replans"))],
             ["promoted", fmt_num(s.get("promotions"))],
-            ["kept (guardrail refused)", fmt_num(s.get("keeps"))],
+            ["kept: refused by the guardrail", fmt_num(s.get("guardrail_refusals"))],
+            ["kept: not predicted better by the margin", fmt_num(_minus(
+                s.get("keeps"), s.get("guardrail_refusals")))],
             ["rolled back", fmt_num(s.get("rollbacks"))],
             ["requests offered / completed", f"{fmt_num(req.get('offered'))} / "
                                              f"{fmt_num(req.get('completed'))}"],
@@ -261,6 +263,11 @@ def summary_table(doc: Mapping[str, Any]) -> Table:
     return Table("The closed loop", ["figure", "value"], [[label(c) for c in r] for r in rows],
                  caption="gains: 1 - adaptive / static for latency, adaptive / static - 1 for "
                          "throughput; positive is better")
+
+
+def _minus(a: Any, b: Any) -> float | None:
+    x, y = _num(a), _num(b)
+    return None if x is None else x - (y or 0.0)
 
 
 def bucket_table(doc: Mapping[str, Any]) -> Table:
