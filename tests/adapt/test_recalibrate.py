@@ -411,3 +411,20 @@ def test_windows_line_measured_tasks_up_with_the_plan_per_key() -> None:
     for w in run_.windows:
         for t in w.terms:
             assert t.lo_s <= t.predicted_s <= t.hi_s
+
+
+def test_an_added_hand_off_is_scaled_in_the_next_round_not_dropped() -> None:
+    cal = _cal0()
+
+    def run(c: Calibration, pred: float, meas: float) -> TelemetryRun:
+        tw = TermWindow("launch", "request:cpu0", "cpu0", "", pred, 0.9 * pred, 1.1 * pred,
+                        meas, 1e-7, 6)
+        return TelemetryRun(dict(machine_tags()), "p", c.fingerprint(),
+                            tuple(Window(i, 6, (tw,)) for i in range(3)))
+
+    cal1 = recalibrate(cal, [run(cal, 0.0, 1e-5)]).calibration
+    cal2 = recalibrate(cal1, [run(cal1, 1e-5, 1.5e-5)]).calibration
+    (adj,) = cal2.adjustments
+    assert adj.add_s == pytest.approx(1.5e-5) and adj.factor == 1.0
+    got = CalibratedModel(local_machine(), cal2).request_cost("cpu0")
+    assert got is not None and got.total_s == pytest.approx(1.5e-5)

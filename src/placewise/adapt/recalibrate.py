@@ -223,6 +223,8 @@ def _decide(key: str, ws: Sequence[TermWindow], old: Adjustment | None, k: int,
     if not ratios:
         return change(False, "predicted 0 s: no ratio to correct it by"), None
     ratio = statistics.median(ratios)
+    if old is not None and old.add_s > 0:  # an added hand-off: the addition is what scales
+        return _added(key, used, last, revision, k, change, old.add_s * ratio, ratio)
     after = min(max(before * ratio, 1e-6), 1e6)
     widen = _widen(used)
     med = statistics.median(w.measured_s for w in used)
@@ -240,20 +242,24 @@ def _decide(key: str, ws: Sequence[TermWindow], old: Adjustment | None, k: int,
 
 
 def _added(key: str, used: Sequence[TermWindow], last: TermWindow, revision: int, k: int,
-           change: Any) -> tuple[KeyChange, Adjustment]:
-    """A request hand-off the model did not have (predicted 0 s): the measured median,
-    added."""
+           change: Any, add_s: float | None = None, ratio: float | None = None
+           ) -> tuple[KeyChange, Adjustment]:
+    """A request hand-off the model does not have (predicted 0 s): the measured median,
+    added; one added before (``add_s``) is scaled by the windows' ``ratio``."""
     med = statistics.median(w.measured_s for w in used)
+    add = med if add_s is None else add_s
     widen = _widen(used)
-    reason = (f"{len(used)} consecutive windows slower than the interval (k={k}): the model "
-              f"has no request hand-off here, measured median {med:.3g} s added; interval "
-              f"+-{100 * widen:.0f}% (observed spread)")
-    adj = Adjustment(kind=last.kind, key=key, device=last.device, factor=1.0, add_s=med,
-                     widen=widen, predicted_s=0.0, measured_s=med,
-                     spread_s=statistics.median(w.spread_s for w in used),
+    how = "slower" if last.side > 0 else "faster"
+    what = (f"the model has no request hand-off here, measured median {med:.3g} s added"
+            if ratio is None else f"the added hand-off x{ratio:.3g}: {add:.3g} s")
+    reason = (f"{len(used)} consecutive windows {how} than the interval (k={k}): {what}; "
+              f"interval +-{100 * widen:.0f}% (observed spread)")
+    adj = Adjustment(kind=last.kind, key=key, device=last.device, factor=1.0, add_s=add,
+                     widen=widen, predicted_s=statistics.median(w.predicted_s for w in used),
+                     measured_s=med, spread_s=statistics.median(w.spread_s for w in used),
                      windows=len(used), samples=sum(w.samples for w in used),
                      revision=revision, reason=reason)
-    ch: KeyChange = change(True, reason, 1.0, widen, med)
+    ch: KeyChange = change(True, reason, 1.0, widen, add)
     return ch, adj
 
 
