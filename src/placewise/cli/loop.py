@@ -96,6 +96,10 @@ def _pct(x: Any) -> str:
     return "-" if x is None else f"{x * 100:+.1f} %"
 
 
+def _err(x: Any) -> str:
+    return "-" if x is None else f"{x * 100:.1f} %"
+
+
 def _render(doc: dict[str, Any], out_file: Path) -> None:
     from placewise.units import format_seconds
 
@@ -107,8 +111,8 @@ def _render(doc: dict[str, Any], out_file: Path) -> None:
         st, ad = w["arms"]["static"], w["arms"]["adaptive"]
         rows.append([str(w["index"]), sec(st.get("latency_p50_s")), sec(ad.get("latency_p50_s")),
                      _pct(w["gain"].get("latency_p50")), _pct(w["gain"].get("throughput")),
-                     _pct((w.get("prediction_error") or {}).get("before")),
-                     _pct((w.get("prediction_error") or {}).get("after")),
+                     _err((w.get("prediction_error") or {}).get("before")),
+                     _err((w.get("prediction_error") or {}).get("after")),
                      ", ".join(a["action"] for a in w["actions"]) or "-"])
     out.print(_table(f"closed loop: {doc['model']} on {doc['machine']}",
                      ["win", "static p50", "adapt. p50", "gain p50", "gain thr",
@@ -118,7 +122,7 @@ def _render(doc: dict[str, Any], out_file: Path) -> None:
     out.print(f"gain (median over windows after the first): latency p50 "
               f"{_pct(s['gain_latency_p50'])}, throughput {_pct(s['gain_throughput'])}; "
               f"prediction error before/after recalibration "
-              f"{_pct(s['prediction_error_before'])} / {_pct(s['prediction_error_after'])}; "
+              f"{_err(s['prediction_error_before'])} / {_err(s['prediction_error_after'])}; "
               f"{s['promotions']} promoted, {s['guardrail_refusals']} refused by the "
               f"guardrail, {s['keeps'] - s['guardrail_refusals']} not predicted better, "
               f"{s['rollbacks']} rolled back")
