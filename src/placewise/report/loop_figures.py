@@ -247,8 +247,11 @@ def summary_table(doc: Mapping[str, Any]) -> Table:
             ["adaptation gain, median latency (after the drift)", _pct(s.get("gain_latency_p50"))],
             ["adaptation gain, p99 latency (after the drift)", _pct(s.get("gain_latency_p99"))],
             ["adaptation gain, throughput (after the drift)", _pct(s.get("gain_throughput"))],
-            ["prediction error before recalibration", _pct(s.get("prediction_error_before"))],
-            ["prediction error after recalibration", _pct(s.get("prediction_error_after"))],
+            ["prediction error before recalibration", _share(s.get("prediction_error_before"))],
+            ["prediction error after recalibration", _share(s.get("prediction_error_after"))],
+            ["prediction error, first -> last window served",
+             f"{_share(s.get('prediction_error_first_window'))} -> "
+             f"{_share(s.get('prediction_error_last_window'))}"],
             ["recalibrations", fmt_num(s.get("recalibrations"))],
             ["candidates planned", fmt_num(s.get("replans"))],
             ["promoted", fmt_num(s.get("promotions"))],
