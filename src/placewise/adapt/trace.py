@@ -166,43 +166,39 @@ def _record(line: str, file: str, no: int, last: float
 def load_shape_trace(path: str | os.PathLike[str]) -> ShapeTrace:
     """Read a ``SHAPES.jsonl`` trace (module docstring). ``SpecError`` naming the file,
     the line and the field for anything wrong; an empty trace is refused."""
+    from placewise.io import read_file_bytes
+
     p = os.fspath(path)
+    # a regular file only (a FIFO or a device would block or never end), bounded in size
+    data = read_file_bytes(p, what="shape trace", limit_bytes=TRACE_MAX_BYTES, error=SpecError)
     try:
-        size = os.path.getsize(p)
-        if size > TRACE_MAX_BYTES:
-            raise SpecError(f"the trace is {size} bytes, more than {TRACE_MAX_BYTES}", file=p)
-        fh = open(p, encoding="utf-8")  # noqa: SIM115 - closed below
-    except OSError as exc:
-        raise SpecError(f"cannot read the trace: {exc.strerror or exc}", file=p) from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SpecError("not UTF-8 text", file=p) from None
     times: list[float] = []
     shapes: list[dict[str, int]] = []
     classes: list[int] = []
     phases: list[int] = []
     last = 0.0
     seq_first: bool | None = None
-    with fh:
-        try:
-            for no, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                if len(times) >= MAX_REQUESTS:
-                    raise SpecError(f"more than {MAX_REQUESTS} requests", file=p,
-                                    place=f"line {no}")
-                t, shape, cls, phase = _record(line, p, no, last)
-                has_seq = "seq" in shape
-                if seq_first is None:
-                    seq_first = has_seq
-                elif has_seq != seq_first:
-                    raise SpecError("every line gives 'seq' or none does (the first "
-                                    f"{'does' if seq_first else 'does not'})", file=p,
-                                    place=f"line {no}: seq")
-                last = t
-                times.append(t)
-                shapes.append(shape)
-                classes.append(cls)
-                phases.append(phase)
-        except UnicodeDecodeError:
-            raise SpecError("not UTF-8 text", file=p) from None
+    for no, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        if len(times) >= MAX_REQUESTS:
+            raise SpecError(f"more than {MAX_REQUESTS} requests", file=p, place=f"line {no}")
+        t, shape, cls, phase = _record(line, p, no, last)
+        has_seq = "seq" in shape
+        if seq_first is None:
+            seq_first = has_seq
+        elif has_seq != seq_first:
+            raise SpecError("every line gives 'seq' or none does (the first "
+                            f"{'does' if seq_first else 'does not'})", file=p,
+                            place=f"line {no}: seq")
+        last = t
+        times.append(t)
+        shapes.append(shape)
+        classes.append(cls)
+        phases.append(phase)
     if not times:
         raise SpecError("the trace holds no requests", file=p)
     return ShapeTrace(tuple(times), tuple(shapes), tuple(classes), tuple(phases), p)
