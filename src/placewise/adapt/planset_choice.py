@@ -30,9 +30,9 @@ shapes are served in the covering bucket of least predicted latency.
 
 The defaults (``ChoiceCosts``) are stated in the plan set's ``choice.costs``: a plan set
 serves a million requests before it is replanned; one more bucket costs a second to
-compile (on this project's two-core test machine, compiling one bucket's partitions from
-a zoo model took 1.2 s for ``zoo:mlp`` and 3.9 s for ``zoo:bert``, ``benchmarks/planset.py``;
-opening its onnxruntime sessions takes milliseconds), so 1 us per request; a GiB held
+compile (on this project's two-core test machine, exporting one bucket's partitions from
+a zoo model and opening them in onnxruntime took about 1.1 s for ``zoo:mlp`` and
+``zoo:bert``, ``benchmarks/planset.py``), so 1 us per request; a GiB held
 beyond one bucket's residency is worth 10 us per request. ``placewise plan
 --bucket-cost KEY=VALUE`` changes them.
 
