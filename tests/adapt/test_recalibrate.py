@@ -252,7 +252,10 @@ def test_cli_bad_telemetry_and_in_place_writes_exit_2(tmp_path: Path) -> None:
         assert not outs.exists()
     code, _, err = _cli("recalibrate", "--calibration", str(cal_file), "--telemetry",
                         str(run_file), "--out", str(cal_file))
-    assert code == 2 and "never edited in place" in err
+    assert code == 2 and "never edited" in err
+    before = cal_file.read_bytes()
+    code, _, err = _cli("recalibrate", "--init", "--hw", "local", "--out", str(cal_file))
+    assert code == 2 and "never edited or replaced" in err and cal_file.read_bytes() == before
     code, out, err = _cli("recalibrate", "--calibration", str(cal_file), "--telemetry",
                           str(run_file), "--k", "3", "--out", str(outs), "--json")
     assert code == 0, err

@@ -21,6 +21,20 @@ def _same_file(a: Path, b: Path) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
+def _holds_calibration(path: Path) -> bool:
+    """Whether ``path`` is a readable calibration file (which --out must never replace)."""
+    from placewise.cost.calibrated import load_calibration
+    from placewise.errors import PlacewiseError
+
+    if not path.is_file():
+        return False
+    try:
+        load_calibration(path)
+    except PlacewiseError:
+        return False
+    return True
+
+
 @app.command()
 def recalibrate(
     out_file: Annotated[Path, typer.Option("--out", help="The new calibration file (never the old one)")],
@@ -43,6 +57,10 @@ def recalibrate(
     from placewise.validate.compare import machine_tags
 
     check_output_path(out_file, place="--out")
+    if _holds_calibration(out_file):
+        raise InputError("holds a calibration already: a calibration is never edited or "
+                         "replaced in place, write a new file", file=str(out_file),
+                         place="--out")
     if init:
         if calibration is not None or telemetry:
             raise InputError("--init writes an empty calibration: give neither --calibration "
