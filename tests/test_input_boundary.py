@@ -286,12 +286,27 @@ def test_onnx_symlinked_to_dev_zero_is_refused_before_reading(tmp_path: Path) ->
 
 @pytest.mark.parametrize("name, command", [
     ("m.onnx", ["inspect"]), ("t.json", ["inspect"]), ("m.yaml", ["hw", "show"]),
-    ("p.json", ["explain"]),
+    ("p.json", ["explain"]), ("p.json", ["check"]),
 ])
 def test_a_fifo_as_input_never_blocks(tmp_path: Path, name: str, command: list[str]) -> None:
     fifo = tmp_path / name
     os.mkfifo(fifo)
     assert_bad_input(run(*command, str(fifo), timeout=60), str(fifo), "FIFO")
+
+
+@pytest.mark.parametrize("command", [
+    ["loop", "zoo:mlp?layers=1&hidden=8", "--hw", "local", "--trace", "{fifo}", "--out", "{out}"],
+    ["plan", "zoo:mlp?layers=1&hidden=8", "--hw", "local", "--envelope", "batch=1,2",
+     "--mix", "{fifo}", "--out", "{out}"],
+    ["recalibrate", "--calibration", "{fifo}", "--telemetry", "{fifo}", "--out", "{out}"],
+    ["promote", "--incumbent", "{fifo}", "--candidate", "{fifo}"],
+])
+def test_a_fifo_given_to_an_option_never_blocks(tmp_path: Path, command: list[str]) -> None:
+    fifo, out = tmp_path / "in.fifo", tmp_path / "out.json"
+    os.mkfifo(fifo)
+    args = [a.format(fifo=fifo, out=out) for a in command]
+    assert_bad_input(run(*args, timeout=60), str(fifo), "FIFO")
+    assert not out.exists()
 
 
 def test_a_directory_as_a_calibration(tmp_path: Path, task_graph: Path) -> None:

@@ -665,5 +665,17 @@ def is_plan_set(path_or_doc: str | os.PathLike[str] | Mapping[str, Any]) -> bool
     return re.match(rb'\s*\{\s*"format"\s*:\s*"placewise-planset"', head) is not None
 
 
+def load_plan_or_set(path: str | os.PathLike[str]) -> Any:
+    """A plan set or a plan file, each by its own checked loader: the one way every
+    command that takes either (serve, promote, the store, the loop) loads it. A missing
+    file, a FIFO or a device is refused by the plan loader (``InputError``)."""
+    file = os.fspath(path)
+    if is_plan_set(file):
+        return load_plan_set(file)
+    from placewise.plan import load_plan
+
+    return load_plan(file)
+
+
 # loading lives in planset_file (validation of every field) and is re-exported here
 from placewise.adapt.planset_file import load_plan_set, plan_set_from_json  # noqa: E402

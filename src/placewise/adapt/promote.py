@@ -54,7 +54,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from placewise.adapt.guardrail import Decision, decide
-from placewise.adapt.store import Header, LastKnownGood, identity_of, load_plan_or_set
+from placewise.adapt.planset import load_plan_or_set
+from placewise.adapt.store import Header, LastKnownGood, identity_of
 from placewise.errors import InputError
 
 if TYPE_CHECKING:

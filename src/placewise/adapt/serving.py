@@ -476,17 +476,13 @@ def bucket_rows(plan_or_set: Any) -> tuple[Any, list[tuple[Any, ...]], str | Non
     """(the plan set or None, per bucket (name, lower, upper, plan index, plan, model,
     shapes, bucket), the file)."""
     from placewise.plan import Plan as _Plan
-    from placewise.plan import load_plan
 
     file: str | None = None
     if isinstance(plan_or_set, str | os.PathLike):
+        from placewise.adapt.planset import load_plan_or_set
+
         file = os.fspath(plan_or_set)
-        try:
-            from placewise.adapt import planset as ps_mod
-        except ImportError:  # pragma: no cover - before plan sets exist
-            ps_mod = None  # type: ignore[assignment]
-        plan_or_set = (ps_mod.load_plan_set(file) if ps_mod is not None
-                       and ps_mod.is_plan_set(file) else load_plan(file))
+        plan_or_set = load_plan_or_set(file)
     if isinstance(plan_or_set, _Plan):
         p = plan_or_set
         b = max(1, int(p.batch))

@@ -37,11 +37,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from placewise.adapt.planset import load_plan_or_set
 from placewise.errors import InputError, SpecError
 from placewise.io import atomic_write_bytes, atomic_write_json, load_json, read_file_bytes
 
 __all__ = ["FORMAT", "MAX_DECISIONS", "Entry", "Header", "LastKnownGood", "identity_of",
-           "load_plan_or_set", "mismatch", "now_utc"]
+           "mismatch", "now_utc"]
 
 FORMAT = "placewise-lkg"
 VERSION = 1
@@ -90,23 +91,6 @@ class Entry:
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "file": str(self.path), "header": self.header.to_json(),
                 "previous": self.previous, "rolled_back": self.rolled_back}
-
-
-def load_plan_or_set(path: str | os.PathLike[str]) -> Any:
-    """A plan set (``adapt.planset``, ``"format": "placewise-planset"``) or a plan file,
-    loaded by its own checked loader (``SpecError`` on bad input)."""
-    file = os.fspath(path)
-    if not Path(file).is_file():
-        raise InputError("no such file", file=file)
-    try:
-        from placewise.adapt import planset
-    except ImportError:  # pragma: no cover - plan sets not installed
-        planset = None  # type: ignore[assignment]
-    if planset is not None and planset.is_plan_set(file):
-        return planset.load_plan_set(file)
-    from placewise.plan import load_plan
-
-    return load_plan(file)
 
 
 def _versions() -> dict[str, str]:

@@ -303,11 +303,9 @@ def demo_serve(plan: Any, plan_file: Path, cal_file: Path, machine: Any) -> dict
 def _shape_path(plan_file: Path, trace_file: Path | None) -> bool:
     """Whether ``serve`` takes the bucketed path: a plan set, or a shape trace
     (``adapt.trace``: its first record has ``t_s``)."""
-    try:
-        from placewise.adapt import planset
-    except ImportError:  # pragma: no cover - before plan sets exist
-        planset = None  # type: ignore[assignment]
-    if planset is not None and plan_file.is_file() and planset.is_plan_set(plan_file):
+    from placewise.adapt.planset import is_plan_set
+
+    if is_plan_set(plan_file):
         return True
     if trace_file is None or not trace_file.is_file():
         return False
