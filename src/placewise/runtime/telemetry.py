@@ -383,10 +383,20 @@ MACHINE_TAG_KEYS: tuple[str, ...] = ("placewise", "onnxruntime", "torch", "pytho
                                      "cpu_model", "cores")
 
 
-def _usable_cores() -> int:
+def _affinity() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 0  # pragma: no cover - Linux has sched_getaffinity
+
+
+#: the cores this process may use, read when placewise is imported: an executor's
+#: in-process devices later pin the calling thread to their own cores, which must not
+#: change what a run's tags say of the machine
+_PROCESS_CORES = _affinity()
+
+
+def _usable_cores() -> int:
+    return _PROCESS_CORES
 
 
 def model_fingerprint(ref: str) -> str:
