@@ -1,4 +1,14 @@
-"""The closed loop (issue 16): plan sets for shape envelopes (``planset``), stable tags and
-telemetry windows back into the calibration (``recalibrate``), the promotion guardrail and
-the last-known-good store (``guardrail``, ``promote``, ``store``), and the loop itself
-(``loop``). Import the submodules; this package re-exports nothing."""
+"""The closed loop (issue 16), one module per job:
+
+- ``planset`` (with ``planset_choice``, ``planset_mix``, ``planset_file``,
+  ``planset_report``, ``planset_export``): plan sets for shape envelopes: buckets chosen by
+  expected cost over a shape mix, shared placements, padding, weights once per device;
+- ``trace``, ``serving``, ``serving_sim``: shape traces and a plan set served per bucket
+  (resident executors, padding waste, class priorities), for real and simulated;
+- ``telemetry``, ``recalibrate``: telemetry windows per cost key, and the per-key update of
+  a calibration into a new versioned file (stable tags live in ``runtime.telemetry``);
+- ``guardrail``, ``promote``, ``store``: the promotion statistics, the interleaved A/B run
+  and the last-known-good store with its rollback;
+- ``loop``, ``loop_steps``: the loop over a replayed drifting trace.
+
+Import the submodules; this package re-exports nothing."""
