@@ -18,7 +18,7 @@ escapes every label it takes from the file (``placewise.report.model.label``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from placewise.report.model import COLORS, Figure, Section, Table, fmt_num, fmt_s, label
@@ -112,17 +112,19 @@ def throughput_figure(doc: Mapping[str, Any]) -> Figure | None:
                   layout)
 
 
+def _distinct(ws: Sequence[Mapping[str, Any]], field: str,
+              key: Callable[[Mapping[str, Any]], str]) -> list[str]:
+    """The distinct ``key`` of the records under ``field`` over the windows, in order of
+    first appearance."""
+    return list(dict.fromkeys(key(d) for w in ws for d in _dicts(w.get(field))))
+
+
 def error_figure(doc: Mapping[str, Any]) -> Figure | None:
     """Compile-time prediction error per window and term kind, before and after
     recalibration: |predicted - measured| / measured of the adaptive arm's terms summed by
     kind over its buckets."""
     ws = _windows(doc)
-    kinds: list[str] = []
-    for w in ws:
-        for p in _dicts(w.get("prediction")):
-            k = str(p.get("kind"))
-            if k not in kinds:
-                kinds.append(k)
+    kinds = _distinct(ws, "prediction", lambda p: str(p.get("kind")))
     if not kinds:
         return None
     xs = [w.get("index") for w in ws]
@@ -189,12 +191,7 @@ def bucket_error_figure(doc: Mapping[str, Any]) -> Figure | None:
 def mix_figure(doc: Mapping[str, Any]) -> Figure | None:
     """The shape mix of each window (the drift): the share of requests per shape."""
     ws = _windows(doc)
-    shapes: list[str] = []
-    for w in ws:
-        for m in _dicts(w.get("mix")):
-            s = _shape_text(m.get("shape"))
-            if s not in shapes:
-                shapes.append(s)
+    shapes = _distinct(ws, "mix", lambda m: _shape_text(m.get("shape")))
     if not shapes:
         return None
     xs = [w.get("index") for w in ws]
