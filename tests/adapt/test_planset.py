@@ -351,7 +351,11 @@ def test_seq_axis_of_a_zoo_model(machine: Any, tmp_path: Path) -> None:
 
     exp = export_plan_set(ps, tmp_path / "exp", machine=machine)
     assert exp["references"] > exp["initializers"]
-    assert exp["bytes_written"] < 0.6 * exp["bytes_without_sharing"]
+    # n buckets without sharing write every weight n times; with it, once, plus what is
+    # not shared (position tables, graphs): under 35 % of the unshared bytes here. The
+    # bucket count follows the time-limited search (4 on a quiet machine: the 0.6 bound)
+    n = len(ps.buckets)
+    assert exp["bytes_written"] < (1 / n + 0.35) * exp["bytes_without_sharing"], (n, exp)
 
 
 def test_seq_axis_of_an_onnx_file(machine: Any, tmp_path: Path) -> None:
