@@ -216,10 +216,10 @@ def test_missing_file_and_directory(tmp_path: Path) -> None:
         load_onnx(tmp_path)
 
 
-def test_old_opset_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ModelFormatError, match="opset 12") as e:
-        load_onnx(_mlp(tmp_path, opset=12))
-    assert e.value.place == "opset_import"
+def test_old_opset_is_upgraded(tmp_path: Path) -> None:
+    g = load_onnx(_mlp(tmp_path, opset=12), batch=2)
+    assert g.record.upgraded_from_opset == 12
+    assert [o.kind for o in g.ops] == [OpKind.MATMUL, OpKind.ADD, OpKind.RELU]
 
 
 def test_every_truncation_is_a_model_format_error(tmp_path: Path) -> None:

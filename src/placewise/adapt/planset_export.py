@@ -153,6 +153,7 @@ def _verify(root: Path, buckets: list[str]) -> int:
 
     from placewise.errors import UnsupportedError
     from placewise.export import MANIFEST_FILE, load_manifest
+    from placewise.onnxrt import new_session
 
     n = 0
     for name in buckets:
@@ -160,8 +161,8 @@ def _verify(root: Path, buckets: list[str]) -> int:
             opts = ort.SessionOptions()
             opts.intra_op_num_threads = 1
             try:
-                ort.InferenceSession(str(root / name / p.file), opts,
-                                     providers=["CPUExecutionProvider"])
+                new_session(str(root / name / p.file), opts,
+                            providers=["CPUExecutionProvider"])
             except Exception as exc:  # onnxruntime raises its own types
                 raise UnsupportedError(f"bucket {name!r}, partition {p.name!r}: onnxruntime "
                                        f"does not load it with the shared weights: "

@@ -171,6 +171,8 @@ def _render_summary(s: dict[str, Any]) -> None:
         folded = (f"; {s['folded_nodes']} of {s['source_nodes']} nodes folded into constants"
                   if s.get("source_nodes") else "")
         out.print(f"  shapes: {s['shape_source']}{folded}")
+    if s.get("upgraded_from_opset"):
+        out.print(f"  upgraded from opset {s['upgraded_from_opset']} (onnx.version_converter)")
     rows = [[k, v["count"], format_flops(v["flops"]), format_bytes(v["bytes_moved"])]
             for k, v in sorted(s["by_kind"].items(), key=lambda kv: -kv[1]["flops"])]
     out.print(_table("by kind", ["kind", "ops", "FLOPs", "bytes moved"], rows))

@@ -53,6 +53,7 @@ __all__ = [
     "einsum_indices",
     "has_rule",
     "rule",
+    "window_count",
 ]
 
 #: FLOPs charged per element for one transcendental function (exp, log, erf, tanh, sin,
@@ -444,6 +445,27 @@ def _linear(c: _Ctx) -> OpCount:
     return c.count(2 * rows * sw[1] * sw[0] + (rows * sw[0] if bias is not None else 0))
 
 
+def window_count(size: int, kernel: int, stride: int, pad_begin: int, pad_end: int,
+                 dilation: int = 1, *, ceil_mode: bool = False) -> int:
+    """How many windows a convolution or pooling slides along one axis (its output size).
+
+    With ``ceil_mode`` a last, partial window counts, unless it would start in the end
+    padding (PyTorch's and onnxruntime's rule, which ONNX shape inference does not apply).
+
+    >>> window_count(5, 2, 2, 0, 0), window_count(5, 2, 2, 0, 0, ceil_mode=True)
+    (2, 3)
+    >>> window_count(5, 2, 2, 1, 1, ceil_mode=True)  # a 4th window would start in padding
+    3
+    """
+    span = size + pad_begin + pad_end - dilation * (kernel - 1) - 1
+    if not ceil_mode:
+        return span // stride + 1
+    out = -(-span // stride) + 1
+    if (out - 1) * stride >= size + pad_begin:
+        out -= 1
+    return out
+
+
 def _conv_spatial_check(c: _Ctx, in_sp: Sequence[int], k_sp: Sequence[int],
                         out_sp: Sequence[int], *, transpose: bool) -> None:
     """Check the output spatial size against strides/pads/dilations when ``pads`` is given
@@ -461,8 +483,9 @@ def _conv_spatial_check(c: _Ctx, in_sp: Sequence[int], k_sp: Sequence[int],
         exp = [strides[i] * (in_sp[i] - 1) + opad[i] + (k_sp[i] - 1) * dil[i] + 1
                - pads[i] - pads[nd + i] for i in range(nd)]
     else:
-        exp = [(in_sp[i] + pads[i] + pads[nd + i] - dil[i] * (k_sp[i] - 1) - 1) // strides[i]
-               + 1 for i in range(nd)]
+        ceil = bool(c.op.attrs.get("ceil_mode", False))
+        exp = [window_count(in_sp[i], k_sp[i], strides[i], pads[i], pads[nd + i], dil[i],
+                            ceil_mode=ceil) for i in range(nd)]
     if list(out_sp) != exp:
         raise c.fail(f"output spatial size {_fmt(out_sp)} does not follow from input "
                      f"{_fmt(in_sp)}, kernel {_fmt(k_sp)}, strides {_fmt(strides)}, pads "

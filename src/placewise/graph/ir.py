@@ -387,13 +387,15 @@ class ImportRecord:
     ``graph.onnx_shapes``), ``"torch.export"`` (programs), ``""`` (task graphs).
     ``source_nodes`` is the node count of the source file (ONNX: ``Constant`` nodes
     included; 0 when not counted) and ``folded_nodes`` how many of them were folded into
-    constants once shapes were bound.
+    constants once shapes were bound. ``upgraded_from_opset``: the default-domain opset of
+    an ONNX file older than placewise reads, which was upgraded on import (0: none was).
     """
 
     shape_source: str = ""
     source_nodes: int = 0
     folded_nodes: int = 0
     shape_problem: str = ""  # why shapes may have stayed symbolic ("" when nothing failed)
+    upgraded_from_opset: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,7 +45,7 @@ from placewise.graph.ir import (
     eval_dim,
 )
 from placewise.graph.onnx_kinds import _Ctx, _make_op, _type_name, _TypeInfo, onnx_dtype
-from placewise.io import read_file_bytes, read_file_range
+from placewise.io import quiet, read_file_bytes, read_file_range
 from placewise.units import DType
 
 if TYPE_CHECKING:
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MIN_OPSET", "load_onnx", "load_onnx_source", "onnx_dtype", "read_onnx"]
 
+#: the oldest default-domain opset placewise computes on: older files are upgraded to it
 MIN_OPSET = 13
 # external tensors up to this size are read in (shape inference may need their values);
 # larger ones are only checked, never loaded: their dims and dtype are in the model proto
@@ -99,13 +100,56 @@ def _default_opset(model: ModelProto, path: str) -> int:
     if not versions:
         raise ModelFormatError("the model imports no default-domain (ai.onnx) opset",
                                file=path, place="opset_import")
-    version = int(versions[0])
-    if version < MIN_OPSET:
+    return int(versions[0])
+
+
+def _upgrade_opset(model: ModelProto, path: str) -> tuple[ModelProto, int | None]:
+    """``model`` converted to ``MIN_OPSET`` with ``onnx.version_converter`` when its
+    default-domain opset is older, and the opset it had (None when it needed nothing).
+
+    The converter keeps each node's outputs; a node it rewrites loses its name, which is
+    given back (the node that makes the same first output), so provenance survives. A
+    conversion that fails is ``ModelFormatError`` naming the node it fails on."""
+    version = _default_opset(model, path)
+    if version >= MIN_OPSET:
+        return model, None
+    from onnx import version_converter
+
+    names = {n.output[0]: n.name for n in model.graph.node if n.output and n.name}
+    try:
+        with quiet():
+            upgraded = version_converter.convert_version(model, MIN_OPSET)
+    except Exception as e:
         raise ModelFormatError(
-            f"opset {version} is too old: placewise reads opset {MIN_OPSET} or newer "
-            f"(upgrade it with onnx.version_converter.convert_version(model, {MIN_OPSET}))",
-            file=path, place="opset_import")
-    return version
+            f"opset {version} could not be upgraded to {MIN_OPSET} with "
+            f"onnx.version_converter: {_short(str(e), 160)}", file=path,
+            place=_failing_node(model, version)) from None
+    for node in upgraded.graph.node:
+        if not node.name and node.output and node.output[0] in names:
+            node.name = names[node.output[0]]
+    return upgraded, version
+
+
+def _failing_node(model: ModelProto, version: int) -> str:
+    """The first node the version converter cannot upgrade alone ("opset_import" when each
+    converts on its own): each node in a model of its own, its inputs typeless graph
+    inputs."""
+    import onnx
+    from onnx import helper, version_converter
+
+    for i, node in enumerate(model.graph.node):
+        ins = [onnx.ValueInfoProto(name=n) for n in dict.fromkeys(node.input) if n]
+        outs = [onnx.ValueInfoProto(name=n) for n in node.output if n]
+        one = helper.make_model(helper.make_graph([node], "one", ins, outs),
+                                opset_imports=list(model.opset_import),
+                                ir_version=model.ir_version)
+        try:
+            with quiet():
+                version_converter.convert_version(one, MIN_OPSET)
+        except Exception:
+            return f"node {node.name or f'{node.op_type}_{i}'!r} ({node.op_type}, opset " \
+                   f"{version})"
+    return "opset_import"
 
 
 # ---- strings and tensor data ---------------------------------------------------------------
@@ -553,16 +597,20 @@ def _subgraph_refs(node: NodeProto) -> list[str]:
 
 def read_onnx(path: str | os.PathLike[str]) -> ModelProto:
     """The ONNX model at ``path`` with its external data, safely: unreadable, truncated or
-    invalid files, opsets older than ``MIN_OPSET`` and external-data references that escape
-    the model's folder are refused with ``ModelFormatError``. Every reader of ``.onnx``
-    files goes through here."""
-    file = os.fspath(path)
+    invalid files and external-data references that escape the model's folder are refused
+    with ``ModelFormatError``; an opset older than ``MIN_OPSET`` is upgraded to it
+    (``onnx.version_converter``; a conversion that fails is refused naming the node).
+    Every reader of ``.onnx`` files goes through here."""
+    return _read_onnx(os.fspath(path))[0]
+
+
+def _read_onnx(file: str) -> tuple[ModelProto, int | None]:
+    """``read_onnx`` and the opset the file had when it was upgraded (else None)."""
     model = _read_model(file)
     _check_strings(model, file)  # before any name is used in a message
-    _default_opset(model, file)  # refuses opsets older than MIN_OPSET
     _resolve_external(model, file)
     _check_tensor_data(model, file)
-    return model
+    return _upgrade_opset(model, file)
 
 
 def load_onnx(path: str | os.PathLike[str], *,
@@ -597,12 +645,13 @@ def load_onnx_source(path: str | os.PathLike[str], *,
     from placewise.graph.onnx_shapes import prepare_onnx
 
     file = os.fspath(path)
-    model, info = prepare_onnx(read_onnx(file), file, shapes=shapes, batch=batch)
+    source, upgraded_from = _read_onnx(file)
+    model, info = prepare_onnx(source, file, shapes=shapes, batch=batch)
     if not with_graph:
         return None, model
     problem = f" ({info.problem})" if info.problem else ""
     record = ImportRecord(info.shape_source, info.source_nodes, info.folded_nodes,
-                          info.problem)
+                          info.problem, upgraded_from_opset=upgraded_from or 0)
     return _build_graph(model, file, info.env, problem, record), model
 
 

@@ -193,6 +193,12 @@ def resolve_shapes(model: ModelProto) -> tuple[ModelProto, str, str]:
     else:
         problems = []
     left = symbolic_values(inferred)
+    wrong = _ceil_pools_misread(inferred)
+    if wrong and _inputs_concrete(inferred):
+        # symbolic inference reads these pools as ONNX does: only a run gives their size
+        problems.append(f"ONNX shape inference sizes ceil_mode pooling {wrong[0]!r} with "
+                        f"a last window that starts in the padding")
+        return _run_or_keep(inferred, problems)
     if not left or not _inputs_concrete(inferred):
         return inferred, SHAPES_ONNX, "; ".join(problems)
     problems.append(f"ONNX shape inference left {len(left)} values symbolic ({left[0]!r}...)")
@@ -207,11 +213,53 @@ def resolve_shapes(model: ModelProto) -> tuple[ModelProto, str, str]:
             return sym, SHAPES_SYMBOLIC, "; ".join(problems)
         problems.append(f"onnxruntime symbolic inference left {len(left)} values symbolic "
                         f"({left[0]!r}...)")
+    return _run_or_keep(inferred, problems)
+
+
+def _run_or_keep(inferred: ModelProto, problems: list[str]) -> tuple[ModelProto, str, str]:
+    """The shapes of one onnxruntime run, or (when it fails) ``inferred`` as it is."""
     try:
         return _ort_run(inferred), SHAPES_RUN, "; ".join(problems)
     except Exception as e:  # a model onnxruntime cannot run: its dims stay symbolic
         problems.append(f"an onnxruntime run failed ({type(e).__name__}: {_short(str(e))})")
         return inferred, SHAPES_ONNX, "; ".join(problems)
+
+
+def _ceil_pools_misread(model: ModelProto) -> list[str]:
+    """Outputs of ``ceil_mode`` MaxPool/AveragePool nodes whose inferred spatial size is
+    not the one onnxruntime computes (``count.window_count``: ONNX inference keeps a last
+    window that starts in the end padding)."""
+    from onnx import helper
+
+    from placewise.graph.count import window_count
+
+    dims: dict[str, tuple[int, ...]] = {}
+    for vi in [*model.graph.input, *model.graph.value_info, *model.graph.output]:
+        d = _concrete_dims(vi.type)
+        if d is not None:
+            dims.setdefault(vi.name, d)
+    wrong = []
+    for node in model.graph.node:
+        if node.op_type not in ("MaxPool", "AveragePool") or \
+                node.domain not in ("", "ai.onnx") or not node.input or not node.output:
+            continue
+        a = {x.name: helper.get_attribute_value(x) for x in node.attribute}
+        x, y = dims.get(node.input[0]), dims.get(node.output[0])
+        if not a.get("ceil_mode") or x is None or y is None or "kernel_shape" not in a:
+            continue
+        k = list(a["kernel_shape"])
+        n = len(k)
+        s = list(a.get("strides", [1] * n))
+        dil = list(a.get("dilations", [1] * n))
+        p = list(a.get("pads", [0] * 2 * n))
+        if len(x) != n + 2 or len(y) != n + 2 or a.get("auto_pad", b"NOTSET") not in \
+                (b"NOTSET", "NOTSET"):
+            continue
+        want = [window_count(x[2 + i], k[i], s[i], p[i], p[n + i], dil[i], ceil_mode=True)
+                for i in range(n)]
+        if list(y[2:]) != want:
+            wrong.append(node.output[0])
+    return wrong
 
 
 def _short(text: str, limit: int = 160) -> str:
@@ -221,6 +269,10 @@ def _short(text: str, limit: int = 160) -> str:
 
 def _ort_symbolic(model: ModelProto) -> ModelProto:
     from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+    from placewise.onnxrt import quiet_logs
+
+    quiet_logs()
 
     # when it cannot finish, the tool saves its partial model into the working directory:
     # run it in a folder of its own
@@ -279,7 +331,8 @@ def _ort_run(model: ModelProto) -> ModelProto:
         out.graph.value_info.append(helper.make_tensor_value_info(name, elem, value.shape))
     for vi in out.graph.output:
         value = by_name.get(vi.name)
-        if value is not None and hasattr(value, "shape") and _concrete_dims(vi.type) is None:
+        if value is not None and hasattr(value, "shape") and \
+                _concrete_dims(vi.type) != tuple(value.shape):  # missing, or misread
             elem = helper.np_dtype_to_tensor_dtype(value.dtype)
             vi.CopyFrom(helper.make_tensor_value_info(vi.name, elem, value.shape))
     return out
@@ -354,13 +407,15 @@ def plain_session(model: ModelProto) -> Any:
     one thread, quiet."""
     import onnxruntime as ort
 
+    from placewise.onnxrt import new_session
+
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     opts.intra_op_num_threads = 1
     opts.inter_op_num_threads = 1
-    return ort.InferenceSession(model.SerializeToString(), sess_options=opts,
-                                providers=["CPUExecutionProvider"])
+    return new_session(model.SerializeToString(), opts,
+                       providers=["CPUExecutionProvider"])
 
 
 def constant_tensor(node: NodeProto) -> TensorProto | None:

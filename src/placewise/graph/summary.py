@@ -58,6 +58,7 @@ def summarize(graph: Graph) -> dict[str, Any]:
         "shape_source": graph.record.shape_source or None,
         "source_nodes": graph.record.source_nodes or None,
         "folded_nodes": graph.record.folded_nodes,
+        "upgraded_from_opset": graph.record.upgraded_from_opset or None,
     }
 
 

@@ -199,13 +199,15 @@ def _torch_mm(threads: int, sizes: Sequence[int], repeats: int, target_s: float)
 def _ort_session(model: Any, threads: int) -> Any:
     import onnxruntime as ort
 
+    from placewise.onnxrt import new_session
+
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), so,
-                                providers=["CPUExecutionProvider"])
+    return new_session(model.SerializeToString(), so,
+                       providers=["CPUExecutionProvider"])
 
 
 def _ort_matmul_model(n: int, *, integer: bool) -> Any:

@@ -201,6 +201,10 @@ def fake_quant(a: np.ndarray[Any, Any], signed: bool) -> np.ndarray[Any, Any]:
     from onnx import TensorProto
     from onnxruntime.quantization.quant_utils import quantize_data
 
+    from placewise.onnxrt import quiet_logs
+
+    quiet_logs()
+
     from placewise.runtime.compile import int8_weights_reduced
 
     qtype = TensorProto.INT8 if signed else TensorProto.UINT8

@@ -135,6 +135,8 @@ def int8_weights_reduced() -> bool:
     import onnxruntime as ort
     from onnx import TensorProto, helper
 
+    from placewise.onnxrt import new_session
+
     graph = helper.make_graph(
         [helper.make_node("MatMulInteger", ["A", "B"], ["Y"])], "int8_exactness",
         [helper.make_tensor_value_info("A", TensorProto.UINT8, ["m", 64]),
@@ -144,8 +146,8 @@ def int8_weights_reduced() -> bool:
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
     opts.log_severity_level = 3
-    sess = ort.InferenceSession(model.SerializeToString(), opts,
-                                providers=["CPUExecutionProvider"])
+    sess = new_session(model.SerializeToString(), opts,
+                       providers=["CPUExecutionProvider"])
     b = np.where(np.arange(64 * 32).reshape(64, 32) % 2, 127, -128).astype(np.int8)
     for m in (1, 16):
         a = np.full((m, 64), 255, np.uint8)
@@ -164,6 +166,10 @@ def quantize_dynamic_model(model: Any, what: str, *,
     its weights at 7 bits where ``int8_weights_reduced()``."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from placewise.onnxrt import quiet_logs
+
+    quiet_logs()
 
     with tempfile.TemporaryDirectory(prefix="placewise-quant-") as tmp, _quiet():
         src = os.path.join(tmp, "in.onnx")

@@ -285,6 +285,8 @@ def _quiet() -> Any:
 def _ort_session(model: Any, threads: int) -> Any:
     import onnxruntime as ort
 
+    from placewise.onnxrt import new_session
+
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = max(1, threads)
     opts.inter_op_num_threads = 1
@@ -292,7 +294,7 @@ def _ort_session(model: Any, threads: int) -> Any:
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     opts.log_severity_level = 3
     data = model if isinstance(model, bytes) else model.SerializeToString()
-    return ort.InferenceSession(data, sess_options=opts, providers=["CPUExecutionProvider"])
+    return new_session(data, opts, providers=["CPUExecutionProvider"])
 
 
 def _quantize_onnx(model: Any, what: str) -> Any:

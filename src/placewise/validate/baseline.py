@@ -43,9 +43,15 @@ def _baseline_worker(conn: Connection, path: str, cores: list[int], quantize: bo
         os.sched_setaffinity(0, cores)
         import onnxruntime as ort
 
+        from placewise.onnxrt import new_session
+
         model_path = path
         if quantize:
             from onnxruntime.quantization import quantize_dynamic
+
+            from placewise.onnxrt import quiet_logs
+
+            quiet_logs()
 
             from placewise.runtime.compile import int8_weights_reduced
 
@@ -59,8 +65,8 @@ def _baseline_worker(conn: Connection, path: str, cores: list[int], quantize: bo
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.log_severity_level = 3
-        sess = ort.InferenceSession(model_path, sess_options=opts,
-                                    providers=["CPUExecutionProvider"])
+        sess = new_session(model_path, opts,
+                           providers=["CPUExecutionProvider"])
         in_names = [i.name for i in sess.get_inputs()]
         if set(in_names) != set(names):  # exported names may differ: match by position
             names = in_names

@@ -122,6 +122,8 @@ def make_session(model: bytes | str, provider: Provider, *, threads: int,
     onnxruntime's own profiler (calibration runs only, never timed runs)."""
     import onnxruntime as ort
 
+    from placewise.onnxrt import new_session
+
     avail = set(ort.get_available_providers())
     if provider.name not in avail:
         raise UnsupportedError(f"onnxruntime here has no {provider.name} (it has "
@@ -139,7 +141,7 @@ def make_session(model: bytes | str, provider: Provider, *, threads: int,
         so.enable_profiling = True
         so.profile_file_prefix = profile_prefix
     try:
-        return ort.InferenceSession(model, sess_options=so, providers=[provider.as_ort()])
+        return new_session(model, so, providers=[provider.as_ort()])
     except Exception as exc:
         text = " ".join(str(exc).split())
         raise UnsupportedError(f"onnxruntime cannot load the partition on "

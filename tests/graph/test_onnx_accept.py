@@ -1,0 +1,154 @@
+"""Valid ONNX files the importer used to refuse or misread (issue 24): old opsets upgraded on
+import, ceil_mode pooling, quantized and contrib ops counted as what they compute, free and
+unnamed dims, and first-contact errors that name what to do. Shapes are checked against
+onnxruntime, FLOPs against hand formulas."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from placewise.errors import ModelFormatError
+from placewise.graph.count import count_graph, count_op
+from placewise.graph.onnx_import import load_onnx
+from tests.test_cli import assert_bad_input, run
+
+F = TensorProto.FLOAT
+
+
+def _vi(name: str, dims: Sequence[int | str] | None, elem: int = F) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, elem, dims)
+
+
+def _save(path: Path, nodes: Sequence[onnx.NodeProto], inputs: Sequence[onnx.ValueInfoProto],
+          outputs: Sequence[onnx.ValueInfoProto], inits: Sequence[onnx.TensorProto] = (), *,
+          opset: int = 17, extra: Sequence[onnx.OperatorSetIdProto] = (),
+          ir_version: int = 8) -> str:
+    graph = helper.make_graph(list(nodes), "g", list(inputs), list(outputs), list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset), *extra])
+    model.ir_version = ir_version
+    onnx.save(model, str(path))
+    return str(path)
+
+
+def _ort_outputs(path: str, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    from placewise.onnxrt import new_session
+
+    sess = new_session(path)
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, feeds), strict=True))
+
+
+# ---- 1. opsets below 13 are upgraded --------------------------------------------------------
+
+
+def _opset11(tmp_path: Path) -> str:
+    nodes = [helper.make_node("Squeeze", ["x"], ["s"], axes=[0], name="sq"),
+             helper.make_node("ReduceSum", ["s"], ["r"], axes=[1], keepdims=1, name="rs"),
+             helper.make_node("Softmax", ["r"], ["y"], axis=1, name="sm")]
+    return _save(tmp_path / "o11.onnx", nodes, [_vi("x", [1, 3, 4, 5])], [_vi("y", None)],
+                 opset=11, ir_version=6)
+
+
+def test_old_opset_is_upgraded_and_recorded(tmp_path: Path) -> None:
+    path = _opset11(tmp_path)
+    g = load_onnx(path)
+    assert g.record.upgraded_from_opset == 11
+    want = _ort_outputs(path, {"x": np.ones((1, 3, 4, 5), np.float32)})["y"]
+    assert g.tensor("y").shape == want.shape == (3, 1, 5)
+    names = {o.name for o in g.ops}
+    assert {"sq", "rs", "sm"} <= names  # the converter's rewritten nodes keep their names
+    assert count_graph(g).coverage == 1.0
+    proc = run("inspect", path)
+    assert proc.returncode == 0, proc.stderr
+    assert "upgraded from opset 11" in proc.stdout
+    data = json.loads(run("inspect", path, "--json").stdout)
+    assert data["upgraded_from_opset"] == 11
+
+
+def test_current_opset_is_not_upgraded(tmp_path: Path) -> None:
+    path = _save(tmp_path / "r.onnx", [helper.make_node("Relu", ["x"], ["y"])],
+                 [_vi("x", [2])], [_vi("y", [2])], opset=13)
+    assert load_onnx(path).record.upgraded_from_opset == 0
+
+
+def test_failed_upgrade_names_file_and_node(tmp_path: Path) -> None:
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="r0"),
+             helper.make_node("NoSuchOp", ["a"], ["y"], name="mystery")]
+    path = _save(tmp_path / "bad.onnx", nodes, [_vi("x", [2])], [_vi("y", None)], opset=11,
+                 ir_version=6)
+    with pytest.raises(ModelFormatError, match="could not be upgraded") as e:
+        load_onnx(path)
+    assert e.value.file == path and "'mystery'" in str(e.value.place)
+    assert_bad_input(run("inspect", path), path, "mystery", "opset 11")
+
+
+# ---- 2. ceil_mode pooling ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op_type", ["MaxPool", "AveragePool"])
+@pytest.mark.parametrize(("size", "k", "s", "pad"), [(5, 2, 2, 0), (5, 2, 2, 1), (6, 3, 2, 1),
+                                                      (7, 3, 2, 0), (112, 3, 2, 0)])
+def test_ceil_mode_pool_shapes_match_onnxruntime(tmp_path: Path, op_type: str, size: int,
+                                                  k: int, s: int, pad: int) -> None:
+    node = helper.make_node(op_type, ["x"], ["p"], kernel_shape=[k, k], strides=[s, s],
+                            pads=[pad] * 4, ceil_mode=1, name="pool")
+    relu = helper.make_node("Relu", ["p"], ["y"], name="after")
+    path = _save(tmp_path / "pool.onnx", [node, relu], [_vi("x", [1, 2, size, size])],
+                 [_vi("y", None)])
+    want = _ort_outputs(path, {"x": np.zeros((1, 2, size, size), np.float32)})["y"].shape
+    g = load_onnx(path)
+    assert g.tensor("p").shape == g.tensor("y").shape == want
+    c = count_op(g, g.op("pool"))
+    assert c.flops == np.prod(want) * k * k  # kernel volume per output element
+    assert count_graph(g).coverage == 1.0
+
+
+# ---- 7. onnxruntime's own log lines never reach stderr --------------------------------------
+
+
+def test_onnxruntime_log_lines_never_leak(tmp_path: Path) -> None:
+    # folding the constant Reshape fails inside onnxruntime, which logs an error in colour
+    nodes = [helper.make_node("Reshape", ["c", "s"], ["r"], name="bad_reshape"),
+             helper.make_node("Add", ["r", "x"], ["y"], name="add")]
+    inits = [numpy_helper.from_array(np.ones((2, 4), np.float32), "c"),
+             numpy_helper.from_array(np.array([3, 3], np.int64), "s")]
+    path = _save(tmp_path / "noisy.onnx", nodes, [_vi("x", [3, 3])], [_vi("y", None)], inits)
+    proc = run("inspect", path)
+    assert "\x1b" not in proc.stderr and "onnxruntime" not in proc.stderr, proc.stderr
+    # and a session made directly through the helper stays quiet while running the same
+    # failing kernel
+    import subprocess
+    import sys
+
+    code = ("import numpy as np, onnx\n"
+            "from placewise.onnxrt import new_session\n"
+            f"m = onnx.load({path!r})\n"
+            "del m.graph.initializer[:]\n"
+            "m.graph.input.extend([onnx.helper.make_tensor_value_info('c', 1, [2, 4]),"
+            " onnx.helper.make_tensor_value_info('s', 7, [2])])\n"
+            "s = new_session(m.SerializeToString())\n"
+            "try:\n"
+            "    s.run(None, {'c': np.ones((2, 4), np.float32), 's': np.array([3, 3]),"
+            " 'x': np.ones((3, 3), np.float32)})\n"
+            "except Exception:\n"
+            "    print('raised')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert done.stdout.strip() == "raised" and "\x1b" not in done.stderr, done.stderr
+
+
+def test_every_session_is_made_by_the_helper() -> None:
+    src = Path(__file__).resolve().parents[2] / "src" / "placewise"
+    makers = [str(p.relative_to(src)) for p in src.rglob("*.py")
+              if "ort.InferenceSession(" in p.read_text() or
+              "onnxruntime.InferenceSession(" in p.read_text()]
+    assert makers == ["onnxrt.py"], makers
+    assert ort.get_available_providers()
