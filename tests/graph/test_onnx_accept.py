@@ -152,3 +152,83 @@ def test_every_session_is_made_by_the_helper() -> None:
               "onnxruntime.InferenceSession(" in p.read_text()]
     assert makers == ["onnxrt.py"], makers
     assert ort.get_available_providers()
+
+
+# ---- 4. free dims: paddle2onnx's -1, anonymous '?' -------------------------------------------
+
+
+def _anonymous_dims(tmp_path: Path) -> str:
+    return _save(tmp_path / "anon.onnx", [helper.make_node("Relu", ["x"], ["y"])],
+                 [_vi("x", [-1, 3, "?", "?"])], [_vi("y", [-1, 3, "?", "?"])])
+
+
+def test_minus_one_and_question_mark_dims_are_distinct_free_dims(tmp_path: Path) -> None:
+    path = _anonymous_dims(tmp_path)
+    g = load_onnx(path, shapes={"x": (1, 3, 8, 6)})  # two '?' bound to two sizes
+    want = _ort_outputs(path, {"x": np.zeros((1, 3, 8, 6), np.float32)})["y"].shape
+    assert g.tensor("x").shape == g.tensor("y").shape == want
+    free = load_onnx(path, batch=2).tensor("x").shape
+    assert free[:2] == (2, 3) and isinstance(free[2], str) and isinstance(free[3], str)
+    assert free[2] != free[3]  # never one symbol
+    assert run("inspect", path, "--shape", "x=1x3x8x6").returncode == 0
+
+
+# ---- 5. a model whose dims stay unbound names the input dims to bind ------------------------
+
+
+def _dynamic_detector(tmp_path: Path) -> str:
+    """A YOLO-like export: dynamic height and width, value_info annotated with the
+    exporter's nested size expressions."""
+    nodes, prev, size = [], "images", "height"
+    w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32) * 0.1, "w0")
+    inits = [w]
+    vis = []
+    for i in range(6):
+        cin = 3 if i == 0 else 4
+        if i:
+            inits.append(numpy_helper.from_array(np.ones((4, cin, 3, 3), np.float32), f"w{i}"))
+        out = f"c{i}"
+        nodes.append(helper.make_node("Conv", [prev, f"w{i}"], [out], kernel_shape=[3, 3],
+                                      strides=[2, 2], pads=[1, 1, 1, 1], name=f"conv{i}"))
+        size = f"floor(floor(({size} - 1)/2) + 1)"
+        vis.append(_vi(out, [1, 4, size, size.replace("height", "width")]))
+        prev = out
+    path = tmp_path / "det.onnx"
+    graph = helper.make_graph(nodes, "det", [_vi("images", [1, 3, "height", "width"])],
+                              [_vi(prev, None)], inits, value_info=vis)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return str(path)
+
+
+def test_unbound_dims_name_the_input_and_dims(tmp_path: Path) -> None:
+    path = _dynamic_detector(tmp_path)
+    proc = run("inspect", path)
+    assert_bad_input(proc, path, "input 'images'", "dims 2 (height) and 3 (width)",
+                     "--shape images=1x3x?x?")
+    assert len(proc.stderr) < 300 and "floor" not in proc.stderr
+    g = load_onnx(path, shapes={"images": (1, 3, 64, 48)})
+    want = _ort_outputs(path, {"images": np.zeros((1, 3, 64, 48), np.float32)})["c5"].shape
+    assert g.tensor("c5").shape == want == (1, 4, 1, 1)
+
+
+# ---- 6. an input placewise cannot place ------------------------------------------------------
+
+
+def test_string_input_is_refused_naming_it(tmp_path: Path) -> None:
+    nodes = [helper.make_node("StringNormalizer", ["text"], ["norm"],
+                              case_change_action="LOWER"),
+             helper.make_node("Relu", ["x"], ["y"])]
+    path = _save(tmp_path / "str.onnx", nodes,
+                 [_vi("text", [1], TensorProto.STRING), _vi("x", [2])],
+                 [_vi("norm", None, TensorProto.STRING), _vi("y", [2])])
+    assert_bad_input(run("inspect", path), path, "input 'text'", "STRING")
+
+
+def test_sequence_input_is_refused_naming_it(tmp_path: Path) -> None:
+    seq = helper.make_value_info("seq", helper.make_sequence_type_proto(
+        helper.make_tensor_type_proto(F, [2])))
+    path = _save(tmp_path / "seq.onnx", [helper.make_node("Relu", ["x"], ["y"])],
+                 [_vi("x", [2]), seq], [_vi("y", [2])])
+    assert_bad_input(run("inspect", path, "--batch", "1"), path, "input 'seq'", "sequence")

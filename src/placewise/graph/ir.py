@@ -512,14 +512,12 @@ class Graph:
         >>> g.check_concrete()
         Traceback (most recent call last):
         ...
-        placewise.errors.GraphError: input 'x': shape [N,4] has symbolic dimensions; bind them with --shape x=DIMS or --batch
+        placewise.errors.GraphError: input 'x': dim 0 (N) of [N,4] has no size; bind it with --shape x=?x4 (a size for each ?) or --batch
         """
         for name in self.inputs:
             t = self.tensor(name)
             if not t.is_concrete:
-                raise GraphError(
-                    f"shape {t.shape_str()} has symbolic dimensions; bind them with "
-                    f"--shape {name}=DIMS or --batch", file=file, place=f"input {name!r}")
+                raise GraphError(_unbound_input(t), file=file, place=f"input {name!r}")
         why = f" ({self.record.shape_problem})" if self.record.shape_problem else ""
         for t in self.tensors:
             if not t.is_concrete:
@@ -607,6 +605,27 @@ class Graph:
     def with_ops(self, ops: Iterable[Op], tensors: Iterable[Tensor] | None = None) -> Graph:
         return Graph.build(self.name, self.tensors if tensors is None else tensors, ops,
                            self.inputs, self.outputs, record=self.record)
+
+
+def _unbound_input(t: Tensor) -> str:
+    """What to say about an input with symbolic dims: which dims, and the ``--shape`` that
+    binds them (``--batch`` too when only the leading dim is unknown)."""
+    free = [i for i, d in enumerate(t.shape) if not isinstance(d, int)]
+    named = [f"{i} ({_short_dim(t.shape[i])})" for i in free]
+    which = (f"dim {named[0]}" if len(named) == 1 else
+             f"dims {', '.join(named[:-1])} and {named[-1]}")
+    template = "x".join("?" if not isinstance(d, int) else str(d) for d in t.shape)
+    batch = " or --batch" if free == [0] else ""
+    verb = "has" if len(free) == 1 else "have"
+    pronoun = "it" if len(free) == 1 else "them"
+    shape = "[" + ",".join(_short_dim(d) for d in t.shape) + "]"
+    return (f"{which} of {shape} {verb} no size; bind {pronoun} with --shape "
+            f"{t.name}={template} (a size for each ?){batch}")
+
+
+def _short_dim(d: Dim, limit: int = 24) -> str:
+    text = str(d)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _toposort(ops: list[Op], producer: dict[str, Op], file: str | None) -> list[Op]:

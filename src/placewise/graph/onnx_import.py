@@ -502,7 +502,7 @@ def _tensor_type_info(name: str, tp: TypeProto, env: Mapping[str, int]) -> _Type
                 if d.HasField("dim_value"):
                     dims.append(int(d.dim_value))
                 elif d.dim_param:
-                    dims.append(_eval_dim_param(d.dim_param, env, name))
+                    dims.append(_eval_dim_param(d.dim_param, env, f"{_symbol(name)}_d{i}"))
                 else:
                     dims.append(f"{_symbol(name)}_d{i}")
             shape = tuple(dims)
@@ -518,21 +518,21 @@ def _tensor_type_info(name: str, tp: TypeProto, env: Mapping[str, int]) -> _Type
     return None
 
 
-_MAX_DIM_PARAM = 256  # characters of a symbolic dim (exporters write names like "s0*s1")
+_MAX_DIM_PARAM = 64  # characters of a symbolic dim kept as written ("s0*s1", "batch")
 
 
-def _eval_dim_param(text: str, env: Mapping[str, int], value: str) -> Dim:
-    """``eval_dim`` of a dim_param, refusing ones too long or nested to be a dim name."""
-    depth = deepest = 0
-    for ch in text:
-        depth += 1 if ch == "(" else -1 if ch == ")" else 0
-        deepest = max(deepest, depth)
-    if len(text) > _MAX_DIM_PARAM or deepest > 16:
-        raise ModelFormatError(
-            f"symbolic dimension {_short(text, 40)!r} is longer or more nested than a "
-            f"dimension name may be ({_MAX_DIM_PARAM} characters, 16 parentheses)",
-            place=f"value {value!r}")
-    return eval_dim(text, env)
+def _eval_dim_param(text: str, env: Mapping[str, int], fresh: str) -> Dim:
+    """``eval_dim`` of a dim_param. One that is no dim name or short arithmetic on names
+    (an exporter's long, nested or ``floor(...)`` size expression) is an unknown size of its
+    own, ``fresh``: errors then name the input dim to bind, not the expression."""
+    got = eval_dim(text, env) if len(text) <= _MAX_DIM_PARAM else text
+    if isinstance(got, int):
+        return got
+    if len(text) > _MAX_DIM_PARAM or text.count("(") > 2 or \
+            not re.fullmatch(r"[\w\s+\-*/%()]+", text) or "**" in text or \
+            re.search(r"\w\s*\(", text):
+        return fresh
+    return got
 
 
 def _constant_node_info(node: NodeProto) -> _TypeInfo | None:
@@ -610,7 +610,29 @@ def _read_onnx(file: str) -> tuple[ModelProto, int | None]:
     _check_strings(model, file)  # before any name is used in a message
     _resolve_external(model, file)
     _check_tensor_data(model, file)
+    _free_anonymous_dims(model)
     return _upgrade_opset(model, file)
+
+
+def _anonymous(dim_param: str) -> bool:
+    """Whether a dim_param names no symbol: ``?``, ``-1`` and other text without a letter,
+    digit or underscore (exporters write these for "any size")."""
+    return not re.search(r"\w", dim_param) or dim_param.strip() == "-1"
+
+
+def _free_anonymous_dims(model: ModelProto) -> None:
+    """Make every top-level dim that an exporter wrote as "any size" a free dim (neither
+    value nor name): a negative ``dim_value`` (paddle2onnx's ``-1``) and an anonymous
+    ``dim_param`` (``?``). Two such dims are two unknown sizes, never one symbol; each gets
+    a name of its own where the graph is built (``VALUE_d<i>``)."""
+    g = model.graph
+    for vi in [*g.input, *g.output, *g.value_info]:
+        if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+            continue
+        for d in vi.type.tensor_type.shape.dim:
+            if (d.HasField("dim_value") and d.dim_value < 0) or \
+                    (d.HasField("dim_param") and _anonymous(d.dim_param)):
+                d.Clear()
 
 
 def load_onnx(path: str | os.PathLike[str], *,
@@ -646,6 +668,7 @@ def load_onnx_source(path: str | os.PathLike[str], *,
 
     file = os.fspath(path)
     source, upgraded_from = _read_onnx(file)
+    _check_placeable_inputs(source, file)
     model, info = prepare_onnx(source, file, shapes=shapes, batch=batch)
     if not with_graph:
         return None, model
@@ -653,6 +676,30 @@ def load_onnx_source(path: str | os.PathLike[str], *,
     record = ImportRecord(info.shape_source, info.source_nodes, info.folded_nodes,
                           info.problem, upgraded_from_opset=upgraded_from or 0)
     return _build_graph(model, file, info.env, problem, record), model
+
+
+def _check_placeable_inputs(model: ModelProto, file: str) -> None:
+    """Every graph input must be a tensor of a type placewise sizes: a string, map or
+    sequence input (a tokenizer's text, a list of tensors) cannot be fed, sized or placed,
+    so the model is refused naming that input."""
+    inits = {t.name for t in model.graph.initializer}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tp = vi.type
+        while tp.WhichOneof("value") == "optional_type":
+            tp = tp.optional_type.elem_type
+        which = tp.WhichOneof("value")
+        if which != "tensor_type":
+            what = {"sequence_type": "a sequence", "map_type": "a map",
+                    "sparse_tensor_type": "a sparse tensor"}.get(which or "", "not a tensor")
+            raise GraphError(f"is {what}; placewise places models whose inputs are dense "
+                             f"tensors", file=file, place=f"input {vi.name!r}")
+        elem = tp.tensor_type.elem_type
+        if elem and onnx_dtype(elem) is None:
+            raise GraphError(f"has element type {_type_name(elem)}, which placewise cannot "
+                             f"size or place (it places models whose inputs are numeric "
+                             f"tensors)", file=file, place=f"input {vi.name!r}")
 
 
 def _build_graph(model: ModelProto, file: str, env: Mapping[str, int],
