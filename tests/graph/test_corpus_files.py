@@ -93,3 +93,11 @@ def test_a_changed_file_is_refused_and_a_bad_cache_entry_replaced(
     bad.write_bytes(good.read_bytes()[:-1] + b"\1")
     with pytest.raises(CorpusError, match=f"{name}: x has sha256 [0-9a-f]{{64}}, the manifest"):
         corpus._check(e, bad, "x")
+
+
+def test_example_inputs_follow_the_binding_and_feeds() -> None:
+    feeds = corpus.example_inputs("silero-vad-spox")
+    assert feeds["input"].shape == (1, 512) and feeds["state"].shape == (2, 1, 128)
+    assert feeds["sr"].shape == () and int(feeds["sr"]) == 16000
+    again = corpus.example_inputs("silero-vad-spox")
+    assert (feeds["input"] == again["input"]).all()  # seeded
