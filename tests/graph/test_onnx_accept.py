@@ -232,3 +232,125 @@ def test_sequence_input_is_refused_naming_it(tmp_path: Path) -> None:
     path = _save(tmp_path / "seq.onnx", [helper.make_node("Relu", ["x"], ["y"])],
                  [_vi("x", [2]), seq], [_vi("y", [2])])
     assert_bad_input(run("inspect", path, "--batch", "1"), path, "input 'seq'", "sequence")
+
+
+# ---- 3. quantized, contrib and resampling ops counted as what they compute -------------------
+
+MS = helper.make_opsetid("com.microsoft", 1)
+U8, I8, I32 = TensorProto.UINT8, TensorProto.INT8, TensorProto.INT32
+
+
+def _init(name: str, arr: np.ndarray) -> onnx.TensorProto:
+    return numpy_helper.from_array(arr, name)
+
+
+def _check_against_ort(path: str, feeds: dict[str, np.ndarray], op: str,
+                       flops: float) -> None:
+    """The graph's output shapes are onnxruntime's; ``op`` is counted with ``flops``."""
+    got = _ort_outputs(path, feeds)
+    g = load_onnx(path)
+    for name, value in got.items():
+        assert g.tensor(name).shape == value.shape, name
+    assert count_graph(g).coverage == 1.0
+    assert count_op(g, g.op(op)).flops == pytest.approx(flops)
+
+
+def test_conv_integer_zero_points_are_not_a_bias(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], name="ci",
+                            kernel_shape=[3, 3])
+    inits = [_init("w", rng.integers(-5, 5, (4, 3, 3, 3)).astype(np.int8)),
+             _init("xz", np.array(3, np.uint8)), _init("wz", np.array(0, np.int8))]
+    path = _save(tmp_path / "ci.onnx", [node], [_vi("x", [1, 3, 8, 8], U8)],
+                 [_vi("y", None, I32)], inits)
+    _check_against_ort(path, {"x": np.ones((1, 3, 8, 8), np.uint8)}, "ci",
+                       2 * (4 * 6 * 6) * (3 * 9))  # MACs only: no bias term
+    g = load_onnx(path)
+    c = count_op(g, g.op("ci"))
+    assert c.bytes_read == 192 + 108 + 1 + 1 and c.bytes_written == 4 * 36 * 4
+
+
+def test_matmul_integer_and_dynamic_quantize(tmp_path: Path) -> None:
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"], name="dq"),
+             helper.make_node("MatMulInteger", ["q", "w", "z", "wz"], ["y"], name="mmi")]
+    inits = [_init("w", np.ones((16, 8), np.int8)), _init("wz", np.array(0, np.int8))]
+    path = _save(tmp_path / "mmi.onnx", nodes, [_vi("x", [4, 16])], [_vi("y", None, I32)],
+                 inits)
+    _check_against_ort(path, {"x": np.ones((4, 16), np.float32)}, "mmi", 2 * 4 * 8 * 16)
+    g = load_onnx(path)
+    assert count_op(g, g.op("dq")).flops == 64 * 4  # min, max, then quantize
+    assert g.op("mmi").attrs["quant"] == "integer"
+
+
+def test_qlinear_conv_and_matmul(tmp_path: Path) -> None:
+    sc = [_init(f"{n}_s", np.array(0.1, np.float32)) for n in ("x", "w", "y", "b", "c")]
+    zp = [_init(f"{n}_z", np.array(0, np.uint8 if n != "w" else np.int8))
+          for n in ("x", "w", "y", "b", "c")]
+    conv = helper.make_node("QLinearConv", ["x", "x_s", "x_z", "w", "w_s", "w_z", "y_s",
+                                            "y_z", "bias"], ["y"], name="qc",
+                            kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    flat = helper.make_node("Flatten", ["y"], ["f"], axis=1)
+    mm = helper.make_node("QLinearMatMul", ["f", "y_s", "y_z", "b", "b_s", "w_z", "c_s",
+                                            "c_z"], ["out"], name="qm")
+    inits = [*sc, *zp, _init("w", np.ones((4, 2, 3, 3), np.int8)),
+             _init("bias", np.zeros(4, np.int32)), _init("b", np.ones((4 * 25, 6), np.int8))]
+    path = _save(tmp_path / "ql.onnx", [conv, flat, mm], [_vi("x", [1, 2, 5, 5], U8)],
+                 [_vi("out", None, U8)], inits)
+    outs = 4 * 25
+    _check_against_ort(path, {"x": np.ones((1, 2, 5, 5), np.uint8)}, "qc",
+                       2 * outs * 2 * 9 + outs + 2 * outs)  # MACs, bias, requantize
+    g = load_onnx(path)
+    assert count_op(g, g.op("qm")).flops == 2 * 1 * 6 * 100 + 2 * 6
+    assert g.op("qc").inputs[:3] == ("x", "w", "bias")  # operands first
+
+
+def test_resize_counted_by_mode(tmp_path: Path) -> None:
+    for mode, per in (("nearest", 1), ("linear", 2 * 4), ("cubic", 2 * 16)):
+        node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode=mode, name="rz")
+        path = _save(tmp_path / f"rz_{mode}.onnx", [node], [_vi("x", [1, 3, 5, 7])],
+                     [_vi("y", None)], [_init("scales", np.array([1, 1, 2, 2], np.float32))])
+        _check_against_ort(path, {"x": np.ones((1, 3, 5, 7), np.float32)}, "rz",
+                           1 * 3 * 10 * 14 * per)
+
+
+def test_transformer_fused_ops(tmp_path: Path) -> None:
+    from placewise.graph.count import ELEMENTWISE_FLOPS, SOFTMAX_FLOPS_PER_ELEMENT
+    from placewise.graph.ir import OpKind
+
+    b, s, d, heads = 2, 8, 16, 4
+    rng = np.random.default_rng(1)
+    f32 = np.float32
+    nodes = [
+        helper.make_node("Attention", ["x", "qkv_w", "qkv_b", "mask"], ["att"],
+                         domain="com.microsoft", num_heads=heads, name="attn"),
+        helper.make_node("SkipLayerNormalization", ["att", "x", "gamma", "beta"], ["ln"],
+                         domain="com.microsoft", epsilon=1e-5, name="skipln"),
+        helper.make_node("FusedMatMul", ["ln", "w1"], ["h"], domain="com.microsoft",
+                         transB=1, name="fmm"),
+        helper.make_node("BiasGelu", ["h", "b1"], ["g"], domain="com.microsoft", name="bg"),
+        helper.make_node("MultiHeadAttention", ["g", "g", "g"], ["y"],
+                         domain="com.microsoft", num_heads=heads, name="mha"),
+    ]
+    inits = [_init("qkv_w", rng.standard_normal((d, 3 * d)).astype(f32)),
+             _init("qkv_b", np.zeros(3 * d, f32)), _init("gamma", np.ones(d, f32)),
+             _init("beta", np.zeros(d, f32)),
+             _init("w1", rng.standard_normal((32, d)).astype(f32)),
+             _init("b1", np.zeros(32, f32))]
+    path = _save(tmp_path / "bert.onnx", nodes,
+                 [_vi("x", [b, s, d]), _vi("mask", [b, s], I32)], [_vi("y", None)], inits,
+                 extra=[MS])
+    feeds = {"x": rng.standard_normal((b, s, d)).astype(f32),
+             "mask": np.ones((b, s), np.int32)}
+    scores = b * heads * s * s
+    att = (2 * b * s * d * 3 * d + b * s * 3 * d  # packed projection and bias
+           + 2 * scores * (d // heads) + scores + scores  # QK^T, scale, mask
+           + scores * SOFTMAX_FLOPS_PER_ELEMENT + 2 * scores * (d // heads))
+    _check_against_ort(path, feeds, "attn", att)
+    g = load_onnx(path)
+    n = b * s * d
+    assert count_op(g, g.op("skipln")).flops == n * (5 + 1 + 2)  # skip, norm, gamma, beta
+    assert count_op(g, g.op("fmm")).flops == 2 * b * s * 32 * d  # B transposed
+    assert count_op(g, g.op("bg")).flops == b * s * 32 * (ELEMENTWISE_FLOPS[OpKind.GELU] + 1)
+    scores = b * heads * s * s
+    mha = 2 * scores * 8 + scores + scores * SOFTMAX_FLOPS_PER_ELEMENT + 2 * scores * 8
+    assert count_op(g, g.op("mha")).flops == mha

@@ -39,15 +39,18 @@ from placewise.graph.ir import Graph, Op, OpKind, Tensor
 from placewise.units import DType
 
 __all__ = [
+    "DYNAMIC_QUANTIZE_FLOPS",
     "ELEMENTWISE_FLOPS",
     "GRU_ELEMENTWISE_FLOPS_PER_HIDDEN",
     "LSTM_ELEMENTWISE_FLOPS_PER_HIDDEN",
     "NORM_FLOPS_PER_ELEMENT",
+    "REQUANTIZE_FLOPS",
     "SOFTMAX_FLOPS_PER_ELEMENT",
     "TRANSCENDENTAL_FLOPS",
     "GraphCount",
     "KindCount",
     "OpCount",
+    "attention_flops",
     "count_graph",
     "count_op",
     "einsum_indices",
@@ -140,6 +143,10 @@ GRU_ELEMENTWISE_FLOPS_PER_HIDDEN = 2.0 + 2.0 + _T + 2.0 * _SIGMOID + 4.0
 
 _QUANTIZE_FLOPS = 2.0  # x / scale + zero_point (rounding and saturation belong to the store)
 _DEQUANTIZE_FLOPS = 2.0  # (q - zero_point) * scale
+#: an integer accumulator to the output's scale and zero point: acc * (sx * sw / sy) + zp
+REQUANTIZE_FLOPS = 2.0
+#: DynamicQuantizeLinear per element: the running min and max (2), then quantize (2)
+DYNAMIC_QUANTIZE_FLOPS = 2.0 + _QUANTIZE_FLOPS
 _CAST_FLOPS = 1.0  # one convert instruction per element
 
 
@@ -391,11 +398,19 @@ def _expect_same_numel(c: _Ctx, a: Tensor, b: Tensor) -> int:
 @rule(OpKind.MATMUL)
 def _matmul(c: _Ctx) -> OpCount:
     """numpy ``matmul``: broadcast batch dims; a 1-D operand gets a 1 prepended (A) or
-    appended (B) that is dropped from the result. FLOPs = 2 * batch * M * N * K."""
+    appended (B) that is dropped from the result. FLOPs = 2 * batch * M * N * K, with A's or
+    B's last two dims swapped first under ``trans_a`` / ``trans_b``. Integer matmuls
+    (``quant``) count the same multiply-accumulates at their int8 operands' bytes (zero
+    points read, their row-sum corrections not counted); ``qlinear`` adds the
+    requantization of each output."""
     a, b = c.inp(0, "A"), c.inp(1, "B")
     sa, sb = c.shape(a), c.shape(b)
     if not sa or not sb:
         raise c.fail("matmul operands must have at least one dimension")
+    if c.op.attrs.get("trans_a", False) and len(sa) >= 2:
+        sa = (*sa[:-2], sa[-1], sa[-2])
+    if c.op.attrs.get("trans_b", False) and len(sb) >= 2:
+        sb = (*sb[:-2], sb[-1], sb[-2])
     a2 = (1, *sa) if len(sa) == 1 else sa
     b2 = (*sb, 1) if len(sb) == 1 else sb
     m, k = a2[-2], a2[-1]
@@ -407,7 +422,13 @@ def _matmul(c: _Ctx) -> OpCount:
         raise c.fail(f"batch dimensions do not broadcast: {_fmt(sa)} @ {_fmt(sb)}")
     expected = (*batch, *(() if len(sa) == 1 else (m,)), *(() if len(sb) == 1 else (n,)))
     _expect_shape(c, c.out(), expected)
-    return c.count(2 * math.prod(batch) * m * n * k)
+    return c.count(2 * math.prod(batch) * m * n * k + _requantized(c, math.prod(expected)))
+
+
+def _requantized(c: _Ctx, outputs: int) -> float:
+    """The requantization of a ``quant="qlinear"`` op's int32 results to the output's
+    scale and zero point (REQUANTIZE_FLOPS per output element); 0 otherwise."""
+    return outputs * REQUANTIZE_FLOPS if c.op.attrs.get("quant") == "qlinear" else 0.0
 
 
 @rule(OpKind.GEMM)
@@ -496,8 +517,11 @@ def _conv_spatial_check(c: _Ctx, in_sp: Sequence[int], k_sp: Sequence[int],
 def _conv(c: _Ctx) -> OpCount:
     """Convolution, X [N, Cin, *sp], W [Cout, Cin/group, *k], B [Cout], Y [N, Cout, *out]:
     FLOPs = 2 * N * Cout * prod(out) * (Cin/group) * prod(k) + N * Cout * prod(out) (bias).
-    Strides and dilations enter through the output size."""
-    x, w, bias = c.inp(0, "X"), c.inp(1, "W"), c.opt(2)
+    Strides and dilations enter through the output size. ``quant="integer"`` (ConvInteger):
+    inputs 2 and 3 are zero points, not a bias; ``"qlinear"`` (QLinearConv) adds the
+    requantization of each output."""
+    x, w = c.inp(0, "X"), c.inp(1, "W")
+    bias = None if c.op.attrs.get("quant") == "integer" else c.opt(2)  # zero points there
     y = c.out()
     sx, sw, sy = c.shape(x), c.shape(w), c.shape(y)
     group = c.attr_int("group", 1)
@@ -516,7 +540,8 @@ def _conv(c: _Ctx) -> OpCount:
     outs = n * cout * math.prod(sy[2:])
     if bias is not None and c.numel(bias) != cout:
         raise c.fail(f"bias {bias.shape_str()} does not match {cout} output channels")
-    return c.count(2 * outs * cin_g * math.prod(k_sp) + (outs if bias is not None else 0))
+    return c.count(2 * outs * cin_g * math.prod(k_sp) + (outs if bias is not None else 0)
+                   + _requantized(c, outs))
 
 
 @rule(OpKind.CONV_TRANSPOSE)
@@ -551,12 +576,18 @@ def _attention(c: _Ctx) -> OpCount:
     """Scaled dot-product attention, q [..., L, E], k [..., S, E], v [..., S, Ev]:
     QK^T (2*B*L*S*E) + scale (B*L*S) + mask (B*L*S, when a mask input is given or
     ``is_causal``) + softmax (B*L*S*SOFTMAX_FLOPS_PER_ELEMENT) + PV (2*B*L*S*Ev), with B the
-    product of q's leading dims (grouped k/v heads are shared, not repeated).
+    product of q's leading dims (grouped k/v heads are shared, not repeated). With
+    ``num_heads`` N (heads in the last dim, [B, L, N*H]) the scores are B*N*L*S and the
+    head dims E/N and Ev/N; ``variant="packed"`` is ``count_fused.packed_attention``.
 
     A causal op is counted over the *full* L x S matrix, as a dense kernel computes it
     (a kernel that skips masked blocks does about half the work). Bytes assume the score
     matrix stays on chip (flash-style): q, k, v, mask read once, the output written once.
     """
+    if c.op.attrs.get("variant") == "packed":
+        from placewise.graph.count_fused import packed_attention
+
+        return packed_attention(c)
     q, k, v, mask = c.inp(0, "q"), c.inp(1, "k"), c.inp(2, "v"), c.opt(3)
     sq, sk, sv = c.shape(q), c.shape(k), c.shape(v)
     if min(len(sq), len(sk), len(sv)) < 2:
@@ -570,11 +601,27 @@ def _attention(c: _Ctx) -> OpCount:
     ev = sv[-1]
     b = math.prod(sq[:-2])
     _expect_shape(c, c.out(), (*sq[:-1], ev))
-    scores = b * lq * sk_len
-    masked = mask is not None or bool(c.op.attrs.get("is_causal", False))
+    heads = c.attr_int("num_heads", 1)  # heads in the last dim: [B, L, N*H]
+    if heads < 1 or e % heads or ev % heads:
+        raise c.fail(f"num_heads {heads} does not divide the head dims of q {_fmt(sq)} and "
+                     f"v {_fmt(sv)}")
+    return c.count(attention_flops(b * heads, lq, sk_len, e // heads, ev // heads,
+                                   masked=mask is not None or
+                                   bool(c.op.attrs.get("is_causal", False))))
+
+
+def attention_flops(heads: int, lq: int, lk: int, e: int, ev: int, *, masked: bool
+                    ) -> float:
+    """FLOPs of scaled dot-product attention over ``heads`` (batch x heads) score matrices
+    of ``lq`` x ``lk``, head dims ``e`` (q, k) and ``ev`` (v): QK^T, scale, mask (when
+    ``masked``), softmax, PV.
+
+    >>> attention_flops(1, 2, 3, 4, 5, masked=False) == 2*6*4 + 6 + 6*SOFTMAX_FLOPS_PER_ELEMENT + 2*6*5
+    True
+    """
+    scores = heads * lq * lk
     flops: float = 2 * scores * e + scores + (scores if masked else 0)
-    flops += scores * SOFTMAX_FLOPS_PER_ELEMENT + 2 * scores * ev
-    return c.count(flops)
+    return flops + scores * SOFTMAX_FLOPS_PER_ELEMENT + 2 * scores * ev
 
 
 def einsum_indices(equation: str, shapes: Sequence[Sequence[int]]
@@ -655,7 +702,10 @@ def _recurrent(c: _Ctx, gates: int, per_hidden: float, bias_per_hidden: float) -
     if direction not in ("forward", "reverse", "bidirectional"):
         raise c.fail(f"direction must be forward, reverse or bidirectional, got {direction!r}")
     dirs = 2 if direction == "bidirectional" else 1
-    h = c.attr_int("hidden_size", sr[-1])
+    h = c.attr_int("hidden_size", sr[-1] if c.op.attrs.get("quant") != "integer"
+                   else sr[1])
+    if c.op.attrs.get("quant") == "integer":  # DynamicQuantizeLSTM: W, R transposed
+        sw, sr = (sw[0], sw[2], sw[1]), (sr[0], sr[2], sr[1])
     if sw != (dirs, gates * h, isz) or sr != (dirs, gates * h, h):
         raise c.fail(f"W {_fmt(sw)} / R {_fmt(sr)} do not match {dirs} direction(s), "
                      f"{gates} gates, hidden {h}, input {isz} (expected W "
@@ -688,7 +738,12 @@ def _gru(c: _Ctx) -> OpCount:
 @rule(*NORM_FLOPS_PER_ELEMENT)
 def _norm(c: _Ctx) -> OpCount:
     """Norms: input elements x NORM_FLOPS_PER_ELEMENT[kind], + 1 per element for each present
-    affine input (scale, bias) except for batch norm, whose affine is folded in."""
+    affine input (scale, bias) except for batch norm, whose affine is folded in. The skip
+    and embed variants are ``count_fused.fused_norm``."""
+    if c.op.attrs.get("variant") in ("skip", "embed"):
+        from placewise.graph.count_fused import fused_norm
+
+        return fused_norm(c)
     x = c.inp(0, "X")
     n = c.numel(x)
     per = NORM_FLOPS_PER_ELEMENT[c.op.kind]
@@ -700,10 +755,18 @@ def _norm(c: _Ctx) -> OpCount:
 
 @rule(OpKind.SOFTMAX, OpKind.LOG_SOFTMAX)
 def _softmax(c: _Ctx) -> OpCount:
-    """Elements x SOFTMAX_FLOPS_PER_ELEMENT."""
+    """Elements x SOFTMAX_FLOPS_PER_ELEMENT (+ dequantize and quantize for QLinearSoftmax)."""
     x = c.inp(0, "X")
     n = _expect_same_numel(c, x, c.out())
-    return c.count(n * SOFTMAX_FLOPS_PER_ELEMENT)
+    return c.count(n * (SOFTMAX_FLOPS_PER_ELEMENT + _qlinear_per_element(c, 1)))
+
+
+def _qlinear_per_element(c: _Ctx, operands: int) -> float:
+    """Per-element FLOPs a ``quant="qlinear"`` op adds around its float computation:
+    dequantize each operand, quantize the result."""
+    if c.op.attrs.get("quant") != "qlinear":
+        return 0.0
+    return operands * _DEQUANTIZE_FLOPS + _QUANTIZE_FLOPS
 
 
 # ---- elementwise -------------------------------------------------------------------------
@@ -712,17 +775,29 @@ def _softmax(c: _Ctx) -> OpCount:
 @rule(*ELEMENTWISE_FLOPS)
 def _elementwise(c: _Ctx) -> OpCount:
     """Output elements x ELEMENTWISE_FLOPS[kind]; inputs broadcast numpy-style to the
-    output, each read once at its own size."""
+    output, each read once at its own size. A ``bias`` input (BiasGelu) adds 1 per element,
+    SILU's ``alpha`` (QuickGelu) 1, ``quant="qlinear"`` (QLinearAdd, QLinearSigmoid...)
+    the dequantization of each operand and the quantization of the result."""
     ins = c.ins()
     if not ins:
         raise c.fail(f"{c.op.kind.value} needs at least one input")
     y = c.out()
     sy = c.shape(y)
-    shapes = [c.shape(t) for t in ins]
+    operands = ins
+    if c.op.attrs.get("quant") == "qlinear":  # operands first, then scales, zero points
+        operands = [t for t in (c.opt(0), c.opt(1)) if t is not None] \
+            if c.op.kind in _BINARY_QLINEAR else ins[:1]
+    shapes = [c.shape(t) for t in operands]
     if _broadcast(shapes) != sy:
         raise c.fail("input shapes " + ", ".join(_fmt(s) for s in shapes) +
                      f" do not broadcast to the output shape {_fmt(sy)}")
-    return c.count(math.prod(sy) * ELEMENTWISE_FLOPS[c.op.kind])
+    per = ELEMENTWISE_FLOPS[c.op.kind] + _qlinear_per_element(c, len(operands))
+    per += 1.0 if c.op.attrs.get("bias", False) else 0.0  # BiasGelu: add the bias first
+    per += 1.0 if c.op.kind is OpKind.SILU and "alpha" in c.op.attrs else 0.0  # alpha * x
+    return c.count(math.prod(sy) * per)
+
+
+_BINARY_QLINEAR = frozenset({OpKind.ADD, OpKind.MUL})
 
 
 # ---- reductions and pooling --------------------------------------------------------------
@@ -869,11 +944,15 @@ def _view(c: _Ctx) -> OpCount:
 @rule(OpKind.QUANTIZE, OpKind.DEQUANTIZE, OpKind.CAST, OpKind.LAYOUT_CONVERT)
 def _convert(c: _Ctx) -> OpCount:
     """Elements x (2 quantize, 2 dequantize, 1 cast, 0 layout change: a pure permuting
-    copy); bytes at each tensor's own dtype (int4 packed two per byte)."""
+    copy; DYNAMIC_QUANTIZE_FLOPS for DynamicQuantizeLinear, which finds the range first);
+    bytes at each tensor's own dtype (int4 packed two per byte), the scale and zero point
+    included."""
     x, y = c.inp(0, "input"), c.out()
     n = _expect_same_numel(c, x, y)
     per = {OpKind.QUANTIZE: _QUANTIZE_FLOPS, OpKind.DEQUANTIZE: _DEQUANTIZE_FLOPS,
            OpKind.CAST: _CAST_FLOPS, OpKind.LAYOUT_CONVERT: 0.0}[c.op.kind]
+    if c.op.attrs.get("variant") == "dynamic":
+        per = DYNAMIC_QUANTIZE_FLOPS
     return c.count(n * per)
 
 
@@ -904,3 +983,7 @@ def _task(c: _Ctx) -> OpCount:
     split = ((dtype, hint.bytes_moved),) if hint.bytes_moved else ()
     return OpCount(float(hint.flops), hint.bytes_moved - written, written, split,
                    counted=True, is_view=False)
+
+
+# the rules of fused and resampling kinds (registered on import)
+from placewise.graph import count_fused  # noqa: E402, F401

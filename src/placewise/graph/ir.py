@@ -72,15 +72,37 @@ class OpCategory(Enum):
 class OpKind(Enum):
     """Operator kinds. Canonical attribute names (set by importers, read by rules):
 
-    - MATMUL: none (numpy-style batched matmul). GEMM: ``trans_a``, ``trans_b`` (bool),
-      ``alpha``, ``beta``. LINEAR: inputs (x, weight[out,in], bias?) as torch.
+    - MATMUL: numpy-style batched matmul; ``trans_a``, ``trans_b`` (bool, optional: the
+      last two dims of A / B transposed, com.microsoft FusedMatMul). GEMM: ``trans_a``,
+      ``trans_b`` (bool), ``alpha``, ``beta``. LINEAR: inputs (x, weight[out,in], bias?)
+      as torch.
     - CONV / CONV_TRANSPOSE: ``strides``, ``pads`` (begin..., end...), ``dilations``,
       ``group``, ``kernel_shape`` (spatial), ``output_padding`` (transpose only).
+    - Quantized contractions (CONV, MATMUL, LSTM) and elementwise ops carry ``quant``:
+      ``"integer"`` (ConvInteger, MatMulInteger: inputs (x, w, x_zero_point?,
+      w_zero_point?), int32 out; DynamicQuantizeLSTM: W [dirs, in, 4H] and R [dirs, H, 4H]
+      transposed, their scales and zero points after ONNX LSTM's inputs) or ``"qlinear"``
+      (QLinearConv, QLinearMatMul, com.microsoft QLinearAdd/QLinearMul/QLinearSoftmax...:
+      inputs reordered so that the operands come first as in the float op, (x, w, bias or
+      "") for a conv and (a, b) for a matmul or binary op, then the scales and zero points
+      in the node's order; the result requantized).
     - ATTENTION: inputs (q, k, v, mask?) shaped [..., L, E] / [..., S, E] / [..., S, Ev];
-      ``is_causal`` (bool), ``scale`` (float, optional).
+      ``is_causal`` (bool), ``scale`` (float, optional); ``num_heads`` when the heads sit in
+      the last dim (com.microsoft MultiHeadAttention: [B, L, N*H]). ``variant`` ``"packed"``
+      (com.microsoft Attention/QAttention): inputs (x [B, S, D], weights [D, Dq+Dk+Dv],
+      bias [Dq+Dk+Dv], mask?, past? ...), ``num_heads``, ``qkv_hidden_sizes`` (optional).
     - LSTM / GRU: inputs as ONNX (x[seq,batch,in], W, R, B?...); ``hidden_size``,
       ``direction`` ("forward" | "reverse" | "bidirectional"), ``layout`` (0 | 1).
-    - Norms: ``axis`` (first normalized axis), ``epsilon``.
+    - Norms: ``axis`` (first normalized axis), ``epsilon``. LAYER_NORM / RMS_NORM
+      ``variant`` ``"skip"`` (com.microsoft Skip[Simplified]LayerNormalization: inputs (x,
+      skip, gamma, beta?, bias?), RMS without beta); LAYER_NORM ``variant`` ``"embed"``
+      (EmbedLayerNormalization: inputs (ids, segment_ids?, word_table, position_table,
+      segment_table?, gamma, beta, mask?, position_ids?)).
+    - Elementwise: ``bias`` (bool: a bias input added first, com.microsoft BiasGelu,
+      FastGelu); SILU ``alpha`` (x * sigmoid(alpha * x), QuickGelu).
+    - QUANTIZE ``variant`` ``"dynamic"``: DynamicQuantizeLinear (the scale and zero point
+      from the input's range, written beside the data).
+    - RESIZE: ``mode`` ("nearest" | "linear" | "cubic"). ONE_HOT: ``axis``.
     - SOFTMAX / LOG_SOFTMAX: ``axis``.
     - Reductions / ARGMAX: ``axes`` (tuple; empty = all), ``keepdims`` (bool).
     - Pooling: ``kernel_shape``, ``strides``, ``pads``, ``dilations`` (global: none).
@@ -186,6 +208,8 @@ class OpKind(Enum):
     PAD = "pad"
     EXPAND = "expand"
     TILE = "tile"
+    RESIZE = "resize"  # interpolate to a new size (nearest, linear, cubic)
+    ONE_HOT = "one_hot"
     # views
     RESHAPE = "reshape"
     FLATTEN = "flatten"
@@ -233,7 +257,8 @@ for _k in (OpKind.REDUCE_SUM, OpKind.REDUCE_MEAN, OpKind.REDUCE_MAX, OpKind.REDU
 for _k in (OpKind.MAX_POOL, OpKind.AVG_POOL, OpKind.GLOBAL_AVG_POOL, OpKind.GLOBAL_MAX_POOL):
     _CATEGORY[_k] = OpCategory.POOLING
 for _k in (OpKind.GATHER, OpKind.EMBEDDING, OpKind.SCATTER, OpKind.CONCAT, OpKind.SPLIT,
-           OpKind.SLICE, OpKind.TRANSPOSE, OpKind.PAD, OpKind.EXPAND, OpKind.TILE):
+           OpKind.SLICE, OpKind.TRANSPOSE, OpKind.PAD, OpKind.EXPAND, OpKind.TILE,
+           OpKind.RESIZE, OpKind.ONE_HOT):
     _CATEGORY[_k] = OpCategory.DATA_MOVEMENT
 for _k in (OpKind.RESHAPE, OpKind.FLATTEN, OpKind.SQUEEZE, OpKind.UNSQUEEZE, OpKind.IDENTITY):
     _CATEGORY[_k] = OpCategory.VIEW

@@ -124,9 +124,12 @@ def _upgrade_opset(model: ModelProto, path: str) -> tuple[ModelProto, int | None
             f"opset {version} could not be upgraded to {MIN_OPSET} with "
             f"onnx.version_converter: {_short(str(e), 160)}", file=path,
             place=_failing_node(model, version)) from None
+    used = {n.name for n in upgraded.graph.node if n.name}
     for node in upgraded.graph.node:
-        if not node.name and node.output and node.output[0] in names:
-            node.name = names[node.output[0]]
+        name = names.get(node.output[0]) if node.output else None
+        if not node.name and name is not None and name not in used:
+            node.name = name
+            used.add(name)
     return upgraded, version
 
 

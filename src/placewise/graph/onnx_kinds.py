@@ -73,8 +73,9 @@ class _TypeInfo:
 
 _KINDS: dict[str, OpKind] = {
     # contractions
-    "Conv": OpKind.CONV, "ConvInteger": OpKind.CONV, "ConvTranspose": OpKind.CONV_TRANSPOSE,
-    "MatMul": OpKind.MATMUL, "MatMulInteger": OpKind.MATMUL, "Gemm": OpKind.GEMM,
+    "Conv": OpKind.CONV, "ConvInteger": OpKind.CONV, "QLinearConv": OpKind.CONV,
+    "ConvTranspose": OpKind.CONV_TRANSPOSE, "MatMul": OpKind.MATMUL,
+    "MatMulInteger": OpKind.MATMUL, "QLinearMatMul": OpKind.MATMUL, "Gemm": OpKind.GEMM,
     "LSTM": OpKind.LSTM, "GRU": OpKind.GRU, "Attention": OpKind.ATTENTION,
     "Einsum": OpKind.EINSUM,
     # normalization
@@ -116,7 +117,7 @@ _KINDS: dict[str, OpKind] = {
     "Scatter": OpKind.SCATTER, "ScatterElements": OpKind.SCATTER, "ScatterND": OpKind.SCATTER,
     "Concat": OpKind.CONCAT, "Split": OpKind.SPLIT, "Slice": OpKind.SLICE,
     "Transpose": OpKind.TRANSPOSE, "Pad": OpKind.PAD, "Expand": OpKind.EXPAND,
-    "Tile": OpKind.TILE,
+    "Tile": OpKind.TILE, "Resize": OpKind.RESIZE, "OneHot": OpKind.ONE_HOT,
     # views
     "Reshape": OpKind.RESHAPE, "Flatten": OpKind.FLATTEN, "Squeeze": OpKind.SQUEEZE,
     "Unsqueeze": OpKind.UNSQUEEZE, "Identity": OpKind.IDENTITY,
@@ -129,9 +130,49 @@ _KINDS: dict[str, OpKind] = {
 }
 
 # a few widely used non-default-domain ops whose meaning matches a kind exactly
+_MS = "com.microsoft"
 _DOMAIN_KINDS: dict[tuple[str, str], OpKind] = {
-    ("com.microsoft", "Gelu"): OpKind.GELU,
-    ("com.microsoft", "SimplifiedLayerNormalization"): OpKind.RMS_NORM,
+    (_MS, "Gelu"): OpKind.GELU,
+    (_MS, "SimplifiedLayerNormalization"): OpKind.RMS_NORM,
+    # onnxruntime's transformer optimizer
+    (_MS, "FusedMatMul"): OpKind.MATMUL,
+    (_MS, "BiasGelu"): OpKind.GELU,
+    (_MS, "FastGelu"): OpKind.GELU,
+    (_MS, "QuickGelu"): OpKind.SILU,
+    (_MS, "SkipLayerNormalization"): OpKind.LAYER_NORM,
+    (_MS, "SkipSimplifiedLayerNormalization"): OpKind.RMS_NORM,
+    (_MS, "EmbedLayerNormalization"): OpKind.LAYER_NORM,
+    (_MS, "Attention"): OpKind.ATTENTION,
+    (_MS, "QAttention"): OpKind.ATTENTION,
+    (_MS, "MultiHeadAttention"): OpKind.ATTENTION,
+    # onnxruntime's quantizer (QOperator form, dynamic LSTM)
+    (_MS, "QLinearAdd"): OpKind.ADD,
+    (_MS, "QLinearMul"): OpKind.MUL,
+    (_MS, "QLinearSigmoid"): OpKind.SIGMOID,
+    (_MS, "QLinearLeakyRelu"): OpKind.LEAKY_RELU,
+    (_MS, "QLinearSoftmax"): OpKind.SOFTMAX,
+    (_MS, "QLinearGlobalAveragePool"): OpKind.GLOBAL_AVG_POOL,
+    (_MS, "DynamicQuantizeLSTM"): OpKind.LSTM,
+}
+
+#: quantized ops whose operands are reordered to the float op's positions (``OpKind``'s
+#: ``quant`` attribute): new position -> the node's input index (past the end: absent)
+_OPERANDS_FIRST: dict[tuple[str, str], tuple[int, ...]] = {
+    (_MS, "MultiHeadAttention"): (0, 1, 2, 4, 3, 5, 6, 7),  # the mask where ATTENTION's is
+    (_MS, "QAttention"): (0, 1, 2, 5, 8, 3, 4, 6, 7),  # (x, w, bias, mask, past) as Attention
+    ("", "QLinearConv"): (0, 3, 8, 1, 2, 4, 5, 6, 7),
+    ("", "QLinearMatMul"): (0, 3, 1, 2, 4, 5, 6, 7),
+    (_MS, "QLinearAdd"): (0, 3, 1, 2, 4, 5, 6, 7),
+    (_MS, "QLinearMul"): (0, 3, 1, 2, 4, 5, 6, 7),
+}
+
+_QUANT: dict[tuple[str, str], str] = {
+    ("", "ConvInteger"): "integer", ("", "MatMulInteger"): "integer",
+    (_MS, "DynamicQuantizeLSTM"): "integer", ("", "QLinearConv"): "qlinear",
+    ("", "QLinearMatMul"): "qlinear", (_MS, "QAttention"): "integer",
+    **{(_MS, t): "qlinear" for t in ("QLinearAdd", "QLinearMul", "QLinearSigmoid",
+                                      "QLinearLeakyRelu", "QLinearSoftmax",
+                                      "QLinearGlobalAveragePool")},
 }
 
 _REDUCE_VARIANT = {"ReduceSumSquare": "sum_square", "ReduceL1": "l1", "ReduceL2": "l2",
@@ -353,6 +394,69 @@ def _canonical_attrs(kind: OpKind, node: NodeProto, ctx: _Ctx) -> dict[str, Any]
     return {}
 
 
+def _str(v: Any, default: str) -> str:
+    if v is None:
+        return default
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _extra_attrs(kind: OpKind, node: NodeProto, ctx: _Ctx) -> dict[str, Any] | None:
+    """Attributes beyond ``_canonical_attrs`` for ops whose meaning a kind covers with a
+    variant (contrib, quantized, resize); None when this op's form is one placewise does
+    not count (it stays ``UNKNOWN``)."""
+    a = _attr_dict(node)
+    key = (node.domain if node.domain not in ("", "ai.onnx") else "", node.op_type)
+    out: dict[str, Any] = {}
+    if key in _QUANT:
+        out["quant"] = _QUANT[key]
+    t = node.op_type
+    if kind is OpKind.RESIZE:
+        out["mode"] = _str(a.get("mode"), "nearest")
+    elif kind is OpKind.ONE_HOT:
+        out["axis"] = int(a.get("axis", -1))
+    elif kind is OpKind.QUANTIZE and t == "DynamicQuantizeLinear":
+        out["variant"] = "dynamic"
+    elif key == (_MS, "FusedMatMul"):
+        if a.get("transBatchA") or a.get("transBatchB"):
+            return None
+        out.update(trans_a=bool(a.get("transA", 0)), trans_b=bool(a.get("transB", 0)))
+    elif key in ((_MS, "BiasGelu"), (_MS, "FastGelu")):
+        out["approximate"] = "none" if t == "BiasGelu" else "tanh"
+        if len(node.input) > 1 and node.input[1]:
+            out["bias"] = True
+    elif key == (_MS, "QuickGelu"):
+        out["alpha"] = float(a.get("alpha", 1.702))
+    elif key in ((_MS, "SkipLayerNormalization"), (_MS, "SkipSimplifiedLayerNormalization"),
+                 (_MS, "EmbedLayerNormalization")):
+        rank = ctx.rank(node.input[0]) if node.input else None
+        out["axis"] = rank - 1 if rank else -1
+        out["epsilon"] = float(a.get("epsilon", 1e-12))
+        out["variant"] = "embed" if t == "EmbedLayerNormalization" else "skip"
+    elif key in ((_MS, "Attention"), (_MS, "QAttention")):
+        out.update(variant="packed", num_heads=int(a.get("num_heads", 0)),
+                   is_causal=bool(a.get("unidirectional", 0)))
+        if a.get("qkv_hidden_sizes"):
+            out["qkv_hidden_sizes"] = tuple(int(x) for x in a["qkv_hidden_sizes"])
+        if out["num_heads"] < 1:
+            return None
+    elif key == (_MS, "MultiHeadAttention"):
+        ranks = [ctx.rank(node.input[i]) if len(node.input) > i else None for i in range(3)]
+        if ranks != [3, 3, 3] or int(a.get("num_heads", 0)) < 1:
+            return None  # packed q/k/v or per-head layouts: not counted
+        out.update(num_heads=int(a["num_heads"]), is_causal=bool(a.get("unidirectional", 0)))
+    return out
+
+
+def _operands_first(node: NodeProto) -> tuple[str, ...] | None:
+    """A quantized op's inputs in the float op's order (``_OPERANDS_FIRST``), else None."""
+    key = (node.domain if node.domain not in ("", "ai.onnx") else "", node.op_type)
+    order = _OPERANDS_FIRST.get(key)
+    if order is None:
+        return None
+    ins = list(node.input)
+    return tuple(ins[i] if i < len(ins) else "" for i in order)
+
+
 def _module_path(node: NodeProto) -> str:
     """The innermost torch module path, when the torch exporter left its name scopes."""
     for prop in node.metadata_props:
@@ -378,9 +482,17 @@ def _make_op(node: NodeProto, name: str, inputs: Sequence[str], outputs: tuple[s
     if kind is not OpKind.UNKNOWN:
         try:
             attrs = _canonical_attrs(kind, node, ctx)
+            extra = _extra_attrs(kind, node, ctx)
         except (TypeError, ValueError, AttributeError):
             # malformed attributes: an honest UNKNOWN beats guessed attributes
+            extra = None
+        if extra is None:
             kind, attrs = OpKind.UNKNOWN, {}
+        else:
+            attrs.update(extra)
+            reordered = _operands_first(node)
+            if reordered is not None:
+                inputs = (*reordered, *inputs[len(node.input):])
     if kind is OpKind.GATHER and node.op_type == "Gather" and _is_embedding(node, ctx):
         kind = OpKind.EMBEDDING
         attrs = {}
