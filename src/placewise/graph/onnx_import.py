@@ -95,9 +95,13 @@ def _short(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _default_opset(model: ModelProto, path: str) -> int:
+def _default_opset(model: ModelProto, path: str) -> int | None:
+    """The default-domain opset (None for a model with no default-domain node and no such
+    import: an ``ai.onnx.ml``-only model)."""
     versions = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
     if not versions:
+        if all(n.domain not in ("", "ai.onnx") for n in model.graph.node):
+            return None
         raise ModelFormatError("the model imports no default-domain (ai.onnx) opset",
                                file=path, place="opset_import")
     return int(versions[0])
@@ -111,7 +115,7 @@ def _upgrade_opset(model: ModelProto, path: str) -> tuple[ModelProto, int | None
     given back (the node that makes the same first output), so provenance survives. A
     conversion that fails is ``ModelFormatError`` naming the node it fails on."""
     version = _default_opset(model, path)
-    if version >= MIN_OPSET:
+    if version is None or version >= MIN_OPSET:
         return model, None
     from onnx import version_converter
 
@@ -682,12 +686,13 @@ def load_onnx_source(path: str | os.PathLike[str], *,
 
 
 def _check_placeable_inputs(model: ModelProto, file: str) -> None:
-    """Every graph input must be a tensor of a type placewise sizes: a string, map or
-    sequence input (a tokenizer's text, a list of tensors) cannot be fed, sized or placed,
-    so the model is refused naming that input."""
+    """Every graph input and output must be a tensor of a type placewise sizes: a string,
+    map or sequence (a tokenizer's text, a list of tensors, a classifier's ZipMap) cannot
+    be fed, sized or placed, so the model is refused naming that input or output."""
     inits = {t.name for t in model.graph.initializer}
-    for vi in model.graph.input:
-        if vi.name in inits:
+    for vi, role in [*((v, "input") for v in model.graph.input),
+                     *((v, "output") for v in model.graph.output)]:
+        if vi.name in inits or not vi.type.WhichOneof("value"):
             continue
         tp = vi.type
         while tp.WhichOneof("value") == "optional_type":
@@ -696,13 +701,13 @@ def _check_placeable_inputs(model: ModelProto, file: str) -> None:
         if which != "tensor_type":
             what = {"sequence_type": "a sequence", "map_type": "a map",
                     "sparse_tensor_type": "a sparse tensor"}.get(which or "", "not a tensor")
-            raise GraphError(f"is {what}; placewise places models whose inputs are dense "
-                             f"tensors", file=file, place=f"input {vi.name!r}")
+            raise GraphError(f"is {what}; placewise places models whose {role}s are dense "
+                             f"tensors", file=file, place=f"{role} {vi.name!r}")
         elem = tp.tensor_type.elem_type
         if elem and onnx_dtype(elem) is None:
             raise GraphError(f"has element type {_type_name(elem)}, which placewise cannot "
-                             f"size or place (it places models whose inputs are numeric "
-                             f"tensors)", file=file, place=f"input {vi.name!r}")
+                             f"size or place (it places models whose {role}s are numeric "
+                             f"tensors)", file=file, place=f"{role} {vi.name!r}")
 
 
 def _build_graph(model: ModelProto, file: str, env: Mapping[str, int],
