@@ -537,7 +537,7 @@ class Graph:
         >>> g.check_concrete()
         Traceback (most recent call last):
         ...
-        placewise.errors.GraphError: input 'x': dim 0 (N) of [N,4] has no size; bind it with --shape x=?x4 (a size for each ?) or --batch
+        placewise.errors.GraphError: input 'x': dim 0 (N) of [N,4] is symbolic; bind it with --shape x=?x4 (a size for each ?) or --batch
         """
         for name in self.inputs:
             t = self.tensor(name)
@@ -641,10 +641,10 @@ def _unbound_input(t: Tensor) -> str:
              f"dims {', '.join(named[:-1])} and {named[-1]}")
     template = "x".join("?" if not isinstance(d, int) else str(d) for d in t.shape)
     batch = " or --batch" if free == [0] else ""
-    verb = "has" if len(free) == 1 else "have"
+    verb = "is" if len(free) == 1 else "are"
     pronoun = "it" if len(free) == 1 else "them"
     shape = "[" + ",".join(_short_dim(d) for d in t.shape) + "]"
-    return (f"{which} of {shape} {verb} no size; bind {pronoun} with --shape "
+    return (f"{which} of {shape} {verb} symbolic; bind {pronoun} with --shape "
             f"{t.name}={template} (a size for each ?){batch}")
 
 
