@@ -354,3 +354,45 @@ def test_transformer_fused_ops(tmp_path: Path) -> None:
     scores = b * heads * s * s
     mha = 2 * scores * 8 + scores + scores * SOFTMAX_FLOPS_PER_ELEMENT + 2 * scores * 8
     assert count_op(g, g.op("mha")).flops == mha
+
+
+def test_embed_and_simplified_norms_and_gelu_variants(tmp_path: Path) -> None:
+    from placewise.graph.count import ELEMENTWISE_FLOPS
+    from placewise.graph.ir import OpKind
+
+    b, s, h, vocab = 2, 6, 8, 20
+    rng = np.random.default_rng(2)
+    f32 = np.float32
+    nodes = [
+        helper.make_node("EmbedLayerNormalization",
+                         ["ids", "seg", "word", "pos", "segtab", "gamma", "beta", "mask"],
+                         ["emb", "mask_index"], domain="com.microsoft", epsilon=1e-5,
+                         name="embed"),
+        helper.make_node("FastGelu", ["emb", "fb"], ["fg"], domain="com.microsoft",
+                         name="fastgelu"),
+        helper.make_node("QuickGelu", ["fg"], ["qg"], domain="com.microsoft", alpha=1.702,
+                         name="quickgelu"),
+        helper.make_node("SkipSimplifiedLayerNormalization", ["qg", "emb", "gamma"], ["y"],
+                         domain="com.microsoft", epsilon=1e-5, name="skiprms"),
+    ]
+    inits = [_init("word", rng.standard_normal((vocab, h)).astype(f32)),
+             _init("pos", rng.standard_normal((16, h)).astype(f32)),
+             _init("segtab", rng.standard_normal((2, h)).astype(f32)),
+             _init("gamma", np.ones(h, f32)), _init("beta", np.zeros(h, f32)),
+             _init("fb", np.zeros(h, f32))]
+    i32 = TensorProto.INT32
+    path = _save(tmp_path / "embed.onnx", nodes,
+                 [_vi("ids", [b, s], i32), _vi("seg", [b, s], i32), _vi("mask", [b, s], i32)],
+                 [_vi("y", None), _vi("mask_index", None, i32)], inits, extra=[MS])
+    feeds = {"ids": rng.integers(0, vocab, (b, s)).astype(np.int32),
+             "seg": np.zeros((b, s), np.int32), "mask": np.ones((b, s), np.int32)}
+    n = b * s * h
+    _check_against_ort(path, feeds, "embed", n * (2 + 5 + 2))  # sum 3 rows, norm, affine
+    g = load_onnx(path)
+    gelu = ELEMENTWISE_FLOPS[OpKind.GELU]
+    assert count_op(g, g.op("fastgelu")).flops == n * (gelu + 1)  # + the bias
+    assert count_op(g, g.op("quickgelu")).flops == n * (ELEMENTWISE_FLOPS[OpKind.SILU] + 1)
+    assert count_op(g, g.op("skiprms")).flops == n * (3 + 1 + 1)  # norm, skip, gamma
+    embed = count_op(g, g.op("embed"))
+    # the gathered rows of the 3 tables (not the whole tables), 3 id tensors, gamma, beta
+    assert embed.bytes_read == 3 * n * 4 + 3 * b * s * 4 + 2 * h * 4
