@@ -127,7 +127,7 @@ def test_a_symbolic_input_is_the_one_thing_asked_for(real_folder: Path,
     with pytest.raises(GraphError) as e:
         g.check_concrete(file=str(path))
     msg = str(e.value)
-    assert "input 'input_ids'" in msg and "--shape input_ids=DIMS" in msg
+    assert "input 'input_ids'" in msg and "--shape input_ids=?x?" in msg
     assert "unk__" not in msg and "Expand" not in msg
     bound = load_onnx(path, shapes={"input_ids": (4, 16), "attention_mask": (4, 16)})
     bound.check_concrete()

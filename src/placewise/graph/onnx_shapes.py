@@ -179,6 +179,14 @@ def symbolic_values(model: ModelProto) -> list[str]:
     return out
 
 
+def _untyped_values(model: ModelProto) -> list[str]:
+    """Node outputs (top level) that inference gave no element type (a contrib op's)."""
+    typed = {vi.name for vi in [*model.graph.value_info, *model.graph.output]
+             if vi.type.WhichOneof("value") != "tensor_type" or vi.type.tensor_type.elem_type}
+    typed.update(t.name for t in model.graph.initializer)
+    return [o for n in model.graph.node for o in n.output if o and o not in typed]
+
+
 def resolve_shapes(model: ModelProto) -> tuple[ModelProto, str, str]:
     """``model`` with shapes inferred, the way they were found, and why earlier ways fell
     short: ONNX inference; then, when every graph input is concrete but values stay
@@ -199,6 +207,12 @@ def resolve_shapes(model: ModelProto) -> tuple[ModelProto, str, str]:
         problems.append(f"ONNX shape inference sizes ceil_mode pooling {wrong[0]!r} with "
                         f"a last window that starts in the padding")
         return _run_or_keep(inferred, problems)
+    if left and not _inputs_concrete(inferred) and _untyped_values(inferred):
+        # contrib ops ONNX does not know: onnxruntime's inference types them, symbolically
+        with contextlib.suppress(Exception):
+            sym = _ort_symbolic(model)
+            if not _untyped_values(sym):
+                return sym, SHAPES_SYMBOLIC, "; ".join(problems)
     if not left or not _inputs_concrete(inferred):
         return inferred, SHAPES_ONNX, "; ".join(problems)
     problems.append(f"ONNX shape inference left {len(left)} values symbolic ({left[0]!r}...)")
