@@ -511,6 +511,9 @@ class Plan(_Record):
     crossings: tuple[CrossingRecord, ...] = ()
     search: SearchRecord | None = None
     precision: PrecisionRecord | None = None
+    #: inputs given a value when the plan was made (``--value``; ONNX): the model is
+    #: reloaded with them by every command that reads the plan
+    values: dict[str, tuple[float, ...]] | None = None
 
     @property
     def predicted_latency_s(self) -> float:
