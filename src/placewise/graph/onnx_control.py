@@ -9,8 +9,9 @@ ops and the nodes the runtime and export cut partitions from stay the same:
 - ``inline_known_ifs``: an ``If`` whose condition is a constant is replaced by the nodes of
   the branch it takes, as ordinary top-level nodes (the placement can cut inside it): its
   initializers and ``Constant`` nodes become the model's, its outputs are passed on by
-  ``Identity`` nodes under the ``If``'s output names. Nested ``If`` nodes are inlined in
-  later rounds, once their conditions fold;
+  ``Identity`` nodes under the ``If``'s output names; initializers only the branch not
+  taken read are dropped. Nested ``If`` nodes are inlined in later rounds, once their
+  conditions fold;
 - ``hoist_subgraph_weights``: what is left of control flow (an ``If`` whose condition stays
   unknown, ``Loop``, ``Scan``) keeps one node; its subgraphs' initializers and ``Constant``
   nodes move to the top graph, so that weights are the model's parameters, counted once
@@ -319,9 +320,12 @@ def _splice(node: NodeProto, branch: GraphProto, names: _Names, model: ModelProt
 def inline_known_ifs(model: ModelProto) -> int:
     """Replace every top-level ``If`` whose condition is a constant by the nodes of the
     branch it takes (module docstring), in place; how many were inlined."""
+    from placewise.graph.onnx_shapes import _read_names, drop_unread
+
     g = model.graph
     consts = _constant_values(g)
     names = _Names(g)
+    was_read = _read_names(model)
     kept: list[NodeProto] = []
     done = 0
     for node in g.node:
@@ -337,6 +341,7 @@ def inline_known_ifs(model: ModelProto) -> int:
     if done:
         del g.node[:]
         g.node.extend(kept)
+        drop_unread(model, was_read)  # weights only the branches not taken read
     return done
 
 

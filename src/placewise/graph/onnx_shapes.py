@@ -598,7 +598,12 @@ def _read_names(model: ModelProto) -> set[str]:
 def _drop_unread(out: ModelProto, before: ModelProto) -> None:
     """Drop initializers and ``Constant`` nodes that were read in ``before`` and are not
     read in ``out`` any more (values only folded nodes used)."""
-    was_read = _read_names(before)
+    drop_unread(out, _read_names(before))
+
+
+def drop_unread(out: ModelProto, was_read: set[str]) -> None:
+    """Drop initializers and ``Constant`` nodes of ``out`` whose names are in ``was_read``
+    (what was read before a rewrite) and that nothing reads any more, in place."""
     read = _read_names(out)
     gone = was_read - read
     g = out.graph
