@@ -203,7 +203,7 @@ def _extractor_class() -> type:
 
     from placewise.graph.onnx_import import _subgraph_refs
 
-    class SubgraphExtractor(Extractor):  # type: ignore[misc]
+    class SubgraphExtractor(Extractor):
         def __init__(self, model: Any) -> None:
             super().__init__(model)
             self.refs = {i: _subgraph_refs(n) for i, n in enumerate(self.graph.node)
