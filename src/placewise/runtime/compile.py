@@ -106,7 +106,7 @@ def _finish(model: Any, p: Partition) -> Any:
 
 
 def checker_text(exc: BaseException, limit: int = 400) -> str:
-    """An ``onnx.checker`` message on one line, whole: the checker breaks its sentences
+    r"""An ``onnx.checker`` message on one line, whole: the checker breaks its sentences
     across lines (a node's text inside), so the first line alone stops mid-sentence. The
     node's fields are joined with spaces; past ``limit`` characters it ends with "...".
 
