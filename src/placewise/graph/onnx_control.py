@@ -572,7 +572,17 @@ def _loop_trips(node: NodeProto, body: GraphProto, consts: Mapping[str, TensorPr
 
 def control_attrs(node: NodeProto, outer: ModelProto, file: str) -> dict[str, Any]:
     """The attributes of a kept control-flow node's op (``OpKind.IF``/``LOOP``/``SCAN``,
-    documented on ``OpKind``): its subgraph's work per iteration and the iterations."""
+    documented on ``OpKind``): its subgraph's work per iteration and the iterations. A
+    node whose attributes are malformed is left uncounted, saying so."""
+    try:
+        return _control_attrs(node, outer, file)
+    except (TypeError, ValueError, AttributeError, IndexError, KeyError) as exc:
+        return {"body_counted": False,
+                "body_uncounted": (f"malformed {node.op_type}: {type(exc).__name__}: "
+                                   f"{exc}"[:200],)}
+
+
+def _control_attrs(node: NodeProto, outer: ModelProto, file: str) -> dict[str, Any]:
     types = {vi.name: vi.type for vi in [*outer.graph.input, *outer.graph.value_info,
                                          *outer.graph.output]}
     if node.op_type == "If":
