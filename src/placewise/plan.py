@@ -699,8 +699,16 @@ def build_plan(problem: Problem, result: SearchLike | Evaluation, *, model_ref: 
         "precision": dict(precision) if precision is not None else None,
         "values": {k: tuple(float(x) for x in v) for k, v in values.items()} if values
         else None,
+        "control_flow": _control_flow_notes(g),
     }
     return Plan.model_validate(data)
+
+
+def _control_flow_notes(graph: Any) -> tuple[str, ...]:
+    from placewise.graph.ir import CONTROL_FLOW_KINDS
+    from placewise.graph.summary import control_flow_note
+
+    return tuple(control_flow_note(op) for op in graph.ops if op.kind in CONTROL_FLOW_KINDS)
 
 
 # ---- fingerprints --------------------------------------------------------------------------
