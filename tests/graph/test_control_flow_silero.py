@@ -23,7 +23,7 @@ import pytest
 from placewise.graph.count import count_graph
 from placewise.graph.ir import OpKind
 from placewise.graph.onnx_import import load_onnx
-from tests.test_cli import run
+from tests.test_cli import assert_bad_input, run
 from tests.test_export import chain, rel_l2
 
 WHEEL = "silero_vad-6.2.3-py3-none-any.whl"
@@ -83,6 +83,8 @@ def test_the_value_puts_the_network_inside_the_if_in_the_count(silero: Path) -> 
     assert {OpKind.CONV, OpKind.LSTM} <= kinds
     assert counts.flops > 1e6  # the 16 kHz network (6 convs, an LSTM), not one If
     assert g.inputs == ("input", "state")
+    unknown = run("inspect", str(silero), *SHAPES)  # sr unknown: the branches' shapes differ
+    assert_bad_input(unknown, str(silero), "If_0", "--value")
     proc = run("inspect", str(silero), *SHAPES, "--value", "sr=16000", "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)

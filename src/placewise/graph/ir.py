@@ -540,6 +540,14 @@ class Graph:
                     f"--shape {name}=DIMS or --batch", file=file, place=f"input {name!r}")
         why = f" ({self.record.shape_problem})" if self.record.shape_problem else ""
         for t in self.tensors:
+            if not t.is_concrete and t.name in self._producer and \
+                    self._producer[t.name].kind in CONTROL_FLOW_KINDS:
+                op = self._producer[t.name]
+                raise GraphError(
+                    f"shape {t.shape_str()} is made by {op.kind.value} {op.name!r}, whose "
+                    f"branches or iterations decide it at run time: give the inputs that "
+                    f"decide it a value with --value NAME=...", file=file,
+                    place=f"tensor {t.name!r}")
             if not t.is_concrete:
                 raise GraphError(
                     f"shape {t.shape_str()} stays symbolic although every input is "

@@ -553,9 +553,12 @@ def _loop_trips(node: NodeProto, body: GraphProto, consts: Mapping[str, TensorPr
     if not m_name or m_name not in consts:
         return 1, "at least"
     try:
-        trips = int(numpy_helper.to_array(consts[m_name]).reshape(-1)[0])
+        m = numpy_helper.to_array(consts[m_name])
     except Exception:
         return 1, "at least"
+    if m.size != 1 or m.dtype.kind not in "iu":  # M is an int64 scalar; anything else:
+        return 1, "at least"                     # onnxruntime refuses it at run time
+    trips = int(m.reshape(-1)[0])
     trips = max(0, trips)
     cond_in = body.input[1].name if len(body.input) > 1 else ""
     cond_out = body.output[0].name if body.output else ""
