@@ -323,6 +323,8 @@ def inline_known_ifs(model: ModelProto) -> int:
     from placewise.graph.onnx_shapes import _read_names, drop_unread
 
     g = model.graph
+    if not any(n.op_type == "If" for n in g.node):
+        return 0  # (large graphs without control flow pay one pass)
     consts = _constant_values(g)
     names = _Names(g)
     was_read = _read_names(model)
@@ -398,6 +400,8 @@ def hoist_subgraph_weights(model: ModelProto) -> int:
     subgraphs to the top graph's initializers (module docstring), in place; how many
     moved. The subgraphs read them as outer-scope values."""
     g = model.graph
+    if not any(a.HasField("g") or len(a.graphs) for n in g.node for a in n.attribute):
+        return 0
     names = _Names(g)
     inits: list[TensorProto] = []
     moved = 0
