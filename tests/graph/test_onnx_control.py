@@ -296,3 +296,37 @@ def test_plan_records_values_and_later_commands_reuse_them(tmp_path: Path) -> No
     want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(
         None, {"x": x, "c": np.array(True)})[0]
     assert rel_l2(chain(tmp_path / "ex", {"x": x})["z"], want) <= 1e-6
+
+
+def test_the_prepared_model_computes_what_the_file_does(tmp_path: Path) -> None:
+    """Hoisting subgraph weights (an If branch's initializer, a Loop body's Constant) to the
+    top graph keeps the model's outputs: the runtime runs the prepared model."""
+    from placewise.graph.onnx_shapes import plain_session
+
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Constant", [], ["k"], value=_weight("kv", 32, seed=3)),
+         helper.make_node("MatMul", ["acc_in", "k"], ["mm"]),
+         helper.make_node("Add", ["mm", "x"], ["acc_out"])], "body",
+        [_vi("i", [], TensorProto.INT64), _vi("cond_in", [], TensorProto.BOOL),
+         _vi("acc_in", None)], [_vi("cond_out", [], TensorProto.BOOL), _vi("acc_out", None)])
+    path = _save(tmp_path / "loop_const.onnx",
+                 [helper.make_node("Loop", ["M", "", "x"], ["y"], body=body)],
+                 [_vi("x", [4, 32]), _vi("M", [], TensorProto.INT64)], [_vi("y", [4, 32])])
+    for file, feeds_extra in ((path, {"M": np.array(3, np.int64)}),
+                              (if_model(tmp_path / "if.onnx"), {"c": np.array(True)})):
+        src = load_source(file)
+        x = np.random.default_rng(4).standard_normal(
+            (8, 64) if "if" in file else (4, 32)).astype(np.float32)
+        feeds = {"x": x, **feeds_extra}
+        want = ort.InferenceSession(file, providers=["CPUExecutionProvider"]).run(None, feeds)
+        prepared = src.onnx_model
+        assert not any(n.op_type == "Constant" for sub in _subgraphs_of(prepared)
+                       for n in sub.node)
+        assert all(len(sub.initializer) == 0 for sub in _subgraphs_of(prepared))
+        got = plain_session(prepared).run(None, feeds)
+        assert rel_l2(got[0], want[0]) <= 1e-6
+
+
+def _subgraphs_of(model: onnx.ModelProto) -> list[onnx.GraphProto]:
+    return [a.g for n in model.graph.node for a in n.attribute if a.HasField("g")]
