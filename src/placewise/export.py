@@ -433,6 +433,8 @@ def _plan_source(plan: Any, source: Any, file: str | None) -> Any:
     attempts: list[dict[str, Any]] = [{"batch": plan.batch}, {}]
     if shapes:
         attempts.append({"shapes": shapes})
+    if plan.values:  # the model as it was planned: its inputs given those values
+        attempts = [{**a, "values": plan.values} for a in attempts]
     first: Any = None
     first_error: PlacewiseError | None = None
     for kwargs in attempts:

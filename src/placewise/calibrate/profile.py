@@ -367,6 +367,7 @@ def _worker_source(conn: Connection, index: int, item: dict[str, Any],
     from placewise.runtime import opexec
 
     src = opexec.load_source(item["source"]["ref"], shapes=item["source"]["shapes"],
+                             values=item["source"].get("values"),
                              batch=item["source"]["batch"], with_graph=False)
     program = opexec.program_of(src)
     feeds = item.get("feeds_shapes")

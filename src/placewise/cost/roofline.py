@@ -51,6 +51,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from dataclasses import replace as dc_replace
 from typing import Any
 
 from placewise.cost.model import (
@@ -62,7 +63,7 @@ from placewise.cost.model import (
     Term,
 )
 from placewise.errors import UnsupportedError
-from placewise.graph.ir import INT8_KINDS, Graph, Op, OpKind, Tensor
+from placewise.graph.ir import CONTROL_FLOW_KINDS, INT8_KINDS, Graph, Op, OpKind, Tensor
 from placewise.hardware.spec import Device, DeviceKind, Machine
 from placewise.units import DType
 
@@ -283,7 +284,26 @@ def op_work(graph: Graph, op: Op, dtype: DType) -> OpWork:
         if dims is not None else 1
     if op.kind in _FREE_KINDS:
         kernels = 0
+    if op.kind in CONTROL_FLOW_KINDS:  # every kernel of its subgraph, every iteration
+        kernels = _attr_int(op, "body_kernels", 1) * _attr_int(op, "trips", 1)
     return OpWork(float(c.flops), nbytes, bool(c.counted), False, max(0, kernels))
+
+
+def control_flow_interval(op: Op, cost: Cost) -> Cost:
+    """The cost of a kept control-flow op (``OpKind.IF``/``LOOP``/``SCAN``) with its interval
+    and what it assumed: an ``If`` of unknown condition is costed as its costlier branch
+    (the central estimate) and its interval reaches down to the other (``low_share`` of
+    the work); a trip count that is a bound is said so."""
+    share = op.attrs.get("low_share", 1.0)
+    low = cost.low_s * float(share) if isinstance(share, int | float) else cost.low_s
+    notes = dict(cost.assumptions)
+    if op.kind is OpKind.IF and "branch" in op.attrs:
+        notes["control_flow"] = (f"condition unknown: costed as the costlier "
+                                 f"({op.attrs['branch']}) branch; the interval covers both")
+    else:
+        notes["control_flow"] = (f"{op.attrs.get('trips', 1)} iterations "
+                                 f"({op.attrs.get('trips_bound', 'exact')})")
+    return dc_replace(cost, low_s=low, assumptions=tuple(sorted(notes.items())))
 
 
 def _is_gpu_like(dev: Device) -> bool:
@@ -468,13 +488,14 @@ class RooflineModel(NoRuntimeTerms):
             return Cost.of({}, bottleneck=Bottleneck.NONE, source=Source.ROOFLINE,
                            assumptions={"model": "roofline",
                                         "note": "view or metadata op: no kernel, no bytes"})
-        return self._cost_from(
+        cost = self._cost_from(
             [p], launches=p.kernels, launch_s=dev.launch_overhead_s,
             assumptions={"peak_flops_per_s": p.peak, "efficiency": p.efficiency,
                          "parallel_efficiency": p.parallel_eff, "bytes": float(p.nbytes),
                          "flops": p.flops, "bandwidth_bytes_per_s": p.bandwidth,
                          "memory_fraction": p.mem_fraction, "dtype": dtype.value},
             memory_bytes=p.nbytes, scratch_bytes=op.scratch_bytes)
+        return control_flow_interval(op, cost) if op.kind in CONTROL_FLOW_KINDS else cost
 
     def _task_cost(self, graph: Graph, op: Op, dev: Device, dtype: DType) -> Cost:
         hint = op.hint

@@ -27,6 +27,7 @@ from placewise.errors import GraphError
 from placewise.units import DType, Layout
 
 __all__ = [
+    "CONTROL_FLOW_KINDS",
     "INT8_KINDS",
     "AttrValue",
     "Attrs",
@@ -115,6 +116,14 @@ class OpKind(Enum):
       ``axis``. SLICE: none (shapes tell). TRANSPOSE: ``perm``.
     - QUANTIZE / DEQUANTIZE: ``axis`` (per-channel) or none. CAST: ``to`` (a DType value).
     - LAYOUT_CONVERT: ``src`` and ``dst`` (Layout values).
+    - IF / LOOP / SCAN: the work of the subgraph per iteration, counted by the graph count
+      rules when the model was imported: ``body_flops``, ``body_bytes_read``,
+      ``body_bytes_written``, ``body_dtypes`` with ``body_dtype_bytes`` (bytes per dtype),
+      ``body_kernels`` (ops that launch a kernel), ``body_counted`` (bool) and
+      ``body_uncounted`` (kinds without a rule); ``trips`` (iterations costed) and
+      ``trips_bound`` ("exact", "at most", "at least": the trip count is a bound);
+      IF: ``branch`` ("then", "else": the costlier branch, the central estimate) and
+      ``low_share`` (the other branch's work as a share of it: the interval's low end).
     - UNKNOWN: a source op placewise has no kind for; ``Provenance.source_op`` says which.
     """
 
@@ -225,6 +234,11 @@ class OpKind(Enum):
     SHAPE = "shape"
     CONSTANT = "constant"
     RANGE = "range"
+    # control flow kept as one op (an If whose condition is unknown, Loop, Scan): its cost
+    # is its subgraph's work, summed by the importer (see CONTROL_FLOW_KINDS)
+    IF = "if"
+    LOOP = "loop"
+    SCAN = "scan"
     # abstract task from a task-graph JSON: its cost comes from ``Op.hint``
     TASK = "task"
     # anything else
@@ -269,6 +283,10 @@ for _k in (OpKind.QUANTIZE, OpKind.DEQUANTIZE, OpKind.CAST, OpKind.LAYOUT_CONVER
 #: quantization: ``MatMulInteger`` / ``ConvInteger``). A local device (one with a runtime
 #: ``backend``) computes a vertex in int8 only when every op of it is one of these: the cost
 #: models, the plan checker, profiling and the executor all read this set.
+#: control flow kept as one op: its cost is the summed work of its subgraph (attributes on
+#: ``OpKind``); an ``If`` whose condition is known is inlined by the importer instead
+CONTROL_FLOW_KINDS: frozenset[OpKind] = frozenset({OpKind.IF, OpKind.LOOP, OpKind.SCAN})
+
 INT8_KINDS: frozenset[OpKind] = frozenset({OpKind.LINEAR, OpKind.MATMUL, OpKind.GEMM,
                                            OpKind.CONV})
 
@@ -421,6 +439,8 @@ class ImportRecord:
     folded_nodes: int = 0
     shape_problem: str = ""  # why shapes may have stayed symbolic ("" when nothing failed)
     upgraded_from_opset: int = 0
+    values: tuple[str, ...] = ()  # inputs given a value (--value), constants in the graph
+    inlined_ifs: int = 0  # If nodes replaced by the branch their (constant) condition takes
 
 
 @dataclass(frozen=True, slots=True)
@@ -545,6 +565,14 @@ class Graph:
                 raise GraphError(_unbound_input(t), file=file, place=f"input {name!r}")
         why = f" ({self.record.shape_problem})" if self.record.shape_problem else ""
         for t in self.tensors:
+            if not t.is_concrete and t.name in self._producer and \
+                    self._producer[t.name].kind in CONTROL_FLOW_KINDS:
+                op = self._producer[t.name]
+                raise GraphError(
+                    f"shape {t.shape_str()} is made by {op.kind.value} {op.name!r}, whose "
+                    f"branches or iterations decide it at run time: give the inputs that "
+                    f"decide it a value with --value NAME=...", file=file,
+                    place=f"tensor {t.name!r}")
             if not t.is_concrete:
                 raise GraphError(
                     f"shape {t.shape_str()} stays symbolic although every input is "

@@ -32,10 +32,12 @@ import math
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from placewise.errors import GraphError, InputError, ModelFormatError
 from placewise.graph.ir import (
+    Attrs,
     Dim,
     Graph,
     ImportRecord,
@@ -44,6 +46,7 @@ from placewise.graph.ir import (
     Tensor,
     eval_dim,
 )
+from placewise.graph.onnx_control import CONTROL_FLOW_OPS, control_attrs
 from placewise.graph.onnx_kinds import _Ctx, _make_op, _type_name, _TypeInfo, onnx_dtype
 from placewise.io import quiet, read_file_bytes, read_file_range
 from placewise.units import DType
@@ -51,7 +54,10 @@ from placewise.units import DType
 if TYPE_CHECKING:
     from onnx import GraphProto, ModelProto, NodeProto, TensorProto, TypeProto
 
-__all__ = ["MIN_OPSET", "load_onnx", "load_onnx_source", "onnx_dtype", "read_onnx"]
+    from placewise.graph.onnx_shapes import PrepareInfo
+
+__all__ = ["MIN_OPSET", "graph_of_prepared", "load_onnx", "load_onnx_source", "onnx_dtype",
+           "read_onnx"]
 
 #: the oldest default-domain opset placewise computes on: older files are upgraded to it
 MIN_OPSET = 13
@@ -644,12 +650,15 @@ def _free_anonymous_dims(model: ModelProto) -> None:
 
 def load_onnx(path: str | os.PathLike[str], *,
               shapes: Mapping[str, Sequence[int]] | None = None,
-              batch: int | None = None) -> Graph:
+              batch: int | None = None,
+              values: Mapping[str, Sequence[float]] | None = None) -> Graph:
     """Read the ONNX model at ``path`` into a ``Graph``.
 
     ``shapes`` maps graph input names to concrete dims; ``batch`` binds the first dim of
-    every other graph input whose first dim is symbolic or unknown. Both are applied before
-    shape inference, so concrete sizes propagate; where ONNX inference stops although every
+    every other graph input whose first dim is symbolic or unknown; ``values`` gives inputs a
+    value (they become constants: shape arithmetic and ``If`` conditions that read them
+    fold, and an ``If`` takes the branch they pick, ``graph.onnx_control``). All are applied
+    before shape inference, so concrete sizes propagate; where ONNX inference stops although every
     input is concrete, onnxruntime resolves the rest, and shape arithmetic folds into
     constants (``graph.onnx_shapes``; ``Graph.record`` says how). Dims that stay unknown
     are kept as symbolic names (``str``).
@@ -658,7 +667,7 @@ def load_onnx(path: str | os.PathLike[str], *,
     unsafe external-data reference), ``InputError`` for a binding that conflicts with the
     model, ``GraphError`` for a value whose dtype cannot be inferred.
     """
-    graph, _ = load_onnx_source(path, shapes=shapes, batch=batch)
+    graph, _ = load_onnx_source(path, shapes=shapes, batch=batch, values=values)
     assert graph is not None
     return graph
 
@@ -666,7 +675,9 @@ def load_onnx(path: str | os.PathLike[str], *,
 def load_onnx_source(path: str | os.PathLike[str], *,
                      shapes: Mapping[str, Sequence[int]] | None = None,
                      batch: int | None = None,
-                     with_graph: bool = True) -> tuple[Graph | None, ModelProto]:
+                     with_graph: bool = True,
+                     values: Mapping[str, Sequence[float]] | None = None
+                     ) -> tuple[Graph | None, ModelProto]:
     """The ``Graph`` of the ONNX model at ``path`` (None unless ``with_graph``) and the
     model it was built from: bound, shapes resolved, shape arithmetic folded
     (``graph.onnx_shapes.prepare_onnx``). What runs the graph's ops (the runtime's model
@@ -676,13 +687,21 @@ def load_onnx_source(path: str | os.PathLike[str], *,
     file = os.fspath(path)
     source, upgraded_from = _read_onnx(file)
     _check_placeable_inputs(source, file)
-    model, info = prepare_onnx(source, file, shapes=shapes, batch=batch)
+    model, info = prepare_onnx(source, file, shapes=shapes, batch=batch, values=values)
     if not with_graph:
         return None, model
+    return graph_of_prepared(model, file, info, upgraded_from_opset=upgraded_from or 0), model
+
+
+def graph_of_prepared(model: ModelProto, file: str, info: PrepareInfo, *,
+                      upgraded_from_opset: int = 0) -> Graph:
+    """The ``Graph`` of a model ``prepare_onnx`` made (``info`` is what it did;
+    ``upgraded_from_opset``: the file's opset when the import upgraded it)."""
     problem = f" ({info.problem})" if info.problem else ""
     record = ImportRecord(info.shape_source, info.source_nodes, info.folded_nodes,
-                          info.problem, upgraded_from_opset=upgraded_from or 0)
-    return _build_graph(model, file, info.env, problem, record), model
+                          info.problem, upgraded_from_opset=upgraded_from_opset,
+                          values=info.values, inlined_ifs=info.inlined_ifs)
+    return _build_graph(model, file, info.env, problem, record)
 
 
 def _check_placeable_inputs(model: ModelProto, file: str) -> None:
@@ -779,7 +798,10 @@ def _build_graph(model: ModelProto, file: str, env: Mapping[str, int],
                                        place=f"node {name!r} ({node.op_type})")
             produced[o] = name
         defined.update(outputs)
-        ops.append(_make_op(node, name, (*node.input, *extra), outputs, ctx))
+        op = _make_op(node, name, (*node.input, *extra), outputs, ctx)
+        if node.op_type in CONTROL_FLOW_OPS and node.domain in ("", "ai.onnx"):
+            op = replace(op, attrs=Attrs.of(control_attrs(node, model, file)))
+        ops.append(op)
     for o in output_names:
         if o not in defined:
             raise ModelFormatError(f"graph output {o!r} is not produced by any node "

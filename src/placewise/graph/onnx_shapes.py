@@ -105,6 +105,9 @@ class PrepareInfo:
     folded_nodes: int
     problem: str = ""
     folded: tuple[str, ...] = ()
+    values: tuple[str, ...] = ()  # inputs given a value (now initializers)
+    inlined_ifs: int = 0  # If nodes replaced by the branch their constant condition takes
+    hoisted_weights: int = 0  # subgraph initializers/Constants moved to the top graph
 
 
 def _quiet() -> Any:
@@ -114,24 +117,62 @@ def _quiet() -> Any:
 
 def prepare_onnx(model: ModelProto, file: str, *,
                  shapes: Mapping[str, Sequence[int]] | None = None,
-                 batch: int | None = None) -> tuple[ModelProto, PrepareInfo]:
-    """A copy of ``model`` with ``shapes``/``batch`` bound, every value's shape resolved
-    where the inputs are concrete, and shape arithmetic folded into constants.
+                 batch: int | None = None,
+                 values: Mapping[str, Sequence[float]] | None = None
+                 ) -> tuple[ModelProto, PrepareInfo]:
+    """A copy of ``model`` with ``shapes``/``batch`` bound, the inputs in ``values`` made
+    constants, every value's shape resolved where the inputs are concrete, shape
+    arithmetic folded into constants, ``If`` nodes whose condition folded replaced by the
+    branch taken and the weights of the remaining subgraphs moved to the top graph
+    (``graph.onnx_control``).
 
     Raises ``InputError`` for a binding that conflicts with the model. Shapes that no way
     resolves stay symbolic, with the reason in ``PrepareInfo.problem``.
     """
     import onnx
 
+    from placewise.graph.onnx_control import (
+        MAX_INLINE_ROUNDS,
+        bind_values,
+        hoist_subgraph_weights,
+        inline_known_ifs,
+    )
     from placewise.graph.onnx_import import _bind_inputs
 
     work = onnx.ModelProto()
     work.CopyFrom(model)
     env = _bind_inputs(work, file, shapes, batch)
-    before = len(work.graph.node)
+    bound = bind_values(work, file, values)
+    before = _node_count(work.graph)
     resolved, source, problem = resolve_shapes(work)
     folded, names = fold_constants(resolved)
-    return folded, PrepareInfo(dict(env), source, before, len(names), problem, tuple(names))
+    inlined = 0
+    for _ in range(MAX_INLINE_ROUNDS):  # nested If nodes fold once their parent is inlined
+        n = inline_known_ifs(folded)
+        if not n:
+            break
+        inlined += n
+        resolved, source, problem = resolve_shapes(folded)
+        folded, more = fold_constants(resolved)
+        names.extend(more)
+    hoisted = hoist_subgraph_weights(folded)
+    return folded, PrepareInfo(dict(env), source, before, len(names), problem, tuple(names),
+                               tuple(bound), inlined, hoisted)
+
+
+def _node_count(graph: Any) -> int:
+    """Nodes of ``graph`` and of its subgraphs."""
+    n = 0
+    stack = [graph]
+    while stack:
+        g = stack.pop()
+        n += len(g.node)
+        for node in g.node:
+            for attr in node.attribute:
+                if attr.HasField("g"):
+                    stack.append(attr.g)
+                stack.extend(attr.graphs)
+    return n
 
 
 # ---- shapes ---------------------------------------------------------------------------------
@@ -424,7 +465,7 @@ def plain_session(model: ModelProto) -> Any:
     from placewise.onnxrt import new_session
 
     opts = ort.SessionOptions()
-    opts.log_severity_level = 3
+    opts.log_severity_level = 4  # fatal only: a failing run is reported, never logged
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     opts.intra_op_num_threads = 1
     opts.inter_op_num_threads = 1
@@ -626,7 +667,12 @@ def _read_names(model: ModelProto) -> set[str]:
 def _drop_unread(out: ModelProto, before: ModelProto) -> None:
     """Drop initializers and ``Constant`` nodes that were read in ``before`` and are not
     read in ``out`` any more (values only folded nodes used)."""
-    was_read = _read_names(before)
+    drop_unread(out, _read_names(before))
+
+
+def drop_unread(out: ModelProto, was_read: set[str]) -> None:
+    """Drop initializers and ``Constant`` nodes of ``out`` whose names are in ``was_read``
+    (what was read before a rewrite) and that nothing reads any more, in place."""
     read = _read_names(out)
     gone = was_read - read
     g = out.graph

@@ -96,13 +96,25 @@ def _finish(model: Any, p: Partition) -> Any:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:
         raise UnsupportedError(f"partition {p.name!r} does not pass onnx.checker: "
-                               f"{str(exc).splitlines()[0]}") from None
+                               f"{checker_text(exc)}") from None
     if p.dtype is DType.INT8:
         model = quantize_dynamic_model(model, p.name)
     elif p.dtype is not DType.FP32:
         raise UnsupportedError(f"partition {p.name!r} computes in {p.dtype.value}: "
                                f"partitions compile to fp32 or int8")
     return model
+
+
+def checker_text(exc: BaseException, limit: int = 400) -> str:
+    r"""An ``onnx.checker`` message on one line, whole: the checker breaks its sentences
+    across lines (a node's text inside), so the first line alone stops mid-sentence. The
+    node's fields are joined with spaces; past ``limit`` characters it ends with "...".
+
+    >>> checker_text(ValueError("input 'a' of node: \nname: If_0 OpType: If\n is not output"))
+    "input 'a' of node: name: If_0 OpType: If is not output"
+    """
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _check_boundary(model: Any, p: Partition) -> None:
@@ -188,12 +200,56 @@ def quantize_dynamic_model(model: Any, what: str, *,
 # ---- ONNX sources -----------------------------------------------------------------------------
 
 
-def _onnx_partition(model: Any, p: Partition) -> Any:
-    import onnx
+@functools.cache
+def _extractor_class() -> type:
+    """``onnx.utils.Extractor`` that follows what subgraphs (If/Loop/Scan bodies) read from
+    outer scopes: the nodes that make those values are kept (or the values become
+    partition inputs), and the initializers they read come along."""
     from onnx.utils import Extractor
 
+    from placewise.graph.onnx_import import _subgraph_refs
+
+    class SubgraphExtractor(Extractor):
+        def __init__(self, model: Any) -> None:
+            super().__init__(model)
+            self.refs = {i: _subgraph_refs(n) for i, n in enumerate(self.graph.node)
+                         if any(a.HasField("g") or len(a.graphs) for a in n.attribute)}
+
+        def _reads(self, index: int) -> list[str]:
+            node = self.graph.node[index]
+            return [x for x in (*node.input, *self.refs.get(index, ())) if x]
+
+        def _dfs_search_reachable_nodes(self, node_output_name: str,
+                                        graph_input_names: set[str],
+                                        reachable: set[int]) -> None:
+            stack = [node_output_name]
+            while stack:
+                name = stack.pop()
+                if name in graph_input_names or name not in self.outmap:
+                    continue
+                index = self.outmap[name]
+                if index not in reachable:
+                    reachable.add(index)
+                    stack.extend(self._reads(index))
+
+        def _collect_reachable_tensors(self, nodes: list[Any]) -> tuple[list[Any], list[Any]]:
+            init, infos = super()._collect_reachable_tensors(nodes)
+            have = {t.name for t in init}
+            for node in nodes:
+                for name in _subgraph_refs(node):
+                    if name in self.initializers and name not in have:
+                        init.append(self.initializers[name])
+                        have.add(name)
+            return init, infos
+
+    return SubgraphExtractor
+
+
+def _onnx_partition(model: Any, p: Partition) -> Any:
+    import onnx
+
     try:
-        sub = Extractor(model).extract_model(list(p.inputs), list(p.outputs))
+        sub = _extractor_class()(model).extract_model(list(p.inputs), list(p.outputs))
     except Exception as exc:
         raise UnsupportedError(f"partition {p.name!r} cannot be cut from the ONNX model: "
                                f"{type(exc).__name__}: {exc}") from None

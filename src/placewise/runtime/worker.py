@@ -340,6 +340,7 @@ class _Worker:
                                      exported_program=unpack_fx(reload["fx_package"]))
         else:
             src = opexec.load_source(reload["ref"], shapes=reload["shapes"],
+                                     values=reload.get("values"),
                                      batch=reload["batch"], with_graph=False)
         self.src = src
         self.program: Any = opexec.program_of(src)
