@@ -14,10 +14,10 @@ import onnx
 import pytest
 
 from placewise.cost.load import load_cost_model
-from placewise.cost.roofline import gemm_dims, op_work
+from placewise.cost.roofline import RooflineModel, gemm_dims, op_work
 from placewise.graph.count import count_graph, count_op
 from placewise.graph.fuse import fuse
-from placewise.graph.ir import Graph
+from placewise.graph.ir import Graph, Op, OpKind, Role, TaskHint, Tensor
 from placewise.graph.load import load_model
 from placewise.hardware.spec import load_machine
 from placewise.schedule.placement import Problem
@@ -84,3 +84,34 @@ def test_kept_answers_equal_fresh_ones(dag: Graph) -> None:
             assert op_work(dag, twin, dt) == op_work(dag, op, dt)
     other = Graph.build(dag.name, dag.tensors, dag.ops, dag.inputs, dag.outputs)
     assert other.analysis("count_op") == {}  # a new graph keeps its own
+
+
+class _Unshared(RooflineModel):
+    device_class = None  # type: ignore[assignment]  # no classes: every device costed
+
+
+def test_devices_of_one_class_share_costs(dag: Graph) -> None:
+    """gpu0 and gpu1 of h100-sxm-server are one class for the roofline: gpu1 keeps gpu0's
+    answer, which is what costing gpu1 on its own gives."""
+    m = load_machine("h100-sxm-server")
+    shared = Problem(dag, fuse(dag), m, load_cost_model(m, None), batch=2)
+    fresh = Problem(dag, fuse(dag), m, _Unshared(m), batch=2)
+    for v in shared.vertices[:300]:
+        a = shared.cost(v.index, "gpu0", DType.FP32)
+        b = shared.cost(v.index, "gpu1", DType.FP32)
+        assert b is a
+        assert fresh.cost(v.index, "gpu1", DType.FP32) == b
+        assert shared.cost(v.index, "cpu", DType.FP32) == fresh.cost(v.index, "cpu",
+                                                                     DType.FP32)
+
+
+def test_a_task_keeps_its_time_per_device() -> None:
+    """A task's given time is per device name: devices of one class do not share it."""
+    m = load_machine("h100-sxm-server")
+    t = [Tensor("x", (4,), DType.FP32, role=Role.INPUT),
+         Tensor("y", (4,), DType.FP32, role=Role.OUTPUT)]
+    hint = TaskHint(1e9, 1000, (("gpu0", 1.0), ("gpu1", 2.0)))
+    g = Graph.build("t", t, [Op("t", OpKind.TASK, ("x",), ("y",), hint=hint)])
+    prob = Problem(g, None, m, load_cost_model(m, None))
+    assert prob.cost(0, "gpu0", DType.FP32).total_s == 1.0
+    assert prob.cost(0, "gpu1", DType.FP32).total_s == 2.0

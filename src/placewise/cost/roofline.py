@@ -662,6 +662,19 @@ class RooflineModel(NoRuntimeTerms):
         calibration (``placewise.calibrate.corun``), not of the hardware spec."""
         return 0.0
 
+    def device_class(self, device: str) -> str:
+        """What this model reads of ``device`` to cost ops other than tasks: its spec, not
+        its name. Two devices of one class (the GPUs of a server) get equal op and region
+        costs, so a caller may keep one answer for both (``Problem.cost``); a task's given
+        time is per device name, so tasks are not covered.
+
+        >>> from placewise.hardware.spec import load_machine
+        >>> m = RooflineModel(load_machine("h100-sxm-server"))
+        >>> m.device_class("gpu0") == m.device_class("gpu1") != m.device_class("cpu")
+        True
+        """
+        return self._device(device, "its class").model_dump_json(exclude={"name"})
+
     def fingerprint(self) -> str:
         return "roofline/v1"
 
