@@ -23,6 +23,7 @@ development machine are provisional.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -74,6 +75,7 @@ def phases(model: Path, hw: str = MACHINE) -> dict[str, float]:
     from placewise.search.space import SearchSpace
     from placewise.units import DType
 
+    gc.set_threshold(100_000, 50, 100)  # as the command does, in a process of its own
     out: dict[str, float] = {}
     cpu0 = cpu = time.process_time()
     t = time.perf_counter()

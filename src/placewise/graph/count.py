@@ -228,6 +228,9 @@ class _Ctx:
         return self.graph.out_tensors(self.op)
 
     def shape(self, t: Tensor) -> tuple[int, ...]:
+        dims = t.shape
+        if all(type(d) is int for d in dims):  # the usual case: already what is returned
+            return dims  # type: ignore[return-value]
         if not t.is_concrete:
             how = (f"bind it with --shape {t.name}=DIMS or --batch"
                    if t.name in self.graph.inputs
