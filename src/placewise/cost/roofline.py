@@ -189,6 +189,18 @@ def gemm_dims(graph: Graph, op: Op) -> GemmDims | None:
     >>> gemm_dims(g, g.op("l"))
     GemmDims(batch=1, m=128, n=64, k=32, steps=1)
     """
+    if op.kind not in _CONTRACTIONS:
+        return None
+    if not graph.owns(op):
+        return _gemm_dims(graph, op)
+    memo = graph.analysis("gemm_dims")  # asked per device and precision costed
+    if op.name not in memo:
+        memo[op.name] = _gemm_dims(graph, op)
+    got: GemmDims | None = memo[op.name]
+    return got
+
+
+def _gemm_dims(graph: Graph, op: Op) -> GemmDims | None:
     ins = graph.in_tensors(op)
     outs = graph.out_tensors(op)
     try:
@@ -268,7 +280,19 @@ def _fallback_bytes(graph: Graph, op: Op) -> dict[DType, int]:
 
 
 def op_work(graph: Graph, op: Op, dtype: DType) -> OpWork:
-    """FLOPs and bytes of ``op`` at precision ``dtype`` (from ``graph.count``)."""
+    """FLOPs and bytes of ``op`` at precision ``dtype`` (from ``graph.count``); kept with
+    the graph (``Graph.analysis``): costing asks for it once per device."""
+    if not graph.owns(op):
+        return _op_work(graph, op, dtype)
+    memo = graph.analysis("op_work")
+    key = (op.name, dtype)
+    got: OpWork | None = memo.get(key)
+    if got is None:
+        got = memo[key] = _op_work(graph, op, dtype)
+    return got
+
+
+def _op_work(graph: Graph, op: Op, dtype: DType) -> OpWork:
     from placewise.graph.count import count_op
 
     c = count_op(graph, op)
@@ -658,6 +682,19 @@ class RooflineModel(NoRuntimeTerms):
         """0.0: wake-up latency is a property of the runtime that runs a plan, measured by
         calibration (``placewise.calibrate.corun``), not of the hardware spec."""
         return 0.0
+
+    def device_class(self, device: str) -> str:
+        """What this model reads of ``device`` to cost ops other than tasks: its spec, not
+        its name. Two devices of one class (the GPUs of a server) get equal op and region
+        costs, so a caller may keep one answer for both (``Problem.cost``); a task's given
+        time is per device name, so tasks are not covered.
+
+        >>> from placewise.hardware.spec import load_machine
+        >>> m = RooflineModel(load_machine("h100-sxm-server"))
+        >>> m.device_class("gpu0") == m.device_class("gpu1") != m.device_class("cpu")
+        True
+        """
+        return self._device(device, "its class").model_dump_json(exclude={"name"})
 
     def fingerprint(self) -> str:
         return "roofline/v1"

@@ -236,6 +236,9 @@ class _Ctx:
         return self.graph.out_tensors(self.op)
 
     def shape(self, t: Tensor) -> tuple[int, ...]:
+        dims = t.shape
+        if all(type(d) is int for d in dims):  # the usual case: already what is returned
+            return dims  # type: ignore[return-value]
         if not t.is_concrete:
             how = (f"bind it with --shape {t.name}=DIMS or --batch"
                    if t.name in self.graph.inputs
@@ -320,11 +323,19 @@ def count_op(graph: Graph, op: Op) -> OpCount:
     """FLOPs and bytes of ``op`` at its real shapes in ``graph``.
 
     Raises ``GraphError`` naming the op when a shape it needs is symbolic or inconsistent.
+    The count of an op of ``graph`` is kept with the graph (``Graph.analysis``): costing
+    asks for it once per device and precision.
     """
     fn = _RULES.get(op.kind)
     if fn is None:
         return _UNCOUNTED
-    return fn(_Ctx(graph, op))
+    if not graph.owns(op):
+        return fn(_Ctx(graph, op))  # an op the graph does not hold: not its to keep
+    memo = graph.analysis("count_op")
+    got: OpCount | None = memo.get(op.name)
+    if got is None:
+        got = memo[op.name] = fn(_Ctx(graph, op))
+    return got
 
 
 def _uncounted_name(op: Op) -> str:

@@ -463,9 +463,11 @@ class Graph:
     _producer: dict[str, Op] = field(init=False, repr=False, compare=False)
     _consumers: dict[str, tuple[Op, ...]] = field(init=False, repr=False, compare=False)
     _memo: dict[str, str] = field(init=False, repr=False, compare=False)  # fingerprint
+    _analyses: dict[str, dict[Any, Any]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_memo", {})
+        object.__setattr__(self, "_analyses", {})
         object.__setattr__(self, "_tensor_index", {t.name: t for t in self.tensors})
         object.__setattr__(self, "_op_index", {o.name: o for o in self.ops})
         prod: dict[str, Op] = {}
@@ -474,8 +476,12 @@ class Graph:
             for t in op.outputs:
                 prod[t] = op
             for t in op.inputs:
-                if t and op not in cons.setdefault(t, []):
-                    cons[t].append(op)
+                # an op reading a tensor twice is listed once: its reads are consecutive,
+                # so comparing with the last consumer (by identity) suffices
+                if t:
+                    seen = cons.setdefault(t, [])
+                    if not seen or seen[-1] is not op:
+                        seen.append(op)
         object.__setattr__(self, "_producer", prod)
         object.__setattr__(self, "_consumers", {k: tuple(v) for k, v in cons.items()})
 
@@ -653,6 +659,27 @@ class Graph:
         h.update(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode())
         got = "sha256:" + h.hexdigest()
         self._memo["fingerprint"] = got
+        return got
+
+    def owns(self, op: Op) -> bool:
+        """Whether ``op`` is this graph's op of that name (the very object: what is kept in
+        an ``analysis`` of the graph holds for it)."""
+        return self._op_index.get(op.name) is op
+
+    def analysis(self, name: str) -> dict[Any, Any]:
+        """The cache of the analysis ``name`` of this graph (empty at first): what a pass
+        computes from an immutable graph holds for as long as the graph, so a pass asked
+        the same question many times (``count_op`` per op, once per device costed) keeps
+        its answers here, keyed as it likes.
+
+        >>> g = Graph.build("g", [Tensor("x", (2,), DType.FP32, role=Role.INPUT)], [])
+        >>> g.analysis("demo")["k"] = 1
+        >>> g.analysis("demo"), g.analysis("other")
+        ({'k': 1}, {})
+        """
+        got = self._analyses.get(name)
+        if got is None:
+            got = self._analyses[name] = {}
         return got
 
     def with_ops(self, ops: Iterable[Op], tensors: Iterable[Tensor] | None = None) -> Graph:

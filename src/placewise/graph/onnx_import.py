@@ -175,38 +175,52 @@ def _check_strings(model: ModelProto, path: str) -> None:
     field, instead of failing later wherever the name is used."""
     from google.protobuf.descriptor import FieldDescriptor
 
-    plan: dict[str, list[tuple[str, bool, bool]]] = {}  # per message type: what to look at
+    # per field: (1 message / 2 string / 0 other, repeated); only the fields a message has
+    # set are visited (``ListFields``), in the order they are declared in
+    kinds: dict[Any, tuple[int, bool]] = {}
+    msg_type, str_type = FieldDescriptor.TYPE_MESSAGE, FieldDescriptor.TYPE_STRING
 
-    def fields(msg: Any) -> list[tuple[str, bool, bool]]:
-        d = msg.DESCRIPTOR
-        if d.full_name not in plan:
-            plan[d.full_name] = [
-                (fd.name, fd.type == FieldDescriptor.TYPE_MESSAGE,
-                 fd.is_repeated if hasattr(fd, "is_repeated")
-                 else fd.label == FieldDescriptor.LABEL_REPEATED)
-                for fd in d.fields
-                if fd.type in (FieldDescriptor.TYPE_MESSAGE, FieldDescriptor.TYPE_STRING)]
-        return plan[d.full_name]
+    def declared(item: tuple[Any, Any]) -> int:
+        return int(item[0].index)
 
-    # only message and string fields are visited: tensor data is never copied out
-    stack: list[tuple[Any, str]] = [(model, "")]
+    # only message and string fields are looked at: tensor data is never copied out; a
+    # message's place is kept as (parent's place, field, index) and written out only for
+    # the message of an error (formatting every node's place costs more than the check)
+    stack: list[tuple[Any, Any]] = [(model, None)]
     while stack:
-        msg, place = stack.pop()
-        for name, is_msg, repeated in fields(msg):
-            where = f"{place}.{name}" if place else name
-            if is_msg:
-                if repeated:
-                    stack.extend((m, f"{where}[{i}]") for i, m in enumerate(getattr(msg, name)))
-                elif msg.HasField(name):
-                    stack.append((getattr(msg, name), where))
-                continue
-            value = getattr(msg, name)
-            for i, v in enumerate(value if repeated else (value,)):
-                if not isinstance(v, str):
-                    raise ModelFormatError(
-                        f"is not UTF-8 text ({bytes(v)[:40]!r}); names and strings in an "
-                        f"ONNX model must be UTF-8", file=path,
-                        place=f"{where}[{i}]" if repeated else where)
+        msg, at = stack.pop()
+        present = msg.ListFields()
+        if len(present) > 1:
+            present.sort(key=declared)
+        for fd, value in present:
+            kind = kinds.get(fd)
+            if kind is None:
+                repeated = fd.is_repeated if hasattr(fd, "is_repeated") \
+                    else fd.label == FieldDescriptor.LABEL_REPEATED
+                kind = kinds[fd] = (1 if fd.type == msg_type else 2 if fd.type == str_type
+                                    else 0, repeated)
+            if kind[0] == 1:
+                if kind[1]:
+                    name = fd.name
+                    stack.extend((m, (at, name, i)) for i, m in enumerate(value))
+                else:
+                    stack.append((value, (at, fd.name, None)))
+            elif kind[0] == 2:
+                for i, v in enumerate(value if kind[1] else (value,)):
+                    if not isinstance(v, str):
+                        where = _place_text((at, fd.name, i if kind[1] else None))
+                        raise ModelFormatError(
+                            f"is not UTF-8 text ({bytes(v)[:40]!r}); names and strings in "
+                            f"an ONNX model must be UTF-8", file=path, place=where)
+
+
+def _place_text(at: Any) -> str:
+    """``graph.node[3].name`` from a place kept as (parent's place, field, index|None)."""
+    parts: list[str] = []
+    while at is not None:
+        at, name, index = at
+        parts.append(name if index is None else f"{name}[{index}]")
+    return ".".join(reversed(parts))
 
 
 # bits per element of each ONNX element type; the typed field that holds it without raw_data
@@ -745,11 +759,11 @@ def _build_graph(model: ModelProto, file: str, env: Mapping[str, int],
     for t in graph.initializer:
         if not t.name:
             raise ModelFormatError("an initializer has no name", file=file, place="initializer")
+        if t.name not in consts:  # a set lookup: a list's would be quadratic in weights
+            params.append(t.name)
         infos[t.name] = _TypeInfo(tuple(int(d) for d in t.dims), onnx_dtype(t.data_type),
                                   t.data_type)
         consts[t.name] = t
-        if t.name not in params:
-            params.append(t.name)
     for sp in graph.sparse_initializer:
         name = sp.values.name
         infos[name] = _TypeInfo(tuple(int(d) for d in sp.dims), onnx_dtype(sp.values.data_type),

@@ -185,9 +185,12 @@ def _concrete_dims(tp: Any) -> tuple[int, ...] | None:
     tt = tp.tensor_type
     if not tt.elem_type or not tt.HasField("shape"):
         return None
-    if not all(d.HasField("dim_value") for d in tt.shape.dim):
-        return None
-    return tuple(int(d.dim_value) for d in tt.shape.dim)
+    dims: list[int] = []
+    for d in tt.shape.dim:  # one pass: asked for every value, several times per import
+        if not d.HasField("dim_value"):
+            return None
+        dims.append(int(d.dim_value))
+    return tuple(dims)
 
 
 def _inputs_concrete(model: ModelProto) -> bool:
@@ -396,6 +399,48 @@ def _ort_run(model: ModelProto) -> ModelProto:
 # ---- folding --------------------------------------------------------------------------------
 
 
+class _Types:
+    """Value name -> (element type, dims) where both are known: a constant's from its
+    tensor, else the first concrete annotation (graph input, value_info, output). Read on
+    first ask: most nodes of a large model read an activation and never need one."""
+
+    def __init__(self, graph: Any, protos: Mapping[str, TensorProto]) -> None:
+        self._graph = graph
+        self._protos = protos
+        self._annotations: dict[str, list[Any]] | None = None
+        self._known: dict[str, tuple[int, tuple[int, ...]] | None] = {}
+
+    def get(self, name: str) -> tuple[int, tuple[int, ...]] | None:
+        if name in self._known:
+            return self._known[name]
+        got: tuple[int, tuple[int, ...]] | None = None
+        t = self._protos.get(name)
+        if t is not None:
+            got = (t.data_type, tuple(int(d) for d in t.dims))
+        else:
+            if self._annotations is None:
+                g = self._graph
+                self._annotations = {}
+                for vi in [*g.input, *g.value_info, *g.output]:
+                    self._annotations.setdefault(vi.name, []).append(vi.type)
+            for tp in self._annotations.get(name, ()):
+                dims = _concrete_dims(tp)
+                if dims is not None:
+                    got = (tp.tensor_type.elem_type, dims)
+                    break
+        self._known[name] = got
+        return got
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.get(name) is not None
+
+    def __getitem__(self, name: str) -> tuple[int, tuple[int, ...]]:
+        got = self.get(name)
+        if got is None:
+            raise KeyError(name)
+        return got
+
+
 class _Values:
     """Constant values of a graph, read from their protos only when a fold needs them."""
 
@@ -409,13 +454,7 @@ class _Values:
                 if t is not None:
                     self.protos[node.output[0]] = t
         self.arrays: dict[str, np.ndarray] = {}
-        self.types: dict[str, tuple[int, tuple[int, ...]]] = {}
-        for vi in [*g.input, *g.value_info, *g.output]:
-            dims = _concrete_dims(vi.type)
-            if dims is not None:
-                self.types.setdefault(vi.name, (vi.type.tensor_type.elem_type, dims))
-        for name, t in self.protos.items():
-            self.types[name] = (t.data_type, tuple(int(d) for d in t.dims))
+        self.types = _Types(g, self.protos)
 
     def has(self, name: str) -> bool:
         return name in self.arrays or name in self.protos
@@ -497,22 +536,27 @@ def _foldable(node: NodeProto, values: _Values, outputs: set[str], pending: set[
               ) -> bool:
     """Whether ``node`` computes small values only from constants, values about to be
     folded (``pending``), or (``Shape``/``Size``) a known shape."""
+    # the cheapest tests first: most nodes of a large model read an activation
     if node.domain not in ("", "ai.onnx") or node.op_type in _NEVER_FOLD:
-        return False
-    if any(a.HasField("g") or len(a.graphs) for a in node.attribute):
         return False
     outs = [o for o in node.output if o]
     if not outs or any(o in outputs for o in outs):
+        return False
+    ins = [i for i in node.input if i]
+    shape_of = node.op_type in ("Shape", "Size")
+    if shape_of:
+        if not (len(ins) == 1 and ins[0] in values.types):
+            return False
+    elif not all(values.has(i) or i in pending for i in ins):
+        return False
+    if any(a.HasField("g") or len(a.graphs) for a in node.attribute):
         return False
     for o in outs:
         size = values.nbytes(o)
         if size is None or size > FOLD_MAX_BYTES:
             return False
-    ins = [i for i in node.input if i]
-    if node.op_type in ("Shape", "Size"):
-        return len(ins) == 1 and ins[0] in values.types
-    if not all(values.has(i) or i in pending for i in ins):
-        return False
+    if shape_of:
+        return True
     read = sum(values.nbytes(i) or 0 for i in ins)
     return read <= FOLD_MAX_INPUT_BYTES
 
