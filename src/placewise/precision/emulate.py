@@ -423,6 +423,8 @@ class Emulator:
     def _session(self, data: bytes) -> Any:
         import onnxruntime as ort
 
+        from placewise.graph.onnx_data import ort_session
+
         opts = ort.SessionOptions()
         opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _OPT_LEVEL)
         opts.intra_op_num_threads = self.threads
@@ -430,8 +432,7 @@ class Emulator:
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.log_severity_level = 3
-        return ort.InferenceSession(data, sess_options=opts,
-                                    providers=["CPUExecutionProvider"])
+        return ort_session(data, opts)
 
 
 def _same(a: list[list[np.ndarray[Any, Any]]], b: list[list[np.ndarray[Any, Any]]]) -> bool:
