@@ -118,3 +118,16 @@ def test_export_shares_a_devices_weights_once(tmp_path: Path) -> None:
     ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None,
                                                                                  {"x": x})
     assert rel_l2(chain_folder(moved, {"x": x})[0], ref[0]) <= 0.05  # one int8 layer
+
+
+def test_external_data_outside_the_models_folder_is_bad_input(tmp_path: Path) -> None:
+    from tests.test_cli import assert_bad_input
+
+    path = with_data(tmp_path / "a")
+    m = onnx.load(str(path), load_external_data=False)
+    for e in m.graph.initializer[2].external_data:
+        if e.key == "location":
+            e.value = "../mlp.onnx.data"
+    shutil.copy(tmp_path / "a" / "mlp.onnx.data", tmp_path / "mlp.onnx.data")
+    onnx.save_model(m, str(path))
+    assert_bad_input(cli("inspect", str(path)), str(path), "w2", "escapes")
