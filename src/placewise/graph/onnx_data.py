@@ -116,16 +116,12 @@ def has_external_data(model: ModelProto) -> bool:
 
 
 def tensor_bytes(t: TensorProto) -> int:
-    """The bytes a tensor's values take (from its dims and element type; 0 for strings)."""
-    from onnx import helper
+    """The bytes a tensor's values take (from its dims and element type, as the importer
+    counts them: sub-byte types packed; 0 for strings and unknown types)."""
+    from placewise.graph.onnx_kinds import onnx_dtype
 
-    try:
-        item = helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
-    except Exception:
-        return 0
-    if t.data_type == 8:  # STRING
-        return 0
-    return item * math.prod(t.dims)
+    dtype = onnx_dtype(t.data_type)
+    return 0 if dtype is None or t.data_type == 8 else dtype.nbytes(math.prod(t.dims))
 
 
 def _mapped(t: TensorProto) -> Any:
@@ -133,6 +129,9 @@ def _mapped(t: TensorProto) -> Any:
     import numpy as np
 
     location, offset, length = external_info(t)
+    need = tensor_bytes(t)
+    if 0 < need < length:  # a longer span than the tensor needs (the importer allows it)
+        length = need
     if not os.path.isabs(location):
         raise ModelFormatError(f"external data location {location!r} is relative: only "
                                f"placewise.graph.onnx_import.read_onnx resolves it",
@@ -166,8 +165,9 @@ def to_array(t: TensorProto) -> Any:
         return numpy_helper.to_array(t)
     try:
         dtype = helper.tensor_dtype_to_np_dtype(t.data_type)
-        if dtype.kind in "biuf" and dtype.itemsize * math.prod(t.dims) == external_info(t)[2]:
-            return _mapped(t).view(dtype).reshape(tuple(t.dims))
+        raw = _mapped(t)
+        if dtype.kind in "biuf" and dtype.itemsize * math.prod(t.dims) == raw.nbytes:
+            return raw.view(dtype).reshape(tuple(t.dims))
     except (KeyError, ValueError):
         pass
     return numpy_helper.to_array(embedded(t))
@@ -393,10 +393,10 @@ def _session_weights(model: ModelProto) -> tuple[list[str], list[Any], bool]:
             dtype = helper.tensor_dtype_to_np_dtype(t.data_type)
         except Exception:
             return [], [], True
-        if dtype.kind not in "biuf" or dtype.itemsize * math.prod(t.dims) != \
-                external_info(t)[2]:
+        raw = _mapped(t)
+        if dtype.kind not in "biuf" or dtype.itemsize * math.prod(t.dims) != raw.nbytes:
             return [], [], True
-        arr = _mapped(t).view(dtype).reshape(tuple(t.dims))
+        arr = raw.view(dtype).reshape(tuple(t.dims))
         names.append(t.name)
         values.append(ort.OrtValue.ortvalue_from_numpy(arr))
     inner = sum(1 for t in tensors(model.graph) if _is_external(t)) > len(names)
