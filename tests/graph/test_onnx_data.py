@@ -165,3 +165,23 @@ def test_saved_partitions_stay_usable(tmp_path: Path) -> None:
     out = ort.InferenceSession(paths["p1.cpu1"], so).run(
         None, {parts[1].inputs[0]: mid})[0]
     np.testing.assert_array_equal(out, ref)
+
+
+def test_precision_evidence_of_a_model_with_external_data(tmp_path: Path) -> None:
+    """Emulated lower precision reads the weights where they are and gives the numbers it
+    gives for the same model in one file."""
+    from placewise.precision.emulate import Emulator
+    from placewise.runtime.opexec import request_inputs
+
+    ext = load_source(str(with_data(tmp_path / "ext")))
+    (tmp_path / "one").mkdir()
+    onnx.save(mlp(), str(tmp_path / "one" / "mlp.onnx"))
+    one = load_source(str(tmp_path / "one" / "mlp.onnx"))
+    assert ext.graph is not None and one.graph is not None
+    reqs = request_inputs(one, one.graph, 2, 0)
+    lowered = {ext.graph.ops[2].name: DType.INT8, ext.graph.ops[4].name: DType.FP16}
+    got = Emulator(ext, ext.graph).outputs(reqs, lowered)
+    want = Emulator(one, one.graph).outputs(reqs, lowered)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g[0], w[0])
+    assert not np.array_equal(got[0][0], Emulator(one, one.graph).outputs(reqs, {})[0][0])
