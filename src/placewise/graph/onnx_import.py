@@ -47,6 +47,7 @@ from placewise.graph.ir import (
     eval_dim,
 )
 from placewise.graph.onnx_control import CONTROL_FLOW_OPS, control_attrs
+from placewise.graph.onnx_data import tensors
 from placewise.graph.onnx_kinds import _Ctx, _make_op, _type_name, _TypeInfo, onnx_dtype
 from placewise.io import quiet, read_file_bytes, read_file_range
 from placewise.units import DType
@@ -325,30 +326,14 @@ def _check_tensor_data(model: ModelProto, path: str) -> None:
 # ---- external data ---------------------------------------------------------------------------
 
 
-def _all_tensors(graph: GraphProto) -> Iterable[TensorProto]:
-    """Every TensorProto in the graph that may carry external data, subgraphs included."""
-    yield from graph.initializer
-    for sparse in graph.sparse_initializer:
-        yield sparse.values
-        yield sparse.indices
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.HasField("t"):
-                yield attr.t
-            yield from attr.tensors
-            if attr.HasField("g"):
-                yield from _all_tensors(attr.g)
-            for sub in attr.graphs:
-                yield from _all_tensors(sub)
-
-
 def _is_absolute(location: str) -> bool:
     return (os.path.isabs(location) or location.startswith(("/", "\\"))
             or re.match(r"^[A-Za-z]:", location) is not None)
 
 
 def _resolve_external(model: ModelProto, path: str) -> None:
-    """Check every external-data reference; read small external tensors in place.
+    """Check every external-data reference; read small external tensors in place and
+    name the others' files by their absolute, resolved path (``graph.onnx_data``).
 
     A ``location`` that is absolute, or that resolves (after symlinks and ``..``) outside
     the model's folder, is refused, as is a missing file or one too short for the tensor.
@@ -356,7 +341,7 @@ def _resolve_external(model: ModelProto, path: str) -> None:
     from onnx import TensorProto
 
     base = os.path.realpath(os.path.dirname(os.path.abspath(path)))
-    for tensor in _all_tensors(model.graph):
+    for tensor in tensors(model.graph):
         if tensor.data_location != TensorProto.EXTERNAL:
             continue
         place = f"initializer {tensor.name!r}"
@@ -408,6 +393,10 @@ def _resolve_external(model: ModelProto, path: str) -> None:
                                               error=ModelFormatError)
             del tensor.external_data[:]
             tensor.data_location = TensorProto.DEFAULT
+        else:  # kept outside: named by its resolved path (graph.onnx_data's convention)
+            for e in tensor.external_data:
+                if e.key == "location":
+                    e.value = target
 
 
 # ---- binding input dims ----------------------------------------------------------------------

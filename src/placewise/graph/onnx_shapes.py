@@ -498,18 +498,17 @@ def every_value_an_output(model: ModelProto) -> ModelProto:
 
 def plain_session(model: ModelProto) -> Any:
     """A CPU onnxruntime session of ``model`` exactly as written: no graph optimizations,
-    one thread, quiet."""
+    one thread, quiet (external weights read where they are: ``graph.onnx_data``)."""
     import onnxruntime as ort
 
-    from placewise.onnxrt import new_session
+    from placewise.graph.onnx_data import ort_session
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 4  # fatal only: a failing run is reported, never logged
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     opts.intra_op_num_threads = 1
     opts.inter_op_num_threads = 1
-    return new_session(model.SerializeToString(), opts,
-                       providers=["CPUExecutionProvider"])
+    return ort_session(model, opts)
 
 
 def constant_tensor(node: NodeProto) -> TensorProto | None:

@@ -35,6 +35,7 @@ from typing import Any
 
 from placewise.errors import UnsupportedError
 from placewise.graph.ir import Graph
+from placewise.graph.onnx_data import EXTERNAL_DATA_BYTES
 from placewise.io import quiet
 from placewise.runtime.program import Partition
 from placewise.units import DType
@@ -91,9 +92,11 @@ def compile_partition(source: Any, p: Partition, graph: Graph) -> Any:
 def _finish(model: Any, p: Partition) -> Any:
     import onnx
 
+    from placewise.graph.onnx_data import check_model
+
     _check_boundary(model, p)
     try:
-        onnx.checker.check_model(model)
+        check_model(model)
     except onnx.checker.ValidationError as exc:
         raise UnsupportedError(f"partition {p.name!r} does not pass onnx.checker: "
                                f"{checker_text(exc)}") from None
@@ -179,6 +182,7 @@ def quantize_dynamic_model(model: Any, what: str, *,
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
+    from placewise.graph.onnx_data import save_model
     from placewise.onnxrt import quiet_logs
 
     quiet_logs()
@@ -186,7 +190,7 @@ def quantize_dynamic_model(model: Any, what: str, *,
     with tempfile.TemporaryDirectory(prefix="placewise-quant-") as tmp, _quiet():
         src = os.path.join(tmp, "in.onnx")
         dst = os.path.join(tmp, "out.onnx")
-        onnx.save(model, src)
+        save_model(model, src)
         try:
             quantize_dynamic(src, dst, weight_type=QuantType.QInt8,
                              op_types_to_quantize=None if op_types is None else list(op_types),
@@ -473,25 +477,40 @@ def _example_args(g: Graph, p: Partition) -> tuple[Any, ...]:
 
 
 def write_partitions(source: Any, partitions: Sequence[Partition], graph: Graph, folder: str,
-                     *, external_data_bytes: int = 64 * 2**20) -> dict[str, str]:
-    """Compile every partition and write it as ``{folder}/{name}.onnx`` (weights of a
-    partition larger than ``external_data_bytes`` go beside it as ``{name}.onnx.data``).
-    Returns partition name -> file path."""
+                     *, external_data_bytes: int = EXTERNAL_DATA_BYTES) -> dict[str, str]:
+    """Compile every partition and write it as ``{folder}/{name}.onnx``, the weights of each
+    device's partitions in one file beside them when they are large (``save_partitions``
+    with the partitions' devices). Returns partition name -> file path."""
     return save_partitions(compile_partitions(source, partitions, graph), folder,
-                           external_data_bytes=external_data_bytes)
+                           external_data_bytes=external_data_bytes,
+                           devices={p.name: p.device for p in partitions})
 
 
 def save_partitions(models: Mapping[str, Any], folder: str, *,
-                    external_data_bytes: int = 64 * 2**20) -> dict[str, str]:
-    """Write compiled partitions (name -> ModelProto) as ``{folder}/{name}.onnx`` (weights
-    beyond ``external_data_bytes`` beside it as ``{name}.onnx.data``); name -> path."""
-    import onnx
+                    external_data_bytes: int = EXTERNAL_DATA_BYTES,
+                    devices: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Write compiled partitions (name -> ModelProto) as ``{folder}/{name}.onnx``; name ->
+    path. The models are not changed (``graph.onnx_data.save_model``). A partition that
+    holds external data or is larger than ``external_data_bytes`` has its weights beside it:
+    in ``{name}.onnx.data``, or, given ``devices`` (partition -> device), every partition of
+    a device with such a partition in ``weights.{device}.bin``, each distinct tensor once."""
+    from placewise.graph.onnx_data import WeightsFile, has_external_data, save_model
 
+    def large(model: Any) -> bool:
+        return has_external_data(model) or model.ByteSize() > external_data_bytes
+
+    shared: dict[str, WeightsFile] = {}
+    if devices is not None:
+        for dev in sorted({devices[n] for n in models if large(models[n])}):
+            shared[dev] = WeightsFile(os.path.join(folder, f"weights.{dev}.bin"))
     paths: dict[str, str] = {}
-    for name, model in models.items():
-        path = os.path.join(folder, f"{name}.onnx")
-        big = model.ByteSize() > external_data_bytes
-        onnx.save_model(model, path, save_as_external_data=big, all_tensors_to_one_file=True,
-                        location=f"{name}.onnx.data" if big else None)
-        paths[name] = path
+    try:
+        for name, model in models.items():
+            path = os.path.join(folder, f"{name}.onnx")
+            save_model(model, path, external_data_bytes=external_data_bytes,
+                       weights=shared.get(devices[name]) if devices is not None else None)
+            paths[name] = path
+    finally:
+        for w in shared.values():
+            w.close()
     return paths

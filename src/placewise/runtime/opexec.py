@@ -296,7 +296,7 @@ def _quiet() -> Any:
 def _ort_session(model: Any, threads: int) -> Any:
     import onnxruntime as ort
 
-    from placewise.onnxrt import new_session
+    from placewise.graph.onnx_data import ort_session
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = max(1, threads)
@@ -304,8 +304,7 @@ def _ort_session(model: Any, threads: int) -> Any:
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     opts.log_severity_level = 3
-    data = model if isinstance(model, bytes) else model.SerializeToString()
-    return new_session(data, opts, providers=["CPUExecutionProvider"])
+    return ort_session(model, opts)
 
 
 def _quantize_onnx(model: Any, what: str) -> Any:

@@ -309,7 +309,7 @@ class _Worker:
             self.cur_task = ti
             vname = self.tasks[ti]["vertex"]
             path = p["partitions"][vname]
-            model = onnx.load(path, load_external_data=True)
+            model = onnx.load(path, load_external_data=False)  # sizes from the dims
             for init in model.graph.initializer:
                 self.weight_bytes_extra += _onnx_bytes(init)
             sess = make_session(path, provider, threads=self.threads,
