@@ -98,6 +98,7 @@ from placewise.cost.roofline import (
     RooflineModel,
     contraction_efficiency,
     gemm_dims,
+    op_efficiency,
     op_work,
 )
 from placewise.errors import SpecError, UnsupportedError
@@ -276,9 +277,8 @@ def op_features(graph: Graph, op: Op, dtype: DType, device: Device) -> dict[str,
         io += dtype.nbytes(t.numel) if t.dtype.is_float else t.nbytes
     elems = sum(t.numel for t in graph.out_tensors(op))
     eff_flops = flops
-    dims = gemm_dims(graph, op)
-    if dims is not None and flops > 0:
-        eff, _ = contraction_efficiency(device, dims, dtype)
+    if gemm_dims(graph, op) is not None and flops > 0:
+        eff, _, _ = op_efficiency(device, graph, op, dtype)
         base = contraction_efficiency(device, GemmDims(1, 4096, 4096, 4096), dtype)[0]
         eff_flops = flops * base / max(eff, 1e-9)
     return {"one": 1.0, "flops": float(flops), "eff_flops": float(eff_flops),

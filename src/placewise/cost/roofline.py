@@ -12,7 +12,12 @@ How an op's time is built (one kernel unless said otherwise):
   quantization over ``compute_units`` (128x128 output tiles; 133 tiles on 132 SMs take two
   waves), padding of partial tiles, and a small-K penalty; on CPUs the output is split in
   64x64 blocks over the cores (too few blocks leave cores idle), the contiguous dim is padded
-  to the SIMD width, and small M / K pay a fixed per-block overhead. Other ops run their
+  to the SIMD width, and small M / K pay a fixed per-block overhead. A grouped or
+  depthwise convolution (``group > 1``) is a small contraction per channel group: it gets
+  the better of that per-group GEMM's efficiency and the *assumed* efficiency of a direct
+  per-channel kernel (``_DIRECT_CONV_EFF``: a quarter of peak on GPUs, a third on CPUs), so
+  a depthwise conv is memory-bound on its input, weight and output bytes instead of being
+  priced as 128x128 tiles holding one output channel each. Other ops run their
   flops at a fixed fraction of peak (vector units, not matrix units).
 - **memory** = bytes / (bandwidth x achievable fraction), counting only the part that does
   not overlap with compute (``max(0, memory - compute)``). Bytes are those of the
@@ -76,6 +81,7 @@ __all__ = [
     "contraction_efficiency",
     "gemm_dims",
     "local_kernel_gap",
+    "op_efficiency",
     "op_work",
     "region_internal_tensors",
     "scaled_bytes",
@@ -94,6 +100,8 @@ IRREGULAR_KINDS = frozenset({OpKind.GATHER, OpKind.EMBEDDING, OpKind.SCATTER, Op
 _CONTRACTIONS = frozenset({OpKind.MATMUL, OpKind.GEMM, OpKind.LINEAR, OpKind.CONV,
                            OpKind.CONV_TRANSPOSE, OpKind.ATTENTION, OpKind.LSTM, OpKind.GRU,
                            OpKind.EINSUM})
+# kinds whose ``group`` attribute splits them into per-channel-group contractions
+_GROUPED_KINDS = frozenset({OpKind.CONV, OpKind.CONV_TRANSPOSE})
 # kinds that never launch a kernel: pure metadata
 _FREE_KINDS = frozenset({OpKind.SHAPE, OpKind.CONSTANT})
 
@@ -312,6 +320,59 @@ def contraction_efficiency(dev: Device, dims: GemmDims, dtype: DType) -> tuple[f
     return _CPU_BASE_EFF * thread_eff * simd_eff * small, thread_eff
 
 
+#: grouped convolution (``group > 1``): the efficiency (fraction of the dtype's peak) the
+#: direct per-channel-group kernel reaches, by device class (GPU-like, CPU). An *assumption*,
+#: not a measurement: a depthwise or narrow-group conv has a per-group K of ``Cin/g x kh x
+#: kw`` (9 for a 3x3 depthwise) and an N of ``Cout/g`` (1), far too small for tensor-core or
+#: register-blocked GEMM tiles; libraries (cuDNN/TensorRT depthwise kernels, MLAS
+#: ``MlasConvDepthwise``, oneDNN) run it as a direct convolution over the channels on the
+#: vector units, so its flops are cheap and its time is the bytes of input, weights and
+#: output at the memory bandwidth. A quarter of peak on GPUs (the CUDA-core rate, no tensor
+#: cores: a quarter of Orin's fp16 tensor peak is its fp16 CUDA-core rate) and a third on
+#: CPUs (FMA lanes busy, loads and the K=9 reduction not hidden).
+_DIRECT_CONV_EFF = {True: 0.25, False: 1 / 3}
+
+
+#: what ``op_cost`` states beside an efficiency rule that is an assumption of its own
+_RULE_NOTES: dict[str, dict[str, float | str]] = {
+    "direct grouped conv": {
+        "efficiency_rule": "grouped/depthwise conv as a direct kernel per channel group: "
+                           f"assumed efficiency {_DIRECT_CONV_EFF[True]:.2g} of peak on "
+                           f"GPU-like devices, {_DIRECT_CONV_EFF[False]:.2g} on CPUs (tiny "
+                           "per-group K and N: no GEMM tiles); memory-bound on its input, "
+                           "weight and output bytes"},
+}
+
+
+def op_efficiency(dev: Device, graph: Graph, op: Op, dtype: DType
+                  ) -> tuple[float, float, str]:
+    """(efficiency, parallel efficiency, rule) of ``op``'s flops on ``dev``: the tiled GEMM
+    efficiency of a contraction (``contraction_efficiency``), for a grouped convolution the
+    better of its per-group GEMM and the direct per-channel-group kernel
+    (``_DIRECT_CONV_EFF``), and ``_VECTOR_EFF`` for every other op.
+
+    >>> from placewise.graph.ir import Graph, Op, OpKind, Role, Tensor
+    >>> from placewise.hardware.spec import load_machine
+    >>> t = [Tensor("x", (1, 96, 112, 112), DType.FP32, role=Role.INPUT),
+    ...      Tensor("w", (96, 1, 3, 3), DType.FP32, role=Role.PARAM),
+    ...      Tensor("y", (1, 96, 112, 112), DType.FP32, role=Role.OUTPUT)]
+    >>> g = Graph.build("dw", t, [Op("dw", OpKind.CONV, ("x", "w"), ("y",),
+    ...                              attrs={"group": 96})])
+    >>> gpu = load_machine("jetson-agx-orin").device("gpu")
+    >>> op_efficiency(gpu, g, g.op("dw"), DType.FP32)
+    (0.25, 1.0, 'direct grouped conv')
+    """
+    dims = gemm_dims(graph, op) if op.kind in _CONTRACTIONS else None
+    if dims is None:
+        return _VECTOR_EFF, 1.0, "vector"
+    eff, par = contraction_efficiency(dev, dims, dtype)
+    if op.kind in _GROUPED_KINDS and dims.batch > 1:
+        direct = _DIRECT_CONV_EFF[_is_gpu_like(dev)]
+        if direct > eff:
+            return direct, 1.0, "direct grouped conv"
+    return eff, par, "tiled gemm"
+
+
 def _memory_fraction(dev: Device, kind: OpKind | None, elems: int) -> float:
     gpu = _is_gpu_like(dev)
     frac = _MEM_FRACTION[gpu]
@@ -339,6 +400,7 @@ class _Parts:
     flops: float
     kernels: int
     counted: bool
+    rule: str = "vector"  # how the efficiency was found (``op_efficiency``)
 
 
 def local_kernel_gap(dev: Device, kind: OpKind, dtype: DType) -> str | None:
@@ -400,11 +462,7 @@ class RooflineModel(NoRuntimeTerms):
         bw = dev.main_memory.bandwidth_bytes_per_s
         if work.is_view:
             return _Parts(0.0, 0.0, 0.0, 1.0, 1.0, peak, bw, 1.0, 0, 0.0, 0, work.counted)
-        dims = gemm_dims(graph, op) if op.kind in _CONTRACTIONS else None
-        if dims is not None:
-            eff, par = contraction_efficiency(dev, dims, dtype)
-        else:
-            eff, par = _VECTOR_EFF, 1.0
+        eff, par, rule = op_efficiency(dev, graph, op, dtype)
         eff = max(eff, 1e-6)
         # every element read or written is work to spread over the units (a GEMV streams
         # its whole weight even though its output is small)
@@ -414,7 +472,7 @@ class RooflineModel(NoRuntimeTerms):
         memory_s = work.bytes / (bw * frac) if work.bytes > 0 else 0.0
         launch_s = dev.launch_overhead_s * work.kernels
         return _Parts(compute_s, memory_s, launch_s, eff, par, peak, bw, frac, work.bytes,
-                      work.flops, work.kernels, work.counted)
+                      work.flops, work.kernels, work.counted, rule)
 
     @staticmethod
     def _cost_from(parts: Iterable[_Parts], *, launches: int, launch_s: float,
@@ -473,7 +531,8 @@ class RooflineModel(NoRuntimeTerms):
             assumptions={"peak_flops_per_s": p.peak, "efficiency": p.efficiency,
                          "parallel_efficiency": p.parallel_eff, "bytes": float(p.nbytes),
                          "flops": p.flops, "bandwidth_bytes_per_s": p.bandwidth,
-                         "memory_fraction": p.mem_fraction, "dtype": dtype.value},
+                         "memory_fraction": p.mem_fraction, "dtype": dtype.value,
+                         **_RULE_NOTES.get(p.rule, {})},
             memory_bytes=p.nbytes, scratch_bytes=op.scratch_bytes)
 
     def _task_cost(self, graph: Graph, op: Op, dev: Device, dtype: DType) -> Cost:
