@@ -34,14 +34,18 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from placewise.cost.model import Term
 from placewise.errors import InputError
+from placewise.graph.ir import Op
 from placewise.plan import CrossingRecord, Plan, TaskRecord, TierRecord
-from placewise.units import format_bytes, format_seconds
+from placewise.schedule.partitions import Partition, partitions_of
+from placewise.schedule.simulate import TaskKind
+from placewise.units import DType, format_bytes, format_seconds
 
-__all__ = ["TERM_ORDER", "explain", "render_explain"]
+__all__ = ["TERM_ORDER", "explain", "plan_file_partitions", "render_explain"]
 
 #: the order terms are listed in (queueing only appears in served plans)
 TERM_ORDER: tuple[Term, ...] = (Term.COMPUTE, Term.MEMORY, Term.LAUNCH, Term.TRANSFER,
@@ -129,6 +133,100 @@ def _crossing_data(c: CrossingRecord) -> dict[str, Any]:
     d: dict[str, Any] = c.model_dump(mode="json", exclude_none=True)
     d["key"] = c.key
     return d
+
+
+@dataclass(frozen=True, slots=True)
+class _Task:
+    index: int
+    name: str
+    kind: TaskKind
+    device: str
+    dst_device: str | None
+    tensor: str | None
+    start_s: float
+    end_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Vertex:
+    dtype: DType
+    ops: tuple[Op, ...]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Outputs:
+    outputs: tuple[str, ...]
+
+
+def plan_file_partitions(plan: Plan) -> list[Partition]:
+    """The plan's partitions by the executor's rule (``schedule.partitions.partitions_of``),
+    from the plan file alone (ops left empty: the file names them, the graph holds them)."""
+    records = plan.schedule.tasks
+    tasks = [_Task(i, t.name, t.kind, t.device, t.dst_device, t.tensor, t.start_s, t.end_s)
+             for i, t in enumerate(records)]
+    vertices = {t.name: _Vertex(plan.assignment(t.name).dtype, (),
+                                tuple(plan.regions[t.name].inputs),
+                                tuple(plan.regions[t.name].outputs))
+                for t in records if t.kind is TaskKind.COMPUTE}
+    cores = {t.device: tuple(t.cores) for t in records
+             if t.cores and t.kind is not TaskKind.TRANSFER}
+    return partitions_of(_Outputs(tuple(plan.graph_outputs)), tasks, vertices, cores)
+
+
+def _saved_s(plan: Plan, vertices: Sequence[str], other: str) -> tuple[float | None, str]:
+    """What running ``vertices`` where they run saves against running them on ``other``
+    (their cheapest recorded alternatives there less their own uncontended times)."""
+    idx = plan.task_index()
+    saved = 0.0
+    for v in vertices:
+        alt = next((a for a in plan.regions[v].alternatives if a.device == other), None)
+        if alt is None:
+            return None, "alternatives not recorded"
+        if alt.total_s is None:
+            return None, f"{v} cannot run on {other}"
+        t = idx[v]
+        saved += alt.total_s - (t.duration_s - t.contention_s)
+    return saved, ""
+
+
+def _partitions(plan: Plan) -> dict[str, Any]:
+    """The partition count, and per cut (a partition fed by another device's partition) what
+    it buys: the receiving partition's predicted time saved by running on its device rather
+    than the sender's (``saved_s``) against what the crossings between them add (transfer,
+    sync and the partition's launch: ``added_s``, each task once)."""
+    parts = plan_file_partitions(plan)
+    owner = {v: p for p in parts for v in p.tasks}
+    idx = plan.task_index()
+    cuts: dict[tuple[str, str], dict[str, Any]] = {}
+    for c in plan.crossings:
+        ps, pd = owner.get(c.src_vertex or ""), owner.get(c.dst_vertex or "")
+        if ps is None or pd is None or ps.device == pd.device:
+            continue
+        cut = cuts.setdefault((ps.name, pd.name), {"from": ps.name, "to": pd.name,
+                                                    "tensors": [], "tasks": {}})
+        if c.tensor not in cut["tensors"]:
+            cut["tensors"].append(c.tensor)
+        cut["tasks"].update(dict.fromkeys(c.tasks))
+    out = []
+    by_name = {p.name: p for p in parts}
+    for cut in cuts.values():
+        tasks = [idx[n] for n in cut.pop("tasks")]
+        added = sum(t.duration_s for t in tasks)
+        launch = sum(t.term(Term.LAUNCH) for t in tasks)
+        src, dst = by_name[cut["from"]], by_name[cut["to"]]
+        saved, why = _saved_s(plan, dst.tasks, src.device)
+        out.append({**cut, "added_s": added, "partition_s": launch, "saved_s": saved,
+                    "net_s": None if saved is None else saved - added,
+                    **({"note": why} if why else {})})
+    per_dev: dict[str, int] = {}
+    for p in parts:
+        per_dev[p.device] = per_dev.get(p.device, 0) + 1
+    return {"count": len(parts), "per_device": per_dev,
+            "partitions": [{"name": p.name, "device": p.device, "dtype": p.dtype.value,
+                            "vertices": len(p.tasks)} for p in parts],
+            "cuts": out}
 
 
 def _tier_data(device: str, tier: str, u: TierRecord) -> dict[str, Any]:
@@ -290,7 +388,9 @@ def _edge_view(plan: Plan, tensor: str) -> dict[str, Any]:
 def explain(plan: Plan, *, op: str | None = None, edge: str | None = None) -> dict[str, Any]:
     """The explanation of ``plan`` as data.
 
-    Without ``op``/``edge``: ``summary``, ``critical_path``, ``crossings``, ``memory``,
+    Without ``op``/``edge``: ``summary``, ``critical_path``, ``crossings``,
+    ``partitions`` (the count by the executor's rule, and per cut between devices what it
+    saves against what it adds), ``memory``,
     ``bound``, ``search`` and ``precision`` (the policy, budget, evidence and every
     precision decision with its time gain and quality cost). With ``op`` (an op or vertex name) and/or ``edge`` (a tensor
     name): the ``header`` and the ``op`` / ``edge`` zoom only. ``InputError`` (naming the
@@ -299,7 +399,7 @@ def explain(plan: Plan, *, op: str | None = None, edge: str | None = None) -> di
     if op is None and edge is None:
         return {"summary": _summary(plan), "critical_path": _critical_path(plan),
                 "crossings": [_crossing_data(c) for c in plan.crossings],
-                "memory": _memory(plan), "bound": _bound(plan), "search": _search(plan),
+                "partitions": _partitions(plan), "memory": _memory(plan), "bound": _bound(plan), "search": _search(plan),
                 "precision": _precision(plan)}
     out: dict[str, Any] = {"header": _header(plan)}
     if op is not None:
@@ -434,6 +534,28 @@ def _render_crossings(cs: Sequence[Mapping[str, Any]], max_rows: int) -> list[st
         out += _render_crossing(c)
     if len(cs) > max_rows:
         out.append(f"  ... {len(cs) - max_rows} more (explain --edge TENSOR for one)")
+    return out
+
+
+def _render_partitions(p: Mapping[str, Any], max_rows: int) -> list[str]:
+    per = ", ".join(f"{d} {n}" for d, n in p["per_device"].items())
+    out = [f"partitions: {p['count']} ({per}); {_n(len(p['cuts']), 'cut', 'cuts')} between "
+           f"devices"]
+    if not p["cuts"]:
+        return out
+    rows = []
+    for c in p["cuts"][:max_rows]:
+        net = c["net_s"]
+        rows.append([f"{c['from']} -> {c['to']}", str(len(c["tensors"])), _s(c["saved_s"]),
+                     _s(c["added_s"]), _s(c["partition_s"]),
+                     c.get("note", "") if net is None else
+                     ("+" if net >= 0 else "-") + _s(abs(net))])
+    out += _table(["cut", "tensors", "saves", "adds", "of which partition", "net"], rows)
+    if len(p["cuts"]) > max_rows:
+        out.append(f"  ... {len(p['cuts']) - max_rows} more (explain --json for all)")
+    out.append("  saves: the receiving partition's time on the sender's device less its own; "
+               "adds: its crossings' transfer, sync and partition launch (a cut with a "
+               "negative net can still pay by overlapping the two devices' work)")
     return out
 
 
@@ -659,6 +781,8 @@ def render_explain(data: Mapping[str, Any], *, max_rows: int = 40) -> str:
         lines += _render_critical(data["critical_path"], max_rows)
         lines.append("")
         lines += _render_crossings(data["crossings"], max_rows)
+        lines.append("")
+        lines += _render_partitions(data["partitions"], max_rows)
         lines.append("")
         lines += _render_memory(data["memory"])
         lines.append("")

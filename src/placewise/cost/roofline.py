@@ -72,6 +72,7 @@ from placewise.hardware.spec import Device, DeviceKind, Machine
 from placewise.units import DType
 
 __all__ = [
+    "DEFAULT_PARTITION_S",
     "INTERVAL_COUNTED",
     "INTERVAL_UNCOUNTED",
     "IRREGULAR_KINDS",
@@ -83,6 +84,7 @@ __all__ = [
     "local_kernel_gap",
     "op_efficiency",
     "op_work",
+    "partition_overhead",
     "region_internal_tensors",
     "scaled_bytes",
 ]
@@ -423,6 +425,38 @@ def local_kernel_gap(dev: Device, kind: OpKind, dtype: DType) -> str | None:
     return None
 
 
+#: per-partition cost (one compiled engine/session launched and synchronised) of a device
+#: whose spec gives none (``Device.partition_overhead_s``), by device kind: (seconds, why).
+#: Stated defaults, not datasheet figures.
+DEFAULT_PARTITION_S: dict[DeviceKind, tuple[float, str]] = {
+    DeviceKind.CPU: (14e-6, "default: onnxruntime's per-session.run overhead measured by "
+                     "placewise (one-op model, 1 thread, onnxruntime 1.32, x86 guest: "
+                     "13.8 us median, benchmarks/results/partition_cost.json)"),
+    DeviceKind.GPU: (30e-6, "default, an estimate: a TensorRT engine's enqueue (host time, "
+                     "tens of us for a small engine) plus a CUDA stream/event "
+                     "synchronisation (5-10 us)"),
+    DeviceKind.DLA: (100e-6, "default, an estimate: a DLA loadable's submission (cuDLA / "
+                     "TensorRT on DLA) plus its fence synchronisation"),
+    DeviceKind.NPU: (50e-6, "default, an estimate: an NPU graph's submission and "
+                     "completion wait through its driver"),
+    DeviceKind.ACCELERATOR: (50e-6, "default, an estimate: an accelerator graph's "
+                             "submission and completion wait"),
+}
+
+
+def partition_overhead(dev: Device) -> tuple[float, str]:
+    """(seconds, source) of one partition on ``dev``: its spec's figure, else the stated
+    default of its kind (``DEFAULT_PARTITION_S``).
+
+    >>> from placewise.hardware.spec import load_machine
+    >>> partition_overhead(load_machine("jetson-agx-orin").device("gpu"))[0]
+    4e-05
+    """
+    if dev.partition_overhead_s is not None:
+        return dev.partition_overhead_s, str(dev.partition_source)
+    return DEFAULT_PARTITION_S[dev.kind]
+
+
 class RooflineModel(NoRuntimeTerms):
     """The analytic cost model of ``machine`` (see the module docstring for the terms).
 
@@ -624,11 +658,17 @@ class RooflineModel(NoRuntimeTerms):
 
     def transfer_cost(self, tensor: Tensor, rep: Representation, src: str, dst: str) -> Cost:
         """Bytes of ``rep`` over each link of the route: bytes / bandwidth + latency per
-        hop, plus one synchronization (the sender's launch overhead). Zero if same device."""
+        hop, plus one synchronization (the sender's launch overhead), plus the partition
+        cut it makes (``Term.LAUNCH``): a crossing ends a partition on ``src`` and starts
+        one on ``dst``, so it pays half of each side's per-partition cost
+        (``partition_overhead``) and a partition entered and left once pays its own in
+        full. Zero if same device."""
         if src == dst:
             return Cost.zero()
         sdev = self._device(src, f"transfer of {tensor.name!r}")
-        self._device(dst, f"transfer of {tensor.name!r}")
+        ddev = self._device(dst, f"transfer of {tensor.name!r}")
+        (p_src, why_src), (p_dst, why_dst) = partition_overhead(sdev), partition_overhead(ddev)
+        cut = (p_src + p_dst) / 2
         route = self.machine.route(src, dst)
         if not route:
             raise UnsupportedError(f"no route from device {src!r} to {dst!r} for tensor "
@@ -638,10 +678,14 @@ class RooflineModel(NoRuntimeTerms):
         latency = sum(link.latency_s for link in route)
         sync = sdev.launch_overhead_s
         lo, hi = INTERVAL_STREAM
-        return Cost.of({Term.TRANSFER: wire + latency, Term.SYNC: sync},
+        return Cost.of({Term.TRANSFER: wire + latency, Term.SYNC: sync, Term.LAUNCH: cut},
                        bottleneck=Bottleneck.LINK, source=Source.ROOFLINE, rel_low=lo,
                        rel_high=hi,
                        assumptions={"model": "roofline", "bytes": float(nbytes),
+                                    "partition_cut_s": cut,
+                                    "partition": f"half of one partition on {src} "
+                                                 f"({p_src:.3g} s: {why_src}) and on {dst} "
+                                                 f"({p_dst:.3g} s: {why_dst})",
                                     "representation": str(rep),
                                     "route": " > ".join(link.name for link in route),
                                     "bandwidth_bytes_per_s": min(
