@@ -136,6 +136,8 @@ def test_partitions_are_the_executors_and_each_cut_is_priced(
     crossings' tasks, each once, and ``saved_s`` the receiving partition's recorded
     alternative on the sender's device less its own time."""
     from placewise.runtime.program import plan_partitions
+    from placewise.schedule import Placement, evaluate
+    from placewise.schedule.placement import feasible_assignments
 
     prob, plan = toy
     data = explain(plan)["partitions"]
@@ -159,9 +161,19 @@ def test_partitions_are_the_executors_and_each_cut_is_priced(
                        if a.device == src.device) for v in dst.tasks)
         assert cut["saved_s"] == pytest.approx(alt - own)
         assert cut["net_s"] == pytest.approx(cut["saved_s"] - cut["added_s"])
+        # what the cut buys: the plan re-evaluated with the receiving partition on the
+        # sender's device (its vertices keep their dtype where that device runs it)
+        moved = dict(plan.placement_obj().items())
+        for v in dst.tasks:
+            there = [a for a in feasible_assignments(prob, v) if a.device == src.device]
+            moved[v] = next((a for a in there if a.dtype is moved[v].dtype), None) or min(
+                there, key=lambda a: prob.cost(v, a.device, a.dtype).total_s)
+        value = evaluate(prob, Placement.of(moved)).latency_s
+        assert cut["merged_value_s"] == pytest.approx(value)
+        assert cut["buys_s"] == pytest.approx(value - plan.predicted_latency_s)
     text = render_explain(explain(plan))
     assert f"partitions: {len(parts)} (" in text
-    assert "saves: the receiving partition's time" in text
+    assert "buys: how much worse the plan's objective is" in text
 
 
 def test_one_device_plan_has_one_partition_and_no_cut() -> None:

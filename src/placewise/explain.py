@@ -34,18 +34,15 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from placewise.cost.model import Term
 from placewise.errors import InputError
-from placewise.graph.ir import Op
 from placewise.plan import CrossingRecord, Plan, TaskRecord, TierRecord
-from placewise.schedule.partitions import Partition, partitions_of
-from placewise.schedule.simulate import TaskKind
-from placewise.units import DType, format_bytes, format_seconds
+from placewise.plan_partitions import cut_pairs, plan_file_partitions
+from placewise.units import format_bytes, format_seconds
 
-__all__ = ["TERM_ORDER", "explain", "plan_file_partitions", "render_explain"]
+__all__ = ["TERM_ORDER", "explain", "render_explain"]
 
 #: the order terms are listed in (queueing only appears in served plans)
 TERM_ORDER: tuple[Term, ...] = (Term.COMPUTE, Term.MEMORY, Term.LAUNCH, Term.TRANSFER,
@@ -135,46 +132,6 @@ def _crossing_data(c: CrossingRecord) -> dict[str, Any]:
     return d
 
 
-@dataclass(frozen=True, slots=True)
-class _Task:
-    index: int
-    name: str
-    kind: TaskKind
-    device: str
-    dst_device: str | None
-    tensor: str | None
-    start_s: float
-    end_s: float
-
-
-@dataclass(frozen=True, slots=True)
-class _Vertex:
-    dtype: DType
-    ops: tuple[Op, ...]
-    inputs: tuple[str, ...]
-    outputs: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class _Outputs:
-    outputs: tuple[str, ...]
-
-
-def plan_file_partitions(plan: Plan) -> list[Partition]:
-    """The plan's partitions by the executor's rule (``schedule.partitions.partitions_of``),
-    from the plan file alone (ops left empty: the file names them, the graph holds them)."""
-    records = plan.schedule.tasks
-    tasks = [_Task(i, t.name, t.kind, t.device, t.dst_device, t.tensor, t.start_s, t.end_s)
-             for i, t in enumerate(records)]
-    vertices = {t.name: _Vertex(plan.assignment(t.name).dtype, (),
-                                tuple(plan.regions[t.name].inputs),
-                                tuple(plan.regions[t.name].outputs))
-                for t in records if t.kind is TaskKind.COMPUTE}
-    cores = {t.device: tuple(t.cores) for t in records
-             if t.cores and t.kind is not TaskKind.TRANSFER}
-    return partitions_of(_Outputs(tuple(plan.graph_outputs)), tasks, vertices, cores)
-
-
 def _saved_s(plan: Plan, vertices: Sequence[str], other: str) -> tuple[float | None, str]:
     """What running ``vertices`` where they run saves against running them on ``other``
     (their cheapest recorded alternatives there less their own uncontended times)."""
@@ -193,33 +150,33 @@ def _saved_s(plan: Plan, vertices: Sequence[str], other: str) -> tuple[float | N
 
 def _partitions(plan: Plan) -> dict[str, Any]:
     """The partition count, and per cut (a partition fed by another device's partition) what
-    it buys: the receiving partition's predicted time saved by running on its device rather
-    than the sender's (``saved_s``) against what the crossings between them add (transfer,
-    sync and the partition's launch: ``added_s``, each task once)."""
+    it buys: ``buys_s``, the plan's objective without the cut (the receiving partition on the
+    sender's device, evaluated when the plan was built) less its own; beside it the local
+    view: the receiving partition's time saved on its device (``saved_s``) against what the
+    crossings between them add (transfer, sync and the partition launch: ``added_s``, each
+    task once)."""
     parts = plan_file_partitions(plan)
-    owner = {v: p for p in parts for v in p.tasks}
     idx = plan.task_index()
-    cuts: dict[tuple[str, str], dict[str, Any]] = {}
-    for c in plan.crossings:
-        ps, pd = owner.get(c.src_vertex or ""), owner.get(c.dst_vertex or "")
-        if ps is None or pd is None or ps.device == pd.device:
-            continue
-        cut = cuts.setdefault((ps.name, pd.name), {"from": ps.name, "to": pd.name,
-                                                    "tensors": [], "tasks": {}})
-        if c.tensor not in cut["tensors"]:
-            cut["tensors"].append(c.tensor)
-        cut["tasks"].update(dict.fromkeys(c.tasks))
+    values = {(c.src, c.dst): c for c in plan.cuts}
     out = []
-    by_name = {p.name: p for p in parts}
-    for cut in cuts.values():
-        tasks = [idx[n] for n in cut.pop("tasks")]
-        added = sum(t.duration_s for t in tasks)
-        launch = sum(t.term(Term.LAUNCH) for t in tasks)
-        src, dst = by_name[cut["from"]], by_name[cut["to"]]
+    for src, dst in cut_pairs(plan, parts):
+        tasks: dict[str, None] = {}
+        tensors: dict[str, None] = {}
+        for c in plan.crossings:
+            if c.src_vertex in src.tasks and c.dst_vertex in dst.tasks:
+                tasks.update(dict.fromkeys(c.tasks))
+                tensors[c.tensor] = None
+        added = sum(idx[n].duration_s for n in tasks)
+        launch = sum(idx[n].term(Term.LAUNCH) for n in tasks)
         saved, why = _saved_s(plan, dst.tasks, src.device)
-        out.append({**cut, "added_s": added, "partition_s": launch, "saved_s": saved,
+        rec = values.get((src.name, dst.name))
+        out.append({"from": src.name, "to": dst.name, "tensors": list(tensors),
+                    "added_s": added, "partition_s": launch, "saved_s": saved,
                     "net_s": None if saved is None else saved - added,
-                    **({"note": why} if why else {})})
+                    "buys_s": None if rec is None else rec.buys_s,
+                    "merged_value_s": None if rec is None else rec.merged_value_s,
+                    "reason": (rec.reason if rec is not None else "not recorded in the plan")
+                    or why or None})
     per_dev: dict[str, int] = {}
     for p in parts:
         per_dev[p.device] = per_dev.get(p.device, 0) + 1
@@ -543,19 +500,20 @@ def _render_partitions(p: Mapping[str, Any], max_rows: int) -> list[str]:
            f"devices"]
     if not p["cuts"]:
         return out
-    rows = []
-    for c in p["cuts"][:max_rows]:
-        net = c["net_s"]
-        rows.append([f"{c['from']} -> {c['to']}", str(len(c["tensors"])), _s(c["saved_s"]),
-                     _s(c["added_s"]), _s(c["partition_s"]),
-                     c.get("note", "") if net is None else
-                     ("+" if net >= 0 else "-") + _s(abs(net))])
-    out += _table(["cut", "tensors", "saves", "adds", "of which partition", "net"], rows)
+
+    def signed(x: float | None) -> str:
+        return "-" if x is None else ("+" if x >= 0 else "-") + _s(abs(x))
+
+    rows = [[f"{c['from']} -> {c['to']}", str(len(c["tensors"])), signed(c["buys_s"]),
+             _s(c["saved_s"]), _s(c["added_s"]), _s(c["partition_s"]),
+             c["reason"] or ""] for c in p["cuts"][:max_rows]]
+    out += _table(["cut", "tensors", "buys", "saves", "adds", "of which partition", ""],
+                  rows)
     if len(p["cuts"]) > max_rows:
         out.append(f"  ... {len(p['cuts']) - max_rows} more (explain --json for all)")
-    out.append("  saves: the receiving partition's time on the sender's device less its own; "
-               "adds: its crossings' transfer, sync and partition launch (a cut with a "
-               "negative net can still pay by overlapping the two devices' work)")
+    out.append("  buys: how much worse the plan's objective is with the receiving partition "
+               "moved to the sender's device (evaluated); saves: its time there less its own; "
+               "adds: its crossings' transfer, sync and partition launch")
     return out
 
 

@@ -804,7 +804,13 @@ class CalibratedModel:
         answer is for a polling receiver: a link measured with a sleeping one
         (``LinkMeasurement.receiver_sleeps``) has ``wake_s(dst)`` taken off its latency
         (the scheduler adds it back where the receiver sleeps)."""
-        cost = self.roofline.transfer_cost(tensor, rep, src, dst)
+        # over a measured link into a device whose run call was measured, the partition
+        # the transfer starts is that run call (``_with_run_call``); elsewhere the
+        # roofline's per-partition figure (the spec's, or its stated default)
+        rec = self._records.get(dst)
+        measured = (src, dst) in self._links and rec is not None and rec.run_call.n > 0 \
+            and rec.run_call.median_s > 0
+        cost = self.roofline.transfer_cost(tensor, rep, src, dst, partition_cut=not measured)
         if src == dst:
             return cost
         lk = self._links.get((src, dst))

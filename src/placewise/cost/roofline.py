@@ -656,19 +656,21 @@ class RooflineModel(NoRuntimeTerms):
                          "internal_tensors": float(len(internal))},
             memory_bytes=total_bytes, scratch_bytes=max(o.scratch_bytes for o in ops))
 
-    def transfer_cost(self, tensor: Tensor, rep: Representation, src: str, dst: str) -> Cost:
+    def transfer_cost(self, tensor: Tensor, rep: Representation, src: str, dst: str, *,
+                      partition_cut: bool = True) -> Cost:
         """Bytes of ``rep`` over each link of the route: bytes / bandwidth + latency per
         hop, plus one synchronization (the sender's launch overhead), plus the partition
         cut it makes (``Term.LAUNCH``): a crossing ends a partition on ``src`` and starts
         one on ``dst``, so it pays half of each side's per-partition cost
         (``partition_overhead``) and a partition entered and left once pays its own in
-        full. Zero if same device."""
+        full (``partition_cut=False`` leaves it out: a calibrated model charges what it
+        measured instead). Zero if same device."""
         if src == dst:
             return Cost.zero()
         sdev = self._device(src, f"transfer of {tensor.name!r}")
         ddev = self._device(dst, f"transfer of {tensor.name!r}")
         (p_src, why_src), (p_dst, why_dst) = partition_overhead(sdev), partition_overhead(ddev)
-        cut = (p_src + p_dst) / 2
+        cut = (p_src + p_dst) / 2 if partition_cut else 0.0
         route = self.machine.route(src, dst)
         if not route:
             raise UnsupportedError(f"no route from device {src!r} to {dst!r} for tensor "
@@ -685,7 +687,8 @@ class RooflineModel(NoRuntimeTerms):
                                     "partition_cut_s": cut,
                                     "partition": f"half of one partition on {src} "
                                                  f"({p_src:.3g} s: {why_src}) and on {dst} "
-                                                 f"({p_dst:.3g} s: {why_dst})",
+                                                 f"({p_dst:.3g} s: {why_dst})" if cut else
+                                                 "left to the calibrated model",
                                     "representation": str(rep),
                                     "route": " > ".join(link.name for link in route),
                                     "bandwidth_bytes_per_s": min(
