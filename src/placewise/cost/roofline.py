@@ -29,6 +29,14 @@ How an op's time is built (one kernel unless said otherwise):
   per time step). Views (reshape-like ops that move no bytes) cost nothing, not even a
   launch. A fused region pays one launch and skips its internal tensors' traffic.
 
+- **partition** (on transfers) = half of the sender's and half of the receiver's
+  per-partition cost (``partition_overhead``: the spec's ``partition_overhead_s``, else the
+  stated default of the device kind, ``DEFAULT_PARTITION_S``): a crossing ends one compiled
+  engine/session and starts another, so a partition entered and left once pays its own
+  launch and synchronisation in full, and a plan is cut only where the cut pays for it.
+  It is charged per crossing tensor and per hop: a cut crossed by k tensors pays k halves
+  on each side (an upper side where a runtime batches them into one synchronisation).
+
 A local device (one with a runtime ``backend``) has int8 kernels only for
 ``graph.ir.INT8_KINDS``: an int8 question about any other kind there is ``UnsupportedError``
 (``local_kernel_gap``), so search never plans a kernel the executor lacks.
