@@ -27,10 +27,12 @@ from placewise.schedule.placement import Assignment, Placement, Problem, feasibl
 from placewise.schedule.simulate import TaskKind
 from placewise.units import DType
 
-__all__ = ["CUT_WORK", "plan_cuts", "plan_file_partitions"]
+__all__ = ["CUT_WORK", "cut_pairs", "plan_cuts", "plan_file_partitions"]
 
-#: at most this many vertex evaluations (vertices x cuts) are spent on the cuts' values
-CUT_WORK = 200_000
+#: at most this many vertex evaluations (vertices x cuts) are spent on the cuts' values:
+#: about 0.25 s of scheduling (25 us per vertex, BENCHMARKS.md "Planning at scale"), small
+#: beside a plan's time limit
+CUT_WORK = 10_000
 
 
 @dataclass(frozen=True, slots=True)

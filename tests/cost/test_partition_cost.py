@@ -99,3 +99,15 @@ def test_plans_are_cut_only_where_a_cut_pays(partition_s: float, cut: bool) -> N
     assert (len(parts) == 6) if cut else (len(parts) == 1), [p.name for p in parts]
     assert len(plan.cuts) == (5 if cut else 0)
     assert all(c.buys_s is not None and c.buys_s >= -1e-12 for c in plan.cuts)
+
+
+def test_cut_values_past_the_work_budget_are_not_evaluated_and_say_so(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import placewise.plan_partitions as pp
+
+    prob = _alternating(0.0)
+    r = plan_search(prob, strategy="exhaustive", time_limit_s=60.0, work_limit_s=30.0)
+    monkeypatch.setattr(pp, "CUT_WORK", 1)
+    plan = build_plan(prob, r, model_ref="alt.json")
+    assert len(plan.cuts) == 5
+    assert all(c.buys_s is None and "not evaluated" in str(c.reason) for c in plan.cuts)
