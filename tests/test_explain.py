@@ -21,8 +21,8 @@ def toy() -> tuple[Problem, Plan]:
 def test_full_explanation_data(toy: tuple[Problem, Plan]) -> None:
     _, plan = toy
     data = explain(plan)
-    assert set(data) == {"summary", "critical_path", "crossings", "memory", "bound", "search",
-                         "precision"}
+    assert set(data) == {"summary", "critical_path", "crossings", "partitions", "memory",
+                         "bound", "search", "precision"}
     json.dumps(data)  # JSON-ready for --json
     s = data["summary"]
     assert s["makespan_s"] == plan.makespan_s and s["label"] == "exact schedule"
@@ -127,3 +127,62 @@ def test_golden_explain_mlp_zoom() -> None:
                       render_explain(explain(plan, edge="relu")),
                       render_explain(explain(plan, op="relu_2"))])
     golden("explain_mlp_h100_zoom.txt", text)
+
+
+def test_partitions_are_the_executors_and_each_cut_is_priced(
+        toy: tuple[Problem, Plan]) -> None:
+    """The count is the executor's rule on the same plan (``plan_partitions``, which needs
+    the graph and machine; explain needs only the file); a cut's ``added_s`` is its
+    crossings' tasks, each once, and ``saved_s`` the receiving partition's recorded
+    alternative on the sender's device less its own time."""
+    from placewise.runtime.program import plan_partitions
+    from placewise.schedule import Placement, evaluate
+    from placewise.schedule.placement import feasible_assignments
+
+    prob, plan = toy
+    data = explain(plan)["partitions"]
+    parts = plan_partitions(plan, prob.graph, prob.machine)
+    assert data["count"] == len(parts)
+    assert [p["name"] for p in data["partitions"]] == [p.name for p in parts]
+    assert sum(data["per_device"].values()) == len(parts)
+    assert data["cuts"], "the toy plan crosses between cpu and gpu"
+    idx = plan.task_index()
+    owner = {v: p for p in parts for v in p.tasks}
+    for cut in data["cuts"]:
+        src = next(p for p in parts if p.name == cut["from"])
+        dst = next(p for p in parts if p.name == cut["to"])
+        assert src.device != dst.device
+        tasks = {n for c in plan.crossings if c.src_vertex and c.dst_vertex
+                 and owner[c.src_vertex] is src and owner[c.dst_vertex] is dst
+                 for n in c.tasks}
+        assert cut["added_s"] == pytest.approx(sum(idx[n].duration_s for n in tasks))
+        own = sum(idx[v].duration_s - idx[v].contention_s for v in dst.tasks)
+        alt = sum(next(a.total_s for a in plan.regions[v].alternatives
+                       if a.device == src.device) for v in dst.tasks)
+        assert cut["saved_s"] == pytest.approx(alt - own)
+        assert cut["net_s"] == pytest.approx(cut["saved_s"] - cut["added_s"])
+        # what the cut buys: the plan re-evaluated with the receiving partition on the
+        # sender's device (its vertices keep their dtype where that device runs it)
+        moved = dict(plan.placement_obj().items())
+        for v in dst.tasks:
+            there = [a for a in feasible_assignments(prob, v) if a.device == src.device]
+            moved[v] = next((a for a in there if a.dtype is moved[v].dtype), None) or min(
+                there, key=lambda a: prob.cost(v, a.device, a.dtype).total_s)
+        value = evaluate(prob, Placement.of(moved)).latency_s
+        assert cut["merged_value_s"] == pytest.approx(value)
+        assert cut["buys_s"] == pytest.approx(value - plan.predicted_latency_s)
+    text = render_explain(explain(plan))
+    assert f"partitions: {len(parts)} (" in text
+    assert "buys: how much worse the plan's objective is" in text
+
+
+def test_one_device_plan_has_one_partition_and_no_cut() -> None:
+    from placewise.plan import build_plan
+    from placewise.schedule import Placement, evaluate
+    from placewise.units import DType
+    from tests.plan_fixtures import toy_problem
+
+    prob = toy_problem()
+    ev = evaluate(prob, Placement.uniform(prob.vertex_names, "cpu", DType.FP32))
+    data = explain(build_plan(prob, ev, model_ref="toy.json", strategy="manual"))
+    assert data["partitions"]["count"] == 1 and data["partitions"]["cuts"] == []

@@ -39,6 +39,7 @@ from typing import Any
 from placewise.cost.model import Term
 from placewise.errors import InputError
 from placewise.plan import CrossingRecord, Plan, TaskRecord, TierRecord
+from placewise.plan_partitions import cut_pairs, plan_file_partitions
 from placewise.units import format_bytes, format_seconds
 
 __all__ = ["TERM_ORDER", "explain", "render_explain"]
@@ -130,6 +131,60 @@ def _crossing_data(c: CrossingRecord) -> dict[str, Any]:
     d: dict[str, Any] = c.model_dump(mode="json", exclude_none=True)
     d["key"] = c.key
     return d
+
+
+def _saved_s(plan: Plan, vertices: Sequence[str], other: str) -> tuple[float | None, str]:
+    """What running ``vertices`` where they run saves against running them on ``other``
+    (their cheapest recorded alternatives there less their own uncontended times)."""
+    idx = plan.task_index()
+    saved = 0.0
+    for v in vertices:
+        alt = next((a for a in plan.regions[v].alternatives if a.device == other), None)
+        if alt is None:
+            return None, "alternatives not recorded"
+        if alt.total_s is None:
+            return None, f"{v} cannot run on {other}"
+        t = idx[v]
+        saved += alt.total_s - (t.duration_s - t.contention_s)
+    return saved, ""
+
+
+def _partitions(plan: Plan) -> dict[str, Any]:
+    """The partition count, and per cut (a partition fed by another device's partition) what
+    it buys: ``buys_s``, the plan's objective without the cut (the receiving partition on the
+    sender's device, evaluated when the plan was built) less its own; beside it the local
+    view: the receiving partition's time saved on its device (``saved_s``) against what the
+    crossings between them add (transfer, sync and the partition launch: ``added_s``, each
+    task once)."""
+    parts = plan_file_partitions(plan)
+    idx = plan.task_index()
+    values = {(c.src, c.dst): c for c in plan.cuts}
+    out = []
+    for src, dst in cut_pairs(plan, parts):
+        tasks: dict[str, None] = {}
+        tensors: dict[str, None] = {}
+        for c in plan.crossings:
+            if c.src_vertex in src.tasks and c.dst_vertex in dst.tasks:
+                tasks.update(dict.fromkeys(c.tasks))
+                tensors[c.tensor] = None
+        added = sum(idx[n].duration_s for n in tasks)
+        launch = sum(idx[n].term(Term.LAUNCH) for n in tasks)
+        saved, why = _saved_s(plan, dst.tasks, src.device)
+        rec = values.get((src.name, dst.name))
+        out.append({"from": src.name, "to": dst.name, "tensors": list(tensors),
+                    "added_s": added, "partition_s": launch, "saved_s": saved,
+                    "net_s": None if saved is None else saved - added,
+                    "buys_s": None if rec is None else rec.buys_s,
+                    "merged_value_s": None if rec is None else rec.merged_value_s,
+                    "reason": (rec.reason if rec is not None else "not recorded in the plan")
+                    or why or None})
+    per_dev: dict[str, int] = {}
+    for p in parts:
+        per_dev[p.device] = per_dev.get(p.device, 0) + 1
+    return {"count": len(parts), "per_device": per_dev,
+            "partitions": [{"name": p.name, "device": p.device, "dtype": p.dtype.value,
+                            "vertices": len(p.tasks)} for p in parts],
+            "cuts": out}
 
 
 def _tier_data(device: str, tier: str, u: TierRecord) -> dict[str, Any]:
@@ -291,7 +346,9 @@ def _edge_view(plan: Plan, tensor: str) -> dict[str, Any]:
 def explain(plan: Plan, *, op: str | None = None, edge: str | None = None) -> dict[str, Any]:
     """The explanation of ``plan`` as data.
 
-    Without ``op``/``edge``: ``summary``, ``critical_path``, ``crossings``, ``memory``,
+    Without ``op``/``edge``: ``summary``, ``critical_path``, ``crossings``,
+    ``partitions`` (the count by the executor's rule, and per cut between devices what it
+    saves against what it adds), ``memory``,
     ``bound``, ``search`` and ``precision`` (the policy, budget, evidence and every
     precision decision with its time gain and quality cost). With ``op`` (an op or vertex name) and/or ``edge`` (a tensor
     name): the ``header`` and the ``op`` / ``edge`` zoom only. ``InputError`` (naming the
@@ -300,7 +357,7 @@ def explain(plan: Plan, *, op: str | None = None, edge: str | None = None) -> di
     if op is None and edge is None:
         return {"summary": _summary(plan), "critical_path": _critical_path(plan),
                 "crossings": [_crossing_data(c) for c in plan.crossings],
-                "memory": _memory(plan), "bound": _bound(plan), "search": _search(plan),
+                "partitions": _partitions(plan), "memory": _memory(plan), "bound": _bound(plan), "search": _search(plan),
                 "precision": _precision(plan)}
     out: dict[str, Any] = {"header": _header(plan)}
     if op is not None:
@@ -437,6 +494,29 @@ def _render_crossings(cs: Sequence[Mapping[str, Any]], max_rows: int) -> list[st
         out += _render_crossing(c)
     if len(cs) > max_rows:
         out.append(f"  ... {len(cs) - max_rows} more (explain --edge TENSOR for one)")
+    return out
+
+
+def _render_partitions(p: Mapping[str, Any], max_rows: int) -> list[str]:
+    per = ", ".join(f"{d} {n}" for d, n in p["per_device"].items())
+    out = [f"partitions: {p['count']} ({per}); {_n(len(p['cuts']), 'cut', 'cuts')} between "
+           f"devices"]
+    if not p["cuts"]:
+        return out
+
+    def signed(x: float | None) -> str:
+        return "-" if x is None else ("+" if x >= 0 else "-") + _s(abs(x))
+
+    rows = [[f"{c['from']} -> {c['to']}", str(len(c["tensors"])), signed(c["buys_s"]),
+             _s(c["saved_s"]), _s(c["added_s"]), _s(c["partition_s"]),
+             c["reason"] or ""] for c in p["cuts"][:max_rows]]
+    out += _table(["cut", "tensors", "buys", "saves", "adds", "of which partition", ""],
+                  rows)
+    if len(p["cuts"]) > max_rows:
+        out.append(f"  ... {len(p['cuts']) - max_rows} more (explain --json for all)")
+    out.append("  buys: how much worse the plan's objective is with the receiving partition "
+               "moved to the sender's device (evaluated); saves: its time there less its own; "
+               "adds: its crossings' transfer, sync and partition launch")
     return out
 
 
@@ -662,6 +742,8 @@ def render_explain(data: Mapping[str, Any], *, max_rows: int = 40) -> str:
         lines += _render_critical(data["critical_path"], max_rows)
         lines.append("")
         lines += _render_crossings(data["crossings"], max_rows)
+        lines.append("")
+        lines += _render_partitions(data["partitions"], max_rows)
         lines.append("")
         lines += _render_memory(data["memory"])
         lines.append("")

@@ -32,6 +32,9 @@ A ``Plan`` is everything the scheduler said about one placement, written down so
   and a consumer (graph inputs leaving the host and outputs returning to it included), the
   tasks that move it, their transfer/conversion/sync time, and what keeping it on one
   device would have cost (computed when the plan is built);
+- ``cuts``: per cut between partitions on different devices, the objective value without
+  it (the receiving partition on the sender's device, evaluated when the plan is built:
+  ``placewise.plan_partitions``);
 - ``search``: the strategy, candidates, pruned counts, alternatives and baselines with their
   objective values, and the CP-SAT bound/gap when there is one;
 - ``precision``: the precision policy, quality budget, the inputs and emulation schemes of
@@ -92,11 +95,13 @@ from placewise.plan_file import (  # the file, re-exported
     plan_to_json,
     save_plan,
 )
+from placewise.plan_partitions import plan_cuts
 from placewise.plan_records import (  # the records, re-exported
     AlternativeRecord,
     Breakdown,
     CandidateRecord,
     CrossingRecord,
+    CutRecord,
     DeviceInfo,
     Fingerprints,
     KeptRecord,
@@ -142,6 +147,7 @@ __all__ = [
     "Breakdown",
     "CandidateRecord",
     "CrossingRecord",
+    "CutRecord",
     "DeviceInfo",
     "Fingerprints",
     "KeptRecord",
@@ -701,7 +707,8 @@ def build_plan(problem: Problem, result: SearchLike | Evaluation, *, model_ref: 
         else None,
         "control_flow": _control_flow_notes(g),
     }
-    return Plan.model_validate(data)
+    plan = Plan.model_validate(data)
+    return plan.model_copy(update={"cuts": plan_cuts(problem, plan)})
 
 
 def _control_flow_notes(graph: Any) -> tuple[str, ...]:

@@ -23,6 +23,7 @@ __all__ = [
     "Breakdown",
     "CandidateRecord",
     "CrossingRecord",
+    "CutRecord",
     "DeviceInfo",
     "Fingerprints",
     "KeptRecord",
@@ -389,6 +390,21 @@ class CrossingRecord(_Record):
                 f"{self.dst_vertex or 'output'}")
 
 
+class CutRecord(_Record):
+    """A cut between two partitions on different devices (``src`` feeds ``dst``; names as
+    ``placewise.schedule.partitions.partitions_of`` gives them): the plan's objective value
+    with ``dst``'s vertices moved onto ``src``'s device instead (each in its own dtype if
+    that device runs it, else its cheapest there), so without this cut
+    (``merged_value_s``), and ``buys_s`` = that less the plan's own; None with ``reason``
+    when they cannot run there or the counterfactual was not evaluated."""
+
+    src: str
+    dst: str
+    merged_value_s: float | None = None
+    buys_s: float | None = None
+    reason: str | None = None
+
+
 class CandidateRecord(_Record):
     """A placement the search tried, or a baseline: its label, objective value in seconds
     (makespan for latency, pipeline period for throughput; None when it does not fit or
@@ -509,6 +525,7 @@ class Plan(_Record):
     any_placement_bound: LowerBoundRecord | None = None
     memory: MemoryRecord
     crossings: tuple[CrossingRecord, ...] = ()
+    cuts: tuple[CutRecord, ...] = ()
     search: SearchRecord | None = None
     precision: PrecisionRecord | None = None
     #: inputs given a value when the plan was made (``--value``; ONNX): the model is

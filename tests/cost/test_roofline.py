@@ -331,3 +331,52 @@ def test_region_of_given_times_costs_their_sum() -> None:
     assert launch > 0
     fused = model.region_cost(g2, hinted, "gpu0", DType.FP32)
     assert fused.total_s == pytest.approx(2 * one.total_s - launch, rel=1e-9)
+
+
+ORIN = load_machine("jetson-agx-orin")
+
+
+def conv_graph(c_in: int, c_out: int, hw: int, group: int, k: int = 3) -> Graph:
+    return Graph.build("conv", [_t("x", (1, c_in, hw, hw), Role.INPUT),
+                                _t("w", (c_out, c_in // group, k, k), Role.PARAM),
+                                _t("y", (1, c_out, hw, hw), Role.OUTPUT)],
+                       [Op("c", OpKind.CONV, ("x", "w"), ("y",),
+                           attrs={"group": group, "pads": (k // 2,) * 4})])
+
+
+@pytest.mark.parametrize("device", ["gpu", "cpu"])
+def test_depthwise_conv_is_memory_bound_on_its_bytes(device: str) -> None:
+    """A 3x3 depthwise conv (K=9, N=1 per group) is a direct per-channel kernel: its time
+    is its input, weight and output bytes at the bandwidth (GPU) or at most the assumed
+    direct-kernel efficiency's compute (CPU) — not 128x128 GEMM tiles of one channel."""
+    g = conv_graph(144, 144, 112, 144)
+    c = RooflineModel(ORIN).op_cost(g, g.op("c"), device, DType.FP32)
+    a = dict(c.assumptions)
+    dev = ORIN.device(device)
+    bytes_s = a["bytes"] / dev.main_memory.bandwidth_bytes_per_s
+    flops_s = a["flops"] / dev.peak(DType.FP32)
+    assert "direct kernel per channel group" in str(a["efficiency_rule"])
+    # never faster than the bytes at full bandwidth nor than the flops at peak, and within
+    # the stated assumptions of both (bandwidth fraction >= 0.6, efficiency >= 0.25)
+    assert max(bytes_s, flops_s) < c.total_s <= max(bytes_s / 0.6, flops_s / 0.25) \
+        + dev.launch_overhead_s
+    if device == "gpu":  # 32.5 MFLOP on 5.3 TFLOP/s: the bytes dominate
+        assert c.bottleneck is Bottleneck.MEMORY
+        assert c.total_s < 150e-6  # the tiled-GEMM rule predicted 7.9 ms
+
+
+def test_grouped_conv_takes_the_better_of_gemm_and_direct() -> None:
+    """Wide groups (ResNeXt-like, 64 channels per group) keep the tiled GEMM when it is
+    faster; a dense conv is unchanged by the grouped rule."""
+    model = RooflineModel(ORIN)
+    wide = conv_graph(512, 512, 28, 8)
+    c = model.op_cost(wide, wide.op("c"), "gpu", DType.FP16)
+    assert "efficiency_rule" not in dict(c.assumptions)
+    assert dict(c.assumptions)["efficiency"] > 0.25
+    dense = conv_graph(64, 64, 56, 1)
+    d = model.op_cost(dense, dense.op("c"), "gpu", DType.FP16)
+    assert "efficiency_rule" not in dict(d.assumptions)
+    # a depthwise conv is at least as fast per byte as the dense conv of the same tensors
+    dw = conv_graph(64, 64, 56, 64)
+    e = model.op_cost(dw, dw.op("c"), "gpu", DType.FP16)
+    assert e.total_s < d.total_s

@@ -40,13 +40,14 @@ STARTS = {"n1": 0, "n2": 27, "n3": 9, "n4": 18, "n5": 28, "n6": 26, "n7": 38, "n
 
 
 def _machine(*, contention_free: bool = True) -> Machine:
-    """P1-P3 fully linked at 1 byte/s with no latency or launch overhead, so an edge of
+    """P1-P3 fully linked at 1 byte/s with no latency, launch or partition overhead, so an edge of
     ``c`` bytes takes ``c`` seconds between two processors and 0 on one. Contention-free
     (as the paper assumes): the links share a resource of unbounded bandwidth, so
     transfers never wait; else each link direction is exclusive."""
     def dev(name: str) -> dict[str, Any]:
         return {"name": name, "kind": "cpu", "peak_flops_per_s": {"fp32": 1e9},
                 "peak_source": "test", "launch_overhead_s": 0.0, "launch_source": "test",
+                "partition_overhead_s": 0.0, "partition_source": "test: the paper has none",
                 "memory": [{"name": "mem", "capacity_bytes": 1 << 40,
                             "bandwidth_bytes_per_s": 1e12, "source": "test"}]}
     links: list[dict[str, Any]] = []

@@ -98,6 +98,7 @@ from placewise.cost.roofline import (
     RooflineModel,
     contraction_efficiency,
     gemm_dims,
+    op_efficiency,
     op_work,
 )
 from placewise.errors import SpecError, UnsupportedError
@@ -276,9 +277,8 @@ def op_features(graph: Graph, op: Op, dtype: DType, device: Device) -> dict[str,
         io += dtype.nbytes(t.numel) if t.dtype.is_float else t.nbytes
     elems = sum(t.numel for t in graph.out_tensors(op))
     eff_flops = flops
-    dims = gemm_dims(graph, op)
-    if dims is not None and flops > 0:
-        eff, _ = contraction_efficiency(device, dims, dtype)
+    if gemm_dims(graph, op) is not None and flops > 0:
+        eff, _, _ = op_efficiency(device, graph, op, dtype)
         base = contraction_efficiency(device, GemmDims(1, 4096, 4096, 4096), dtype)[0]
         eff_flops = flops * base / max(eff, 1e-9)
     return {"one": 1.0, "flops": float(flops), "eff_flops": float(eff_flops),
@@ -804,7 +804,13 @@ class CalibratedModel:
         answer is for a polling receiver: a link measured with a sleeping one
         (``LinkMeasurement.receiver_sleeps``) has ``wake_s(dst)`` taken off its latency
         (the scheduler adds it back where the receiver sleeps)."""
-        cost = self.roofline.transfer_cost(tensor, rep, src, dst)
+        # over a measured link into a device whose run call was measured, the partition
+        # the transfer starts is that run call (``_with_run_call``); elsewhere the
+        # roofline's per-partition figure (the spec's, or its stated default)
+        rec = self._records.get(dst)
+        measured = (src, dst) in self._links and rec is not None and rec.run_call.n > 0 \
+            and rec.run_call.median_s > 0
+        cost = self.roofline.transfer_cost(tensor, rep, src, dst, partition_cut=not measured)
         if src == dst:
             return cost
         lk = self._links.get((src, dst))

@@ -12,7 +12,12 @@ How an op's time is built (one kernel unless said otherwise):
   quantization over ``compute_units`` (128x128 output tiles; 133 tiles on 132 SMs take two
   waves), padding of partial tiles, and a small-K penalty; on CPUs the output is split in
   64x64 blocks over the cores (too few blocks leave cores idle), the contiguous dim is padded
-  to the SIMD width, and small M / K pay a fixed per-block overhead. Other ops run their
+  to the SIMD width, and small M / K pay a fixed per-block overhead. A grouped or
+  depthwise convolution (``group > 1``) is a small contraction per channel group: it gets
+  the better of that per-group GEMM's efficiency and the *assumed* efficiency of a direct
+  per-channel kernel (``_DIRECT_CONV_EFF``: a quarter of peak on GPUs, a third on CPUs), so
+  a depthwise conv is memory-bound on its input, weight and output bytes instead of being
+  priced as 128x128 tiles holding one output channel each. Other ops run their
   flops at a fixed fraction of peak (vector units, not matrix units).
 - **memory** = bytes / (bandwidth x achievable fraction), counting only the part that does
   not overlap with compute (``max(0, memory - compute)``). Bytes are those of the
@@ -23,6 +28,14 @@ How an op's time is built (one kernel unless said otherwise):
 - **launch** = the device's launch overhead per kernel (recurrent ops launch one kernel
   per time step). Views (reshape-like ops that move no bytes) cost nothing, not even a
   launch. A fused region pays one launch and skips its internal tensors' traffic.
+
+- **partition** (on transfers) = half of the sender's and half of the receiver's
+  per-partition cost (``partition_overhead``: the spec's ``partition_overhead_s``, else the
+  stated default of the device kind, ``DEFAULT_PARTITION_S``): a crossing ends one compiled
+  engine/session and starts another, so a partition entered and left once pays its own
+  launch and synchronisation in full, and a plan is cut only where the cut pays for it.
+  It is charged per crossing tensor and per hop: a cut crossed by k tensors pays k halves
+  on each side (an upper side where a runtime batches them into one synchronisation).
 
 A local device (one with a runtime ``backend``) has int8 kernels only for
 ``graph.ir.INT8_KINDS``: an int8 question about any other kind there is ``UnsupportedError``
@@ -68,6 +81,7 @@ from placewise.hardware.spec import Device, DeviceKind, Machine
 from placewise.units import DType
 
 __all__ = [
+    "DEFAULT_PARTITION_S",
     "INTERVAL_COUNTED",
     "INTERVAL_UNCOUNTED",
     "IRREGULAR_KINDS",
@@ -77,7 +91,9 @@ __all__ = [
     "contraction_efficiency",
     "gemm_dims",
     "local_kernel_gap",
+    "op_efficiency",
     "op_work",
+    "partition_overhead",
     "region_internal_tensors",
     "scaled_bytes",
 ]
@@ -95,6 +111,8 @@ IRREGULAR_KINDS = frozenset({OpKind.GATHER, OpKind.EMBEDDING, OpKind.SCATTER, Op
 _CONTRACTIONS = frozenset({OpKind.MATMUL, OpKind.GEMM, OpKind.LINEAR, OpKind.CONV,
                            OpKind.CONV_TRANSPOSE, OpKind.ATTENTION, OpKind.LSTM, OpKind.GRU,
                            OpKind.EINSUM})
+# kinds whose ``group`` attribute splits them into per-channel-group contractions
+_GROUPED_KINDS = frozenset({OpKind.CONV, OpKind.CONV_TRANSPOSE})
 # kinds that never launch a kernel: pure metadata
 _FREE_KINDS = frozenset({OpKind.SHAPE, OpKind.CONSTANT})
 
@@ -356,6 +374,59 @@ def contraction_efficiency(dev: Device, dims: GemmDims, dtype: DType) -> tuple[f
     return _CPU_BASE_EFF * thread_eff * simd_eff * small, thread_eff
 
 
+#: grouped convolution (``group > 1``): the efficiency (fraction of the dtype's peak) the
+#: direct per-channel-group kernel reaches, by device class (GPU-like, CPU). An *assumption*,
+#: not a measurement: a depthwise or narrow-group conv has a per-group K of ``Cin/g x kh x
+#: kw`` (9 for a 3x3 depthwise) and an N of ``Cout/g`` (1), far too small for tensor-core or
+#: register-blocked GEMM tiles; libraries (cuDNN/TensorRT depthwise kernels, MLAS
+#: ``MlasConvDepthwise``, oneDNN) run it as a direct convolution over the channels on the
+#: vector units, so its flops are cheap and its time is the bytes of input, weights and
+#: output at the memory bandwidth. A quarter of peak on GPUs (the CUDA-core rate, no tensor
+#: cores: a quarter of Orin's fp16 tensor peak is its fp16 CUDA-core rate) and a third on
+#: CPUs (FMA lanes busy, loads and the K=9 reduction not hidden).
+_DIRECT_CONV_EFF = {True: 0.25, False: 1 / 3}
+
+
+#: what ``op_cost`` states beside an efficiency rule that is an assumption of its own
+_RULE_NOTES: dict[str, dict[str, float | str]] = {
+    "direct grouped conv": {
+        "efficiency_rule": "grouped/depthwise conv as a direct kernel per channel group: "
+                           f"assumed efficiency {_DIRECT_CONV_EFF[True]:.2g} of peak on "
+                           f"GPU-like devices, {_DIRECT_CONV_EFF[False]:.2g} on CPUs (tiny "
+                           "per-group K and N: no GEMM tiles); memory-bound on its input, "
+                           "weight and output bytes"},
+}
+
+
+def op_efficiency(dev: Device, graph: Graph, op: Op, dtype: DType
+                  ) -> tuple[float, float, str]:
+    """(efficiency, parallel efficiency, rule) of ``op``'s flops on ``dev``: the tiled GEMM
+    efficiency of a contraction (``contraction_efficiency``), for a grouped convolution the
+    better of its per-group GEMM and the direct per-channel-group kernel
+    (``_DIRECT_CONV_EFF``), and ``_VECTOR_EFF`` for every other op.
+
+    >>> from placewise.graph.ir import Graph, Op, OpKind, Role, Tensor
+    >>> from placewise.hardware.spec import load_machine
+    >>> t = [Tensor("x", (1, 96, 112, 112), DType.FP32, role=Role.INPUT),
+    ...      Tensor("w", (96, 1, 3, 3), DType.FP32, role=Role.PARAM),
+    ...      Tensor("y", (1, 96, 112, 112), DType.FP32, role=Role.OUTPUT)]
+    >>> g = Graph.build("dw", t, [Op("dw", OpKind.CONV, ("x", "w"), ("y",),
+    ...                              attrs={"group": 96})])
+    >>> gpu = load_machine("jetson-agx-orin").device("gpu")
+    >>> op_efficiency(gpu, g, g.op("dw"), DType.FP32)
+    (0.25, 1.0, 'direct grouped conv')
+    """
+    dims = gemm_dims(graph, op) if op.kind in _CONTRACTIONS else None
+    if dims is None:
+        return _VECTOR_EFF, 1.0, "vector"
+    eff, par = contraction_efficiency(dev, dims, dtype)
+    if op.kind in _GROUPED_KINDS and dims.batch > 1:
+        direct = _DIRECT_CONV_EFF[_is_gpu_like(dev)]
+        if direct > eff:
+            return direct, 1.0, "direct grouped conv"
+    return eff, par, "tiled gemm"
+
+
 def _memory_fraction(dev: Device, kind: OpKind | None, elems: int) -> float:
     gpu = _is_gpu_like(dev)
     frac = _MEM_FRACTION[gpu]
@@ -383,6 +454,7 @@ class _Parts:
     flops: float
     kernels: int
     counted: bool
+    rule: str = "vector"  # how the efficiency was found (``op_efficiency``)
 
 
 def local_kernel_gap(dev: Device, kind: OpKind, dtype: DType) -> str | None:
@@ -403,6 +475,38 @@ def local_kernel_gap(dev: Device, kind: OpKind, dtype: DType) -> str | None:
         return f"local backends have int8 kernels only for {kinds} (onnxruntime dynamic " \
                f"quantization)"
     return None
+
+
+#: per-partition cost (one compiled engine/session launched and synchronised) of a device
+#: whose spec gives none (``Device.partition_overhead_s``), by device kind: (seconds, why).
+#: Stated defaults, not datasheet figures.
+DEFAULT_PARTITION_S: dict[DeviceKind, tuple[float, str]] = {
+    DeviceKind.CPU: (14e-6, "default: onnxruntime's per-session.run overhead measured by "
+                     "placewise (one-op model, 1 thread, onnxruntime 1.32, x86 guest: "
+                     "13.8 us median, benchmarks/results/partition_cost.json)"),
+    DeviceKind.GPU: (30e-6, "default, an estimate: a TensorRT engine's enqueue (host time, "
+                     "tens of us for a small engine) plus a CUDA stream/event "
+                     "synchronisation (5-10 us)"),
+    DeviceKind.DLA: (100e-6, "default, an estimate: a DLA loadable's submission (cuDLA / "
+                     "TensorRT on DLA) plus its fence synchronisation"),
+    DeviceKind.NPU: (50e-6, "default, an estimate: an NPU graph's submission and "
+                     "completion wait through its driver"),
+    DeviceKind.ACCELERATOR: (50e-6, "default, an estimate: an accelerator graph's "
+                             "submission and completion wait"),
+}
+
+
+def partition_overhead(dev: Device) -> tuple[float, str]:
+    """(seconds, source) of one partition on ``dev``: its spec's figure, else the stated
+    default of its kind (``DEFAULT_PARTITION_S``).
+
+    >>> from placewise.hardware.spec import load_machine
+    >>> partition_overhead(load_machine("jetson-agx-orin").device("gpu"))[0]
+    4e-05
+    """
+    if dev.partition_overhead_s is not None:
+        return dev.partition_overhead_s, str(dev.partition_source)
+    return DEFAULT_PARTITION_S[dev.kind]
 
 
 class RooflineModel(NoRuntimeTerms):
@@ -444,11 +548,7 @@ class RooflineModel(NoRuntimeTerms):
         bw = dev.main_memory.bandwidth_bytes_per_s
         if work.is_view:
             return _Parts(0.0, 0.0, 0.0, 1.0, 1.0, peak, bw, 1.0, 0, 0.0, 0, work.counted)
-        dims = gemm_dims(graph, op) if op.kind in _CONTRACTIONS else None
-        if dims is not None:
-            eff, par = contraction_efficiency(dev, dims, dtype)
-        else:
-            eff, par = _VECTOR_EFF, 1.0
+        eff, par, rule = op_efficiency(dev, graph, op, dtype)
         eff = max(eff, 1e-6)
         # every element read or written is work to spread over the units (a GEMV streams
         # its whole weight even though its output is small)
@@ -458,7 +558,7 @@ class RooflineModel(NoRuntimeTerms):
         memory_s = work.bytes / (bw * frac) if work.bytes > 0 else 0.0
         launch_s = dev.launch_overhead_s * work.kernels
         return _Parts(compute_s, memory_s, launch_s, eff, par, peak, bw, frac, work.bytes,
-                      work.flops, work.kernels, work.counted)
+                      work.flops, work.kernels, work.counted, rule)
 
     @staticmethod
     def _cost_from(parts: Iterable[_Parts], *, launches: int, launch_s: float,
@@ -517,7 +617,8 @@ class RooflineModel(NoRuntimeTerms):
             assumptions={"peak_flops_per_s": p.peak, "efficiency": p.efficiency,
                          "parallel_efficiency": p.parallel_eff, "bytes": float(p.nbytes),
                          "flops": p.flops, "bandwidth_bytes_per_s": p.bandwidth,
-                         "memory_fraction": p.mem_fraction, "dtype": dtype.value},
+                         "memory_fraction": p.mem_fraction, "dtype": dtype.value,
+                         **_RULE_NOTES.get(p.rule, {})},
             memory_bytes=p.nbytes, scratch_bytes=op.scratch_bytes)
         return control_flow_interval(op, cost) if op.kind in CONTROL_FLOW_KINDS else cost
 
@@ -608,13 +709,21 @@ class RooflineModel(NoRuntimeTerms):
                          "internal_tensors": float(len(internal))},
             memory_bytes=total_bytes, scratch_bytes=max(o.scratch_bytes for o in ops))
 
-    def transfer_cost(self, tensor: Tensor, rep: Representation, src: str, dst: str) -> Cost:
+    def transfer_cost(self, tensor: Tensor, rep: Representation, src: str, dst: str, *,
+                      partition_cut: bool = True) -> Cost:
         """Bytes of ``rep`` over each link of the route: bytes / bandwidth + latency per
-        hop, plus one synchronization (the sender's launch overhead). Zero if same device."""
+        hop, plus one synchronization (the sender's launch overhead), plus the partition
+        cut it makes (``Term.LAUNCH``): a crossing ends a partition on ``src`` and starts
+        one on ``dst``, so it pays half of each side's per-partition cost
+        (``partition_overhead``) and a partition entered and left once pays its own in
+        full (``partition_cut=False`` leaves it out: a calibrated model charges what it
+        measured instead). Zero if same device."""
         if src == dst:
             return Cost.zero()
         sdev = self._device(src, f"transfer of {tensor.name!r}")
-        self._device(dst, f"transfer of {tensor.name!r}")
+        ddev = self._device(dst, f"transfer of {tensor.name!r}")
+        (p_src, why_src), (p_dst, why_dst) = partition_overhead(sdev), partition_overhead(ddev)
+        cut = (p_src + p_dst) / 2 if partition_cut else 0.0
         route = self.machine.route(src, dst)
         if not route:
             raise UnsupportedError(f"no route from device {src!r} to {dst!r} for tensor "
@@ -624,10 +733,15 @@ class RooflineModel(NoRuntimeTerms):
         latency = sum(link.latency_s for link in route)
         sync = sdev.launch_overhead_s
         lo, hi = INTERVAL_STREAM
-        return Cost.of({Term.TRANSFER: wire + latency, Term.SYNC: sync},
+        return Cost.of({Term.TRANSFER: wire + latency, Term.SYNC: sync, Term.LAUNCH: cut},
                        bottleneck=Bottleneck.LINK, source=Source.ROOFLINE, rel_low=lo,
                        rel_high=hi,
                        assumptions={"model": "roofline", "bytes": float(nbytes),
+                                    "partition_cut_s": cut,
+                                    "partition": f"half of one partition on {src} "
+                                                 f"({p_src:.3g} s: {why_src}) and on {dst} "
+                                                 f"({p_dst:.3g} s: {why_dst})" if cut else
+                                                 "left to the calibrated model",
                                     "representation": str(rep),
                                     "route": " > ".join(link.name for link in route),
                                     "bandwidth_bytes_per_s": min(

@@ -209,6 +209,11 @@ class Device(_Strict):
     memory: list[MemoryTier] = Field(min_length=1)
     launch_overhead_s: Duration
     launch_source: str = Field(min_length=1)
+    # one partition (a compiled engine/session) launched and synchronised: what a plan pays
+    # per partition on this device beyond its kernels (None: the cost model's stated
+    # default for the device kind)
+    partition_overhead_s: Duration | None = None
+    partition_source: str | None = Field(default=None, min_length=1)
     compute_units: PositiveInt = 1  # SMs, cores, NPU tiles: the parallelism an op must fill
     lanes: Annotated[int, Field(gt=0, le=4096)] = 1  # concurrent streams/queues the scheduler may use
     supported_kinds: list[OpKind] | None = None  # None: every kind
@@ -243,6 +248,9 @@ class Device(_Strict):
         names = [t.name for t in self.memory]
         if len(set(names)) != len(names):
             raise ValueError(f"memory tier names repeat: {names}")
+        if (self.partition_overhead_s is None) != (self.partition_source is None):
+            raise ValueError("partition_overhead_s and partition_source go together: give "
+                             "the figure with where it comes from")
         return self
 
     @property
