@@ -620,7 +620,8 @@ def build_plan(problem: Problem, result: SearchLike | Evaluation, *, model_ref: 
                objective: Objective | str | None = None, strategy: str | None = None,
                seed: int | None = None, alternatives: bool = True,
                any_placement_bound: bool = True,
-               precision: Mapping[str, Any] | None = None) -> Plan:
+               precision: Mapping[str, Any] | None = None,
+               sources: Mapping[str, Any] | None = None) -> Plan:
     """The plan of ``result`` (an ``Evaluation``, or a search result whose ``best`` is one)
     for ``problem`` (the problem ``result`` was evaluated on).
 
@@ -629,8 +630,10 @@ def build_plan(problem: Problem, result: SearchLike | Evaluation, *, model_ref: 
     ``given`` and none); ``alternatives``: record, for every vertex, its cheapest cost on
     every device (used by ``explain --op``; it asks the cost model about every feasible
     assignment, which a search has usually done already); ``any_placement_bound``: also
-    record the bound of any placement (``problem_lower_bound``). Nothing wall-clock is
-    recorded.
+    record the bound of any placement (``problem_lower_bound``); ``precision``: the
+    precision record (``placewise.precision.policy.precision_json``); ``sources``: the
+    files the machine and calibration came from (``placewise.plan_sources.sources_json``).
+    Nothing wall-clock is recorded.
     """
     if isinstance(result, Evaluation):
         ev, search = result, None
@@ -695,6 +698,7 @@ def build_plan(problem: Problem, result: SearchLike | Evaluation, *, model_ref: 
         "crossings": _crossings(problem, ev),
         "search": _search_json(search, strat, obj) if search is not None else None,
         "precision": dict(precision) if precision is not None else None,
+        "sources": dict(sources) if sources else None,
     }
     return Plan.model_validate(data)
 

@@ -42,6 +42,8 @@ __all__ = [
     "ScheduleRecord",
     "SearchRecord",
     "SharedInfo",
+    "SourceFileRecord",
+    "SourcesRecord",
     "SuggestionRecord",
     "TaskRecord",
     "TensorRecord",
@@ -64,6 +66,26 @@ class Fingerprints(_Record):
     graph: str
     machine: str
     calibration: str
+
+
+class SourceFileRecord(_Record):
+    """A file a plan was made from: its absolute ``path`` when planned, the path as the
+    command line ``given`` it, and the ``fingerprint`` of what it held
+    (``Machine.fingerprint()`` of a machine spec, ``Calibration.fingerprint()`` of a
+    calibration): commands that read the plan load it from ``path`` and refuse a file
+    whose fingerprint differs."""
+
+    path: str
+    given: str
+    fingerprint: str
+
+
+class SourcesRecord(_Record):
+    """Where the plan's machine spec (a YAML file; presets and ``local`` are named by
+    ``machine.name`` and not recorded) and its calibration came from (None: not a file)."""
+
+    machine: SourceFileRecord | None = None
+    calibration: SourceFileRecord | None = None
 
 
 class TierInfo(_Record):
@@ -511,6 +533,7 @@ class Plan(_Record):
     crossings: tuple[CrossingRecord, ...] = ()
     search: SearchRecord | None = None
     precision: PrecisionRecord | None = None
+    sources: SourcesRecord | None = None
 
     @property
     def predicted_latency_s(self) -> float:

@@ -102,10 +102,12 @@ def plan_model(problem: Problem, model: str, *, clock: CommandBudget, strategy: 
                budget: QualityBudget | None = None, seed: int = 0,
                shapes: Mapping[str, Sequence[int]] | None = None, batch: int | None = None,
                inputs: Path | None = None, progress: Callable[[str, float], None] | None = None,
-               on_best: Callable[[str, float], None] | None = None) -> Planned:
+               on_best: Callable[[str, float], None] | None = None,
+               sources: Mapping[str, Any] | None = None) -> Planned:
     """Search ``problem`` (made from ``model`` with ``shapes`` / ``batch``) under the
     precision ``policy`` (default KEEP) and quality ``budget`` with ``strategy`` for
-    ``objective`` within ``clock``, and build the plan (module docstring). Raises what
+    ``objective`` within ``clock``, and build the plan (module docstring) with the
+    ``sources`` record (``placewise.plan_sources.sources_json``). Raises what
     ``plan_search`` and ``plan_precision`` raise (``InputError``, ``MemoryInfeasible``...).
     """
     from placewise.plan import build_plan
@@ -147,5 +149,5 @@ def plan_model(problem: Problem, model: str, *, clock: CommandBudget, strategy: 
                                      progress=progress)
     t0 = time.perf_counter()
     plan = build_plan(outcome.problem, outcome.result, model_ref=model, objective=objective,
-                      strategy=strategy, seed=seed, precision=record)
+                      strategy=strategy, seed=seed, precision=record, sources=sources)
     return Planned(plan, outcome, record, searched[0], time.perf_counter() - t0)
