@@ -536,6 +536,7 @@ def plan(
     t_end = time.perf_counter()
     timing: dict[str, Any] = {"time_limit_s": clock.limit_s, "default_limit": clock.default,
               "ops": clock.ops, "load_s": round(loaded_s, 4),
+              "evidence_s": round(done.evidence_s, 4), "evidence_runs": done.evidence_runs,
               "search_s": round(done.search_s, 4), "build_s": round(done.build_s, 4),
               "write_s": round(t_end - t_write, 4), "reserve_s": clock.reserve_s,
               "total_s": round(t_end - start, 4), "overrun": clock.overrun() if clock.grown else overrun}
@@ -584,6 +585,11 @@ def plan(
     out.print(line)
     if timing["overrun"]:
         out.print(timing["overrun"])
+    if record["decisions"] and done.evidence_runs is not None:
+        out.print(f"quality evidence {timing['evidence_s']:.2f} s (a budget of "
+                  f"{done.evidence_runs} emulated runs): "
+                  f"{next((n for n in record['notes'] if n.startswith('quality evidence')), '')}",
+                  markup=False)
     out.print(f"searched {result.candidates_evaluated} placements in "
               f"{result.search_time_s:.2f} s; built and wrote the plan in "
               f"{timing['build_s'] + timing['write_s']:.2f} s ({clock.reserve_s:.3g} s kept); "
