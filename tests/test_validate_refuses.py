@@ -142,10 +142,13 @@ def greedy_plans(xdg: Path, model_file: Path, tmp_path_factory: pytest.TempPathF
     folder = tmp_path_factory.mktemp("plan")
     models = {"zoo": BIG_MLP, "file": str(model_file)}
     outs = {k: folder / f"greedy-{k}.json" for k in models}
-    # int8 allowed where it pays, with a budget that holds anything (rel_l2 <= 1)
+    # int8 allowed where it pays, with a budget that holds anything (rel_l2 <= 1); a limit
+    # whose evidence share probes every candidate and whose wall-clock backstop stays far
+    # on a loaded machine (greedy and the evidence's count end the command long before it)
     procs = _run_together(xdg, [["plan", m, "--hw", "local", "--strategy", "greedy",
                                  "--precision", "int8", "--quality-budget", "rel_l2=1",
-                                 "--out", str(outs[k])] for k, m in models.items()])
+                                 "--time-limit", "300", "--out", str(outs[k])]
+                                for k, m in models.items()])
     return {k: (proc, outs[k]) for k, proc in zip(models, procs, strict=True)}
 
 
