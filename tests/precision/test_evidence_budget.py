@@ -104,3 +104,34 @@ def test_spent_before_the_recheck_keeps_everything() -> None:
     if lowered:  # what stays lowered was re-checked as a whole and holds
         assert BUDGET.holds(out.estimated)
     assert len(emu.calls) <= 5
+
+
+def test_the_command_budget_sizes_the_evidence_deterministically() -> None:
+    """``plan_model``'s evidence budget comes from the limit's nominal time and the graph
+    (never the clock): a frozen clock gives the same count; a *default* limit too short for
+    the least evidence is raised to hold it, an explicit one is not."""
+    from placewise.hardware.spec import load_machine
+    from placewise.planning import _evidence_budget, build_problem
+    from placewise.precision.evidence import EVIDENCE_SHARE, nominal_run_s
+    from placewise.precision.policy import LEAST_EVALUATIONS
+    from placewise.search.api import CommandBudget
+
+    prob = build_problem("zoo:mlp?layers=3&hidden=1024&batch=4096",
+                         load_machine("jetson-agx-orin"))
+    setup_s, run_s = nominal_run_s(prob)
+    assert run_s > 5.0  # 26 GFLOP a request, 8 requests
+
+    def budget(limit: float | None) -> Any:
+        clock = CommandBudget.make(limit, ops=len(prob.graph.ops), start=0.0,
+                                   clock=lambda: 0.0)
+        return _evidence_budget(prob, clock), clock
+
+    (a, _), (b, _) = budget(200.0), budget(200.0)
+    assert a.evaluations == b.evaluations > LEAST_EVALUATIONS
+    # the share of the limit (less the nominal load and the reserve) after the setup
+    assert 0 <= (200.0 * EVIDENCE_SHARE - setup_s) / run_s - a.evaluations < 1.5
+    short, clock = budget(10.0)
+    assert short.evaluations == 0 and clock.limit_s == 10.0  # the user's: never raised
+    default, clock = budget(None)
+    assert default.evaluations >= LEAST_EVALUATIONS and clock.raised
+    assert "raised" in default.why

@@ -46,6 +46,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import partial
 from typing import Any, Protocol
 
 from placewise.errors import InputError, UnsupportedError
@@ -250,6 +251,7 @@ class _Meter:
     budget: EvidenceBudget
     used: int = 0
     stopped: str = ""
+    run_s: float = 0.0  # the wall time of the last emulated run (``timed``)
 
     def left(self) -> int | None:
         n = self.budget.evaluations
@@ -264,10 +266,17 @@ class _Meter:
             self.stopped = self.stopped or "work"
             return False
         d = self.budget.deadline
-        if clock and d is not None and self.budget.clock() >= d:
-            self.stopped = self.stopped or "clock"
+        if clock and d is not None and self.budget.clock() + self.run_s >= d:
+            self.stopped = self.stopped or "clock"  # would end past the deadline
             return False
         return True
+
+    def timed(self, run: Callable[[], Any]) -> Any:
+        """``run()``, its wall time kept as the next run's forecast (``can``)."""
+        t0 = self.budget.clock()
+        got = run()
+        self.run_s = max(0.0, self.budget.clock() - t0)
+        return got
 
     def take(self, *, keep: int = 0, clock: bool = True) -> bool:
         """Count one evaluation if it fits (``can``)."""
@@ -399,7 +408,9 @@ def sensitivity_table(problem: Problem, policy: Policy, budget: QualityBudget,
             continue
         if progress is not None:
             progress(f"emulating {r.vertex} in {r.dtype.value}", k / max(1, len(todo)))
-        got = emulator.outputs(requests, dict.fromkeys(r.ops, r.dtype))
+        lowered = dict.fromkeys(r.ops, r.dtype)
+        run = partial(emulator.outputs, requests, lowered)
+        got = meter.timed(run) if meter is not None else run()
         r.quality = _quality(quality(got, reference))
         r.error = _sig(budget.error(r.quality))
     _admit(rows, budget)
@@ -492,13 +503,16 @@ def plan_with_policy(problem: Problem, policy: Policy, budget: QualityBudget,
     reference: list[list[Any]] = []
     emu: EmulatorLike | None = None
     if need:
-        if emulator is None or quality is None or not requests:
+        if emulator is None or quality is None:
             raise UnsupportedError(f"precision {policy.value} needs quality evidence: an "
                                    f"emulator, inputs and a quality measure")
-        if meter.can(LEAST_EVALUATIONS):
+        if meter.can(LEAST_EVALUATIONS):  # the inputs and the emulator only then
+            if not requests:
+                raise UnsupportedError(f"precision {policy.value} needs quality evidence "
+                                       f"on some inputs")
             emu = emulator()
         if emu is not None and meter.take():
-            reference = emu.outputs(requests, {})
+            reference = meter.timed(partial(emu.outputs, requests, {}))
             rows = sensitivity_table(problem, policy, budget, emu, requests, reference,
                                      quality, progress, rows, meter)
         else:
