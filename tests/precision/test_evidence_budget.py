@@ -90,7 +90,7 @@ def test_a_passed_deadline_stops_the_probes() -> None:
     emu = _Emulator({o.name: 0.001 for o in problem.graph.ops})
     out = _plan(problem, emu, EvidenceBudget(None, deadline=0.0, clock=lambda: 1.0))
     assert emu.calls == [] and lowered_of(out.problem, out.result.best.placement) == {}
-    assert "the wall-clock deadline passed" in out.notes[0]
+    assert "its share of the wall time ran out" in out.notes[0]
 
 
 def test_spent_before_the_recheck_keeps_everything() -> None:
@@ -135,3 +135,26 @@ def test_the_command_budget_sizes_the_evidence_deterministically() -> None:
     default, clock = budget(None)
     assert default.evaluations >= LEAST_EVALUATIONS and clock.raised
     assert "raised" in default.why
+
+
+def test_a_slow_setup_forecasts_the_reference_past_the_deadline() -> None:
+    """The setup took 10x its nominal time: the reference and a probe at that pace would end
+    past the deadline, so no run starts (none is wasted) and nothing is lowered."""
+    problem = _mlp_problem()
+    emu = _Emulator({o.name: 0.001 for o in problem.graph.ops})
+    now = [0.0]
+
+    def build() -> Any:
+        now[0] += 10.0  # nominal 1 s
+        return emu
+
+    ev = EvidenceBudget(50, deadline=25.0, clock=lambda: now[0], setup_s=1.0, run_s=1.0)
+    out = plan_with_policy(problem, Policy.INT8, BUDGET, _search, emulator=build,
+                           requests=[[0]], quality=_rel, evidence=ev)
+    assert emu.calls == [] and lowered_of(out.problem, out.result.best.placement) == {}
+    assert "its share of the wall time ran out" in out.notes[0]
+    now[0] = 0.0
+    fast = EvidenceBudget(50, deadline=25.0, clock=lambda: now[0], setup_s=20.0, run_s=1.0)
+    out = plan_with_policy(problem, Policy.INT8, BUDGET, _search, emulator=build,
+                           requests=[[0]], quality=_rel, evidence=fast)
+    assert emu.calls and any(r.quality for r in out.decisions)

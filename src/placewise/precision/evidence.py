@@ -99,7 +99,7 @@ def evidence_budget(problem: Problem, work_s: float, *, deadline: float | None =
     n = max(0, math.floor((work_s - setup_s) / max(run_s, 1e-9)))
     why = (f"{work_s:.3g} s of the time limit's nominal work: {setup_s:.3g} s to set up, "
            f"{run_s:.3g} s a run")
-    return EvidenceBudget(n, deadline, clock or time.perf_counter, why)
+    return EvidenceBudget(n, deadline, clock or time.perf_counter, why, setup_s, run_s)
 
 
 def plan_precision(problem: Problem, model_ref: str, policy: Policy, budget: QualityBudget,

@@ -238,6 +238,8 @@ class EvidenceBudget:
     deadline: float | None = None
     clock: Callable[[], float] = time.perf_counter
     why: str = ""
+    setup_s: float = 0.0  # the nominal setup and run (0: unknown), to forecast the
+    run_s: float = 0.0    # reference run at the pace the setup really went
 
     def meter(self) -> _Meter:
         return _Meter(self)
@@ -510,7 +512,10 @@ def plan_with_policy(problem: Problem, policy: Policy, budget: QualityBudget,
             if not requests:
                 raise UnsupportedError(f"precision {policy.value} needs quality evidence "
                                        f"on some inputs")
-            emu = emulator()
+            emu = meter.timed(emulator)
+            b = meter.budget
+            if b.setup_s > 0.0 and b.run_s > 0.0:  # the reference and a probe, at that pace
+                meter.run_s *= 2.0 * b.run_s / b.setup_s
         if emu is not None and meter.take():
             reference = meter.timed(partial(emu.outputs, requests, {}))
             rows = sensitivity_table(problem, policy, budget, emu, requests, reference,
@@ -596,7 +601,7 @@ def _evidence_note(rows: Sequence[Decision], need: Sequence[Decision], meter: _M
     text = (f"quality evidence: {probed} of {len(need)} candidates probed, {rechecks} "
             f"re-check{'s' if rechecks != 1 else ''}; {meter.used} emulated runs {cap}")
     if skipped:
-        by = {"work": "the work budget was spent", "clock": "the wall-clock deadline passed"}
+        by = {"work": "the work budget was spent", "clock": "its share of the wall time ran out"}
         names = ", ".join(f"{r.vertex}:{r.dtype.value}" for r in skipped[:6])
         more = f" and {len(skipped) - 6} more" if len(skipped) > 6 else ""
         text += (f"; {len(skipped)} not probed ({by.get(meter.stopped, 'stopped')}), kept "
