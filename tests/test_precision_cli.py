@@ -27,13 +27,19 @@ LOCAL = "zoo:mlp?layers=2&hidden=1024&batch=64"
 @pytest.fixture(scope="module")
 def int8_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
     f = tmp_path_factory.mktemp("prec") / "int8.json"
+    # a limit whose evidence share (a work budget of emulated runs) probes every candidate,
+    # and whose wall-clock backstop (at least that share: 150 s) stays far even on a loaded
+    # machine; heft and the evidence's count end the command long before it
     proc = run("plan", BIG, "--hw", "jetson-agx-orin", "--strategy", "heft", "--time-limit",
-               "10", "--precision", "int8", "--quality-budget", "rel_l2=0.05", "--out", str(f),
+               "300", "--precision", "int8", "--quality-budget", "rel_l2=0.05", "--out", str(f),
                "--json")
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     assert summary["precision"]["policy"] == "int8"
     assert summary["precision"]["budget"] == "rel_l2=0.05"
+    timing = summary["timing"]  # the evidence is a phase of the command's time
+    assert timing["evidence_s"] > 0 and timing["evidence_runs"] >= 3
+    assert {"load_s", "evidence_s", "search_s", "build_s", "write_s"} <= set(timing)
     return f
 
 
@@ -67,6 +73,8 @@ def test_int8_evidence_is_recorded_and_real(int8_plan: Path) -> None:
     assert all(data["placement"][v]["dtype"] == "fp32" for v in data["placement"]
                if v not in lowered)
     assert lowered, "int8 pays on this preset's accelerators"
+    assert pr["notes"][0].startswith(f"quality evidence: {len(emulated)} of ")
+    assert "not probed" not in pr["notes"][0]  # the work budget reached every candidate
     assert pr["estimated"]["rel_l2"] <= 0.05
     # re-emulate the chosen assignment: the recorded estimate is what it gives
     src = load_source(BIG)
@@ -185,7 +193,7 @@ def test_lowering_a_task_graph_is_refused(tmp_path: Path) -> None:
 def test_validate_checks_the_budget(tmp_path: Path) -> None:
     f = tmp_path / "local.json"
     proc = run("plan", LOCAL, "--hw", "local", "--no-fuse", "--strategy", "heft", "--precision",
-               "int8", "--quality-budget", "rel_l2=0.05", "--out", str(f))
+               "int8", "--quality-budget", "rel_l2=0.05", "--time-limit", "300", "--out", str(f))
     assert proc.returncode == 0, proc.stderr
     bad = tmp_path / "bad.npz"
     np.savez(bad, junk=np.zeros(3, np.float32))

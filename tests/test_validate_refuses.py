@@ -142,10 +142,13 @@ def greedy_plans(xdg: Path, model_file: Path, tmp_path_factory: pytest.TempPathF
     folder = tmp_path_factory.mktemp("plan")
     models = {"zoo": BIG_MLP, "file": str(model_file)}
     outs = {k: folder / f"greedy-{k}.json" for k in models}
-    # int8 allowed where it pays, with a budget that holds anything (rel_l2 <= 1)
+    # int8 allowed where it pays, with a budget that holds anything (rel_l2 <= 1); a limit
+    # whose evidence share probes every candidate and whose wall-clock backstop stays far
+    # on a loaded machine (greedy and the evidence's count end the command long before it)
     procs = _run_together(xdg, [["plan", m, "--hw", "local", "--strategy", "greedy",
                                  "--precision", "int8", "--quality-budget", "rel_l2=1",
-                                 "--out", str(outs[k])] for k, m in models.items()])
+                                 "--time-limit", "300", "--out", str(outs[k])]
+                                for k, m in models.items()])
     return {k: (proc, outs[k]) for k, proc in zip(models, procs, strict=True)}
 
 
@@ -242,3 +245,33 @@ def test_validate_of_a_plan_whose_model_is_hostile(xdg: Path, tmp_path: Path) ->
             cases, _run_together(xdg, [c[-1] for c in cases]), strict=True):
         assert_bad_input(got, str(hostile), f"entry {entry!r}")
         assert not marker.exists()
+
+
+def test_validate_takes_the_recorded_calibration(tmp_path: Path) -> None:
+    """A plan that records its calibration (``plan --calibration``) is validated against it
+    without the flag: its stable tags are compared before anything runs, and a calibration
+    no longer where the plan recorded it is one line naming it (exit 2)."""
+    from placewise.adapt.recalibrate import empty_calibration
+    from placewise.plan_sources import sources_json
+    from placewise.schedule import evaluate
+    from placewise.validate.compare import machine_tags
+    from tests.adapt.test_recalibrate import _cli, _placement, _problem
+    from tests.runtime.helpers import TINY_MLP
+
+    cal = empty_calibration(local_machine(), {**machine_tags(), "torch": "0.0-old"})
+    cal_file = cal.save(tmp_path / "cal.json")
+    p = _problem(cal)
+    plan = build_plan(p, evaluate(p, _placement(p)), model_ref=TINY_MLP, strategy="test",
+                      sources=sources_json("local", p.machine, cal_file, cal.fingerprint()))
+    assert plan.sources is not None and plan.sources.machine is None  # local: no file
+    plan_file = tmp_path / "plan.json"
+    save_plan(plan, plan_file)
+    code, _, err = _cli("validate", str(plan_file))
+    assert code == 2 and "torch: '0.0-old' vs" in err and "--allow-mismatch" in err, err
+    cal_file.rename(tmp_path / "moved.json")
+    code, out, err = _cli("validate", str(plan_file))
+    assert code == 2 and not out and len(err.strip().splitlines()) == 1, err
+    assert "sources.calibration" in err and "--calibration NEWPATH" in err, err
+    code, _, err = _cli("validate", str(plan_file), "--calibration",
+                        str(tmp_path / "moved.json"))
+    assert code == 2 and "torch: '0.0-old' vs" in err, err  # pointed at: checked as before

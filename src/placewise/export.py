@@ -349,8 +349,8 @@ def export_plan(plan: Any, out_dir: str | os.PathLike[str], *, machine: Any = No
     """Write ``plan``'s partitions and manifest into ``out_dir``; returns the manifest.
 
     ``plan``: a ``placewise.plan.Plan`` or a plan file. ``machine``: the machine the plan
-    was made for (default: its preset, or this machine for a ``local`` plan; a plan made
-    for a spec file needs it given). ``source``: the model (a ``runtime.opexec.ModelSource``
+    was made for (default: its preset, this machine for a ``local`` plan, or the spec file
+    the plan recorded, ``placewise.plan_sources.plan_machine``). ``source``: the model (a ``runtime.opexec.ModelSource``
     or a reference; default: the plan's ``model`` at its batch). ``force``: replace an
     ``out_dir`` that holds files. ``progress(message, fraction)`` is called between steps.
     ``external_data_bytes``: a partition larger than this (or one whose source keeps its
@@ -401,25 +401,10 @@ def export_plan(plan: Any, out_dir: str | os.PathLike[str], *, machine: Any = No
 
 
 def _plan_machine(plan: Any, machine: Any, file: str | None) -> Any:
-    """The plan's machine, its fingerprint checked."""
-    from placewise.hardware.power import split_ref
-    from placewise.hardware.spec import list_presets, load_machine
-    from placewise.plan import check_fingerprints
+    """The plan's machine, its fingerprint checked (``placewise.plan_sources``)."""
+    from placewise.plan_sources import plan_machine
 
-    if machine is None:
-        name = plan.machine.name
-        if split_ref(name)[0] in list_presets():  # a preset, or a preset in a power mode
-            machine = load_machine(name)
-        elif name == "local":
-            from placewise.hardware.probe import load_local
-
-            machine = load_local()
-        else:
-            raise InputError(f"the plan was made for machine {name!r}, which is neither a "
-                             f"preset nor this machine ('local'): give its spec file "
-                             f"(--hw FILE)", file=file, place="machine")
-    check_fingerprints(plan, machine=machine, file=file)
-    return machine
+    return plan_machine(plan, machine, file=file)
 
 
 def _plan_source(plan: Any, source: Any, file: str | None) -> Any:

@@ -627,7 +627,8 @@ def build_plan(problem: Problem, result: SearchLike | Evaluation, *, model_ref: 
                seed: int | None = None, alternatives: bool = True,
                any_placement_bound: bool = True,
                precision: Mapping[str, Any] | None = None,
-               values: Mapping[str, Sequence[float]] | None = None) -> Plan:
+               values: Mapping[str, Sequence[float]] | None = None,
+               sources: Mapping[str, Any] | None = None) -> Plan:
     """The plan of ``result`` (an ``Evaluation``, or a search result whose ``best`` is one)
     for ``problem`` (the problem ``result`` was evaluated on).
 
@@ -636,9 +637,11 @@ def build_plan(problem: Problem, result: SearchLike | Evaluation, *, model_ref: 
     ``given`` and none); ``alternatives``: record, for every vertex, its cheapest cost on
     every device (used by ``explain --op``; it asks the cost model about every feasible
     assignment, which a search has usually done already); ``any_placement_bound``: also
-    record the bound of any placement (``problem_lower_bound``); ``values``: the inputs given
-    a value when the model was loaded (reloading it needs them). Nothing wall-clock is
-    recorded.
+    record the bound of any placement (``problem_lower_bound``); ``precision``: the
+    precision record (``placewise.precision.policy.precision_json``); ``values``: the inputs
+    given a value when the model was loaded (reloading it needs them); ``sources``: the
+    files the machine and calibration came from (``placewise.plan_sources.sources_json``).
+    Nothing wall-clock is recorded.
     """
     if isinstance(result, Evaluation):
         ev, search = result, None
@@ -706,6 +709,7 @@ def build_plan(problem: Problem, result: SearchLike | Evaluation, *, model_ref: 
         "values": {k: tuple(float(x) for x in v) for k, v in values.items()} if values
         else None,
         "control_flow": _control_flow_notes(g),
+        "sources": dict(sources) if sources else None,
     }
     plan = Plan.model_validate(data)
     return plan.model_copy(update={"cuts": plan_cuts(problem, plan)})

@@ -43,6 +43,8 @@ __all__ = [
     "ScheduleRecord",
     "SearchRecord",
     "SharedInfo",
+    "SourceFileRecord",
+    "SourcesRecord",
     "SuggestionRecord",
     "TaskRecord",
     "TensorRecord",
@@ -65,6 +67,26 @@ class Fingerprints(_Record):
     graph: str
     machine: str
     calibration: str
+
+
+class SourceFileRecord(_Record):
+    """A file a plan was made from: its absolute ``path`` when planned, the path as the
+    command line ``given`` it, and the ``fingerprint`` of what it held
+    (``Machine.fingerprint()`` of a machine spec, ``Calibration.fingerprint()`` of a
+    calibration): commands that read the plan load it from ``path`` and refuse a file
+    whose fingerprint differs."""
+
+    path: str
+    given: str
+    fingerprint: str
+
+
+class SourcesRecord(_Record):
+    """Where the plan's machine spec (a YAML file; presets and ``local`` are named by
+    ``machine.name`` and not recorded) and its calibration came from (None: not a file)."""
+
+    machine: SourceFileRecord | None = None
+    calibration: SourceFileRecord | None = None
 
 
 class TierInfo(_Record):
@@ -534,6 +556,7 @@ class Plan(_Record):
     #: how each control-flow op kept whole (If of unknown condition, Loop, Scan) was
     #: costed, saying when its trip count is a bound (``graph.summary.control_flow_note``)
     control_flow: tuple[str, ...] = ()
+    sources: SourcesRecord | None = None
 
     @property
     def predicted_latency_s(self) -> float:

@@ -6,8 +6,10 @@
 - ``build_problem(model, machine, ...)``: graph, fused partition, cost model -> ``Problem``
   (refusing a graph too large to plan in memory first, ``check_scale``);
 - ``plan_model(problem, model, clock=CommandBudget, ...)``: the precision policy around
-  ``plan_search`` (each search gets its share of what is left of ``clock``; a search that
-  a *default* limit proved too short is granted what it needs), then ``build_plan``.
+  ``plan_search`` (a policy that may lower precision first gathers quality evidence within
+  ``EVIDENCE_SHARE`` of the limit, ``precision.evidence.evidence_budget``; each search gets
+  its share of what is left of ``clock``; a search that a *default* limit proved too short
+  is granted what it needs), then ``build_plan``.
 
 The machine is resolved by the caller (the command line probes ``local`` with a progress
 bar; a sweep probes it once in the driver). Nothing here prints.
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
     from placewise.graph.ir import Graph
     from placewise.hardware.spec import Machine
     from placewise.plan import Plan
-    from placewise.precision.policy import Outcome, Policy, QualityBudget
+    from placewise.precision.policy import EvidenceBudget, Outcome, Policy, QualityBudget
     from placewise.schedule.placement import Problem
     from placewise.search.api import CommandBudget
 
@@ -87,13 +89,18 @@ def build_problem(model: str, machine: Machine, *,
 class Planned:
     """What ``plan_model`` made: the ``plan``, the search ``result`` (``outcome.result``),
     the policy's ``outcome`` and precision ``record``, and the wall seconds spent searching
-    (``search_s``, every search of the policy) and building the plan (``build_s``)."""
+    (``search_s``, every search of the policy), building the plan (``build_s``) and
+    gathering quality evidence (``evidence_s``: loading the model for emulation, the
+    probes and re-checks; 0 for KEEP), and the evidence's work budget in emulated runs
+    (``evidence_runs``; None for KEEP)."""
 
     plan: Plan
     outcome: Outcome
     record: dict[str, Any]
     search_s: float
     build_s: float
+    evidence_s: float = 0.0
+    evidence_runs: int | None = None
 
     @property
     def result(self) -> Any:
@@ -106,11 +113,13 @@ def plan_model(problem: Problem, model: str, *, clock: CommandBudget, strategy: 
                shapes: Mapping[str, Sequence[int]] | None = None, batch: int | None = None,
                inputs: Path | None = None, progress: Callable[[str, float], None] | None = None,
                on_best: Callable[[str, float], None] | None = None,
-               values: Mapping[str, Sequence[float]] | None = None) -> Planned:
+               values: Mapping[str, Sequence[float]] | None = None,
+               sources: Mapping[str, Any] | None = None) -> Planned:
     """Search ``problem`` (made from ``model`` with ``shapes`` / ``batch`` / ``values``,
     which the plan records) under the
     precision ``policy`` (default KEEP) and quality ``budget`` with ``strategy`` for
-    ``objective`` within ``clock``, and build the plan (module docstring). Raises what
+    ``objective`` within ``clock``, and build the plan (module docstring) with the
+    ``sources`` record (``placewise.plan_sources.sources_json``). Raises what
     ``plan_search`` and ``plan_precision`` raise (``InputError``, ``MemoryInfeasible``...).
     """
     from placewise.plan import build_plan
@@ -147,10 +156,39 @@ def plan_model(problem: Problem, model: str, *, clock: CommandBudget, strategy: 
         finally:
             searched[0] += time.perf_counter() - t0
 
+    evidence = _evidence_budget(problem, clock) if pol is not _Policy.KEEP else None
+    t0 = time.perf_counter()
     outcome, record = plan_precision(problem, model, pol, budget or DEFAULT_BUDGET, search,
                                      shapes=shapes, batch=batch, inputs=inputs,
-                                     progress=progress, values=values)
+                                     progress=progress, evidence=evidence,
+                                     values=values)
+    evidence_s = time.perf_counter() - t0 - searched[0]
     t0 = time.perf_counter()
     plan = build_plan(outcome.problem, outcome.result, model_ref=model, objective=objective,
-                      strategy=strategy, seed=seed, precision=record, values=values)
-    return Planned(plan, outcome, record, searched[0], time.perf_counter() - t0)
+                      strategy=strategy, seed=seed, precision=record, values=values,
+                      sources=sources)
+    return Planned(plan, outcome, record, searched[0], time.perf_counter() - t0, evidence_s,
+                   evidence.evaluations if evidence is not None else None)
+
+
+def _evidence_budget(problem: Problem, clock: CommandBudget) -> EvidenceBudget:
+    """The quality evidence's budget: ``EVIDENCE_SHARE`` of the limit's nominal time in
+    emulated runs (deterministic), none started once its share of the wall time left (at
+    least that nominal time, as a search gets its work budget) has passed. A *default* limit
+    too short for the least evidence (``LEAST_EVALUATIONS``) is raised to fit it, and says so."""
+    from dataclasses import replace
+
+    from placewise.precision.evidence import EVIDENCE_SHARE, evidence_budget, nominal_run_s
+    from placewise.precision.policy import LEAST_EVALUATIONS
+
+    raised = ""
+    wall_s, work_s = clock.evidence_limits(EVIDENCE_SHARE)
+    got = evidence_budget(problem, work_s)
+    if clock.default and (got.evaluations or 0) < LEAST_EVALUATIONS:
+        setup_s, run_s = nominal_run_s(problem)
+        limit_s = clock.raise_nominal((setup_s + LEAST_EVALUATIONS * run_s) / EVIDENCE_SHARE)
+        raised = f"; the default time limit was raised to {limit_s:.3g} s to hold it"
+        wall_s, work_s = clock.evidence_limits(EVIDENCE_SHARE)
+        got = evidence_budget(problem, work_s)
+    return replace(got, deadline=clock.clock() + max(wall_s, work_s), clock=clock.clock,
+                   why=got.why + raised)

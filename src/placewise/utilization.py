@@ -275,12 +275,12 @@ def plan_graph(plan: Plan, *, file: str | None = None) -> Graph:
 
 
 def plan_machine(plan: Plan, *, file: str | None = None) -> Machine:
-    """The plan's machine: its preset, or this machine for a ``local`` plan (probed once and
-    cached), fingerprint checked (``placewise.export``'s rule)."""
-    from placewise.export import _plan_machine
+    """The plan's machine: its preset, this machine for a ``local`` plan (probed once and
+    cached), or the spec file it recorded, fingerprint checked
+    (``placewise.plan_sources.plan_machine``)."""
+    from placewise.plan_sources import plan_machine as _plan_machine
 
-    machine: Machine = _plan_machine(plan, None, file)
-    return machine
+    return _plan_machine(plan, file=file)
 
 
 # ---- per vertex --------------------------------------------------------------------------

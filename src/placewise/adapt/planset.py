@@ -357,7 +357,8 @@ def _onnx_binder(model: str, axes: Sequence[str]) -> Callable[[Mapping[str, int]
 # ---- building -------------------------------------------------------------------------------
 def _plan_point(ref: str, shapes: Mapping[str, list[int]] | None, batch: int | None,
                 machine: Machine, cost_model: Any, *, objective: str, strategy: str,
-                policy: Any, seed: int, time_limit_s: float | None) -> Any:
+                policy: Any, seed: int, time_limit_s: float | None,
+                sources: Mapping[str, Any] | None = None) -> Any:
     from placewise.planning import build_problem, plan_model
     from placewise.search.api import CommandBudget, minimum_time_s
 
@@ -369,7 +370,7 @@ def _plan_point(ref: str, shapes: Mapping[str, list[int]] | None, batch: int | N
     if refusal is not None:
         raise refusal
     return plan_model(problem, ref, clock=clock, strategy=strategy, objective=objective,
-                      policy=policy, seed=seed, shapes=shapes, batch=batch)
+                      policy=policy, seed=seed, shapes=shapes, batch=batch, sources=sources)
 
 
 def _point_text(axes: Sequence[str], pt: Point) -> str:
@@ -382,15 +383,18 @@ def build_plan_set(model: str, machine: Machine, envelope: Mapping[str, Sequence
                    strategy: str = "auto", precision: str = "KEEP",
                    time_limit_s: float | None = None, seed: int = 0,
                    costs: ChoiceCosts | None = None,
-                   progress: Progress | None = None) -> PlanSet:
+                   progress: Progress | None = None, hw: str | None = None) -> PlanSet:
     """Plan ``model`` on ``machine`` for every grid point of ``envelope`` (a mapping or
     ``--envelope`` items) and choose the buckets (module docstring). ``time_limit_s``: each
     grid point's planning limit (default: the ``plan`` command's default for its size);
-    ``mix``: the shape mix (default uniform over the grid); ``progress(label, fraction)``.
+    ``mix``: the shape mix (default uniform over the grid); ``progress(label, fraction)``;
+    ``hw``: the ``--hw`` reference ``machine`` was loaded from (each plan records a spec
+    file's path, and the calibration's, ``placewise.plan_sources``).
     ``InputError`` for an envelope or mix the model cannot take; ``Infeasible`` naming the
     grid point that does not fit."""
     from placewise import __version__
     from placewise.cost.load import load_cost_model
+    from placewise.plan_sources import sources_json
     from placewise.precision.policy import parse_policy
 
     t0 = time.perf_counter()
@@ -402,6 +406,8 @@ def build_plan_set(model: str, machine: Machine, envelope: Mapping[str, Sequence
     if calibration is not None and not Path(calibration).is_file():
         raise InputError("no such file", file=str(calibration), place="--calibration")
     cost_model = load_cost_model(machine, Path(calibration) if calibration else None)
+    sources = sources_json(hw, machine, calibration, cost_model.fingerprint()
+                           if calibration else None)
     policy = parse_policy(precision)
     report: Progress = progress or (lambda _l, _f: None)
     points = grid_points(axes, env)
@@ -414,7 +420,8 @@ def build_plan_set(model: str, machine: Machine, envelope: Mapping[str, Sequence
         try:
             planned[pt] = _plan_point(ref, shapes, batch, machine, cost_model,
                                       objective=objective, strategy=strategy, policy=policy,
-                                      seed=seed, time_limit_s=time_limit_s).plan
+                                      seed=seed, time_limit_s=time_limit_s,
+                                      sources=sources).plan
         except Infeasible as exc:
             raise type(exc)(f"at {_point_text(axes, pt)} of the envelope: {exc}") from None
     plan_s = time.perf_counter() - t0

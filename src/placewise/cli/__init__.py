@@ -119,6 +119,18 @@ def resolve_machine(ref: str, *, refresh: bool = False) -> Any:
     return load_machine(ref)
 
 
+def machine_of_plan(plan: Any, hw: str | None, *, file: str | None = None) -> Any:
+    """The plan's machine for a command that reads a plan: ``--hw`` when given, else
+    ``local`` (probed with a progress bar) for a local plan, else its preset or the spec
+    file it recorded (``placewise.plan_sources.plan_machine``); the fingerprint checked."""
+    from placewise.plan_sources import plan_machine
+
+    if hw is None and plan.machine.name == "local" and (
+            plan.sources is None or plan.sources.machine is None):
+        hw = "local"
+    return plan_machine(plan, resolve_machine(hw) if hw is not None else None, file=file)
+
+
 class _Bar:
     """Drives a rich progress bar: ``bar(label, fraction_done)``; ``bar.best(label,
     objective_s)`` shows the best objective found so far beside it."""
@@ -513,6 +525,7 @@ def plan(
         raise InputError("--mix and --bucket-cost choose a plan set's buckets: give "
                          "--envelope too", place="--mix" if mix is not None else "--bucket-cost")
     from placewise.plan import save_plan
+    from placewise.plan_sources import sources_json
     from placewise.planning import plan_model
     from placewise.precision.policy import QualityBudget, parse_policy
     from placewise.search.api import CommandBudget, minimum_time_s, parse_strategy
@@ -542,11 +555,13 @@ def plan(
     overrun = clock.overrun()
     if not as_json:
         out.print(clock.text())
+    sources = sources_json(hw, machine, calibration, problem.cost_model.fingerprint()
+                           if calibration is not None else None)
     with _progress(f"searching ({strategy})") as cb:
         done = plan_model(problem, model, clock=clock, strategy=strategy, objective=objective,
                           policy=policy, budget=budget, seed=seed, shapes=_parse_shapes(shape),
                           batch=batch, inputs=inputs, progress=cb, on_best=cb.best,
-                          values=_parse_values(value))
+                          values=_parse_values(value), sources=sources)
     outcome, record, p = done.outcome, done.record, done.plan
     result = outcome.result
     t_write = time.perf_counter()
@@ -554,6 +569,7 @@ def plan(
     t_end = time.perf_counter()
     timing: dict[str, Any] = {"time_limit_s": clock.limit_s, "default_limit": clock.default,
               "ops": clock.ops, "load_s": round(loaded_s, 4),
+              "evidence_s": round(done.evidence_s, 4), "evidence_runs": done.evidence_runs,
               "search_s": round(done.search_s, 4), "build_s": round(done.build_s, 4),
               "write_s": round(t_end - t_write, 4), "reserve_s": clock.reserve_s,
               "total_s": round(t_end - start, 4), "overrun": clock.overrun() if clock.grown else overrun}
@@ -602,6 +618,11 @@ def plan(
     out.print(line)
     if timing["overrun"]:
         out.print(timing["overrun"])
+    if record["decisions"] and done.evidence_runs is not None:
+        out.print(f"quality evidence {timing['evidence_s']:.2f} s (a budget of "
+                  f"{done.evidence_runs} emulated runs): "
+                  f"{next((n for n in record['notes'] if n.startswith('quality evidence')), '')}",
+                  markup=False)
     out.print(f"searched {result.candidates_evaluated} placements in "
               f"{result.search_time_s:.2f} s; built and wrote the plan in "
               f"{timing['build_s'] + timing['write_s']:.2f} s ({clock.reserve_s:.3g} s kept); "
@@ -695,7 +716,7 @@ def validate(
     profile_nodes: Annotated[bool, typer.Option("--profile-nodes", help="After the timed runs, profile each partition's nodes with onnxruntime's profiler (per-op times for placewise sheet)")] = False,
     telemetry_out: Annotated[Path | None, typer.Option("--telemetry-out", help="Write the run's telemetry windows per cost key (placewise-telemetry, for placewise recalibrate)")] = None,
     window_requests: Annotated[int, typer.Option("--window-requests", help="Requests per telemetry window (0: about ten windows)")] = 0,
-    calibration: Annotated[Path | None, typer.Option(help="The calibration the plan was made with: refused unless its stable machine tags are this run's")] = None,
+    calibration: Annotated[Path | None, typer.Option(help="The calibration the plan was made with (default: the file the plan recorded): refused unless its stable machine tags are this run's")] = None,
     against: Annotated[Path | None, typer.Option("--against", help="An earlier run (validate --json, or a telemetry file) to compare with: refused unless the stable tags agree")] = None,
     allow_mismatch: Annotated[bool, typer.Option("--allow-mismatch", help="Compare runs whose stable tags differ, naming the tags that differ")] = False,
     as_json: JsonOpt = False,
@@ -713,11 +734,14 @@ def validate(
     if telemetry_out is not None:
         check_output_path(telemetry_out, place="--telemetry-out")
     mismatch: list[str] = []
+    from placewise.plan import load_plan
+    from placewise.plan_sources import plan_calibration
+
+    plan = load_plan(plan_file)
+    calibration = plan_calibration(plan, calibration, file=str(plan_file))  # else recorded
     if calibration is not None or against is not None:
-        from placewise.plan import load_plan
         from placewise.validate.compare import precheck_against
 
-        plan = load_plan(plan_file)
         if calibration is not None:
             mismatch += check_calibration_tags(plan, calibration, allow_mismatch=allow_mismatch)
         if against is not None:
@@ -757,7 +781,7 @@ def export(
     plan_file: Annotated[Path, typer.Argument(metavar="PLAN", help="Plan JSON")],
     out_dir: Annotated[Path, typer.Option("--out", help="Folder to write (new or empty)")],
     force: Annotated[bool, typer.Option("--force", help="Replace a folder that holds files")] = False,
-    hw: Annotated[str | None, typer.Option("--hw", help="The plan's machine, when it is a spec file (default: its preset, or 'local')")] = None,
+    hw: Annotated[str | None, typer.Option("--hw", help="The plan's machine (default: its preset, 'local', or the spec file the plan recorded); checked against the plan's fingerprint")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Write the plan's partitions as ONNX files and a manifest that plain onnxruntime chains."""

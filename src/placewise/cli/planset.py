@@ -73,7 +73,7 @@ def plan_envelope(model: str, hw: str, out_file: Path, *, envelope: list[str],
         ps = build_plan_set(model, machine, env, got_mix, calibration=calibration,
                             objective=objective, strategy=strategy, precision=precision,
                             time_limit_s=time_limit, seed=seed, costs=choice_costs,
-                            progress=cb)
+                            progress=cb, hw=hw)
     save_plan_set(ps, out_file)
     ch = ps.choice
     if as_json:
@@ -179,7 +179,7 @@ def export_plan_set_command(plan_file: Path, out_dir: Path, *, force: bool,
 
     ps = load_plan_set(plan_file)
     machine = resolve_machine(hw) if hw else (
-        resolve_machine("local") if ps.machine == "local" else None)
+        resolve_machine("local") if ps.machine == "local" else None)  # else as recorded
     with _progress("exporting") as cb:
         summary = export_plan_set(ps, out_dir, machine=machine, force=force, progress=cb)
     if as_json:

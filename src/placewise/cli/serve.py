@@ -16,8 +16,8 @@ from placewise.cli import (
     _table,
     app,
     err,
+    machine_of_plan,
     out,
-    resolve_machine,
 )
 from placewise.errors import InputError
 from placewise.serve.policies import max_batch
@@ -55,8 +55,8 @@ def serve(
     sweep_values: Annotated[str | None, typer.Option("--sweep", help="Rates (120, or 60% of capacity) or, with --concurrency, client counts: 30%,60%,80%")] = None,
     real: Annotated[bool, typer.Option("--real", help="Also serve it for real on this machine (open loop, same arrivals and policy) and print both")] = False,
     limit: Annotated[str, typer.Option(help="Wall-time bound of a --real run")] = "60s",
-    hw: Annotated[str | None, typer.Option("--hw", help="The plan's machine (default: its preset, or local)")] = None,
-    calibration: Annotated[Path | None, typer.Option(help="The calibration the plan was made with")] = None,
+    hw: Annotated[str | None, typer.Option("--hw", help="The plan's machine (default: its preset, 'local', or the spec file the plan recorded); checked against the plan's fingerprint")] = None,
+    calibration: Annotated[Path | None, typer.Option(help="The calibration the plan was made with (default: the file the plan recorded)")] = None,
     model: Annotated[str | None, typer.Option(help="The plan's model, if moved")] = None,
     shape: Annotated[list[str] | None, typer.Option("--shape", help="Input bindings the plan was made with: NAME=DIMS")] = None,
     telemetry_out: Annotated[Path | None, typer.Option("--telemetry-out", help="With a plan set or shape trace and --real: write each bucket's telemetry windows (RUN.json; RUN.BUCKET.json per bucket when there are several)")] = None,
@@ -79,9 +79,8 @@ def serve(
                       as_json=as_json, against=against, allow_mismatch=allow_mismatch)
         return
     from placewise.cost.load import load_cost_model
-    from placewise.hardware.power import split_ref
-    from placewise.hardware.spec import list_presets
     from placewise.plan import load_plan
+    from placewise.plan_sources import plan_calibration
     from placewise.serve.arrivals import load_trace
     from placewise.serve.policies import parse_batching, parse_seconds
     from placewise.serve.queue import Admission, RequestClass, parse_class
@@ -130,10 +129,8 @@ def serve(
     if against is not None:  # before anything runs: the fingerprints and machine tags
         known = plan_tags(plan)
         compare_tags_with(known, against, keys=tuple(known), allow_mismatch=allow_mismatch)
-    preset = split_ref(plan.machine.name)[0] in list_presets()  # a preset, maybe in a mode
-    machine = resolve_machine(hw or (plan.machine.name if preset else "local"))
-    if calibration is not None and not calibration.is_file():
-        raise InputError("no such file", file=str(calibration))
+    machine = machine_of_plan(plan, hw, file=str(plan_file))
+    calibration = plan_calibration(plan, calibration, file=str(plan_file))  # else recorded
     cost_model = load_cost_model(machine, calibration)
     if cost_model.fingerprint() != plan.fingerprints.calibration and calibration is None:
         raise InputError("the plan was made with a calibration: pass it with --calibration",
@@ -334,9 +331,8 @@ def _serve_shapes(plan_file: Path, trace_file: Path, *, real: bool, seed: int,
     from placewise.adapt.serving import bucket_rows, open_service
     from placewise.adapt.serving_sim import simulate_trace
     from placewise.adapt.trace import load_shape_trace
-    from placewise.hardware.power import split_ref
-    from placewise.hardware.spec import list_presets
     from placewise.io import check_output_path
+    from placewise.plan_sources import plan_calibration
     from placewise.serve.policies import parse_batching, parse_seconds
     from placewise.serve.queue import Admission, RequestClass, parse_class
 
@@ -356,12 +352,9 @@ def _serve_shapes(plan_file: Path, trace_file: Path, *, real: bool, seed: int,
     wall = parse_seconds(limit, "--limit")
     if telemetry_out is not None:
         check_output_path(telemetry_out, place="--telemetry-out")
-    if calibration is not None and not calibration.is_file():
-        raise InputError("no such file", file=str(calibration))
     plan_set, rows, _ = bucket_rows(plan_file)
-    planned_on = rows[0][4].machine.name
-    machine = resolve_machine(hw or (planned_on if split_ref(planned_on)[0] in list_presets()
-                                     else "local"))
+    machine = machine_of_plan(rows[0][4], hw, file=str(plan_file))
+    calibration = plan_calibration(rows[0][4], calibration, file=str(plan_file))
     with _progress("serving (simulated)") as cb:
         cb("simulating", 0.5)
         sim = simulate_trace(plan_file, trace, machine=machine, calibration=calibration,

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from placewise.cli import JsonOpt, _print_json, _progress, _table, app, out, resolve_machine
+from placewise.cli import JsonOpt, _print_json, _progress, _table, app, machine_of_plan, out
 from placewise.units import format_flops, format_seconds
 
 __all__ = ["sheet"]
@@ -33,19 +33,18 @@ def sheet(
     plan_file: Annotated[Path, typer.Argument(metavar="PLAN", help="Plan JSON")],
     out_file: Annotated[Path, typer.Option("--out", help="CSV file to write")],
     validation: Annotated[Path | None, typer.Option("--validation", help="JSON of 'placewise validate PLAN --json' for this plan: fills the measured columns")] = None,
-    hw: Annotated[str | None, typer.Option("--hw", help="The plan's machine, when it is a spec file (default: its preset, or 'local')")] = None,
+    hw: Annotated[str | None, typer.Option("--hw", help="The plan's machine (default: its preset, 'local', or the spec file the plan recorded); checked against the plan's fingerprint")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """One row per op: module path, region, partition, device, precision, kernel, the cost
     model's assumption, bottleneck, predicted and measured time; and MFU by layer type."""
     from placewise.io import check_output_path
-    from placewise.plan import check_fingerprints, load_plan
+    from placewise.plan import load_plan
     from placewise.report.sheet import SHEET_COLUMNS, mapping_sheet, sheet_summary, write_sheet_csv
     from placewise.utilization import (
         check_validation,
         load_validation,
         plan_graph,
-        plan_machine,
         plan_utilization,
     )
 
@@ -60,11 +59,7 @@ def sheet(
         cb("model", 0.0)
         graph = plan_graph(plan, file=str(plan_file))
         cb("machine", 0.5)
-        if hw is not None:
-            machine = resolve_machine(hw)
-            check_fingerprints(plan, machine=machine, file=str(plan_file))
-        else:
-            machine = plan_machine(plan, file=str(plan_file))
+        machine = machine_of_plan(plan, hw, file=str(plan_file))
     rows = mapping_sheet(plan, report, graph=graph, machine=machine, validation_file=vfile)
     util = plan_utilization(plan, validation=report, graph=graph, machine=machine,
                             validation_file=vfile)

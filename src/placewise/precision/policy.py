@@ -24,6 +24,12 @@ vertex with the largest error falls back to its own precision and the search run
 (``plan_with_policy``). A lowered plan that does not beat the plan at the model's own
 precision (searched too) gives way to it: lowering must pay.
 
+The evidence has an ``EvidenceBudget``: a number of emulated runs of the model (the
+reference, one per probe, one per re-check; the deterministic work budget the command
+scales to ``--time-limit``) and a wall-clock deadline (the backstop). Probes run in order of
+time gain; what the budget does not reach is not probed and keeps the model's own
+precision (never lowered without evidence), and the outcome's notes say what was gathered.
+
 >>> parse_policy("Mixed")
 <Policy.MIXED: 'mixed'>
 >>> b = QualityBudget.parse("cosine=0.999")
@@ -36,9 +42,11 @@ precision (searched too) gives way to it: lowering must pay.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import partial
 from typing import Any, Protocol
 
 from placewise.errors import InputError, UnsupportedError
@@ -53,6 +61,7 @@ __all__ = [
     "MAX_RECHECKS",
     "METRICS",
     "Decision",
+    "EvidenceBudget",
     "Outcome",
     "Policy",
     "QualityBudget",
@@ -213,6 +222,79 @@ def _quality(q: Mapping[str, float]) -> dict[str, float]:
     return {k: _sig(float(v)) for k, v in sorted(q.items())}
 
 
+@dataclass(frozen=True, slots=True)
+class EvidenceBudget:
+    """How much quality evidence a plan may gather (module docstring): ``evaluations``
+    emulated runs at most (None: no limit), none started after ``deadline`` (a ``clock()``
+    reading; None: none); ``why``: what sized it, for the notes.
+
+    >>> b = EvidenceBudget(4)
+    >>> m = b.meter()
+    >>> [m.take() for _ in range(5)], m.used, m.stopped
+    ([True, True, True, True, False], 4, 'work')
+    """
+
+    evaluations: int | None = None
+    deadline: float | None = None
+    clock: Callable[[], float] = time.perf_counter
+    why: str = ""
+    setup_s: float = 0.0  # the nominal setup and run (0: unknown), to forecast the
+    run_s: float = 0.0    # reference run at the pace the setup really went
+
+    def meter(self) -> _Meter:
+        return _Meter(self)
+
+
+@dataclass(slots=True)
+class _Meter:
+    """Counts the evaluations of one evidence run against its budget; ``stopped``: "work"
+    (the count was spent) or "clock" (the deadline passed) once a ``take`` was refused."""
+
+    budget: EvidenceBudget
+    used: int = 0
+    stopped: str = ""
+    run_s: float = 0.0  # the wall time of the last emulated run (``timed``)
+
+    def left(self) -> int | None:
+        n = self.budget.evaluations
+        return None if n is None else max(0, n - self.used)
+
+    def can(self, n: int = 1, *, keep: int = 0, clock: bool = True) -> bool:
+        """Whether ``n`` more evaluations fit, ``keep`` of them left over afterwards (and,
+        with ``clock``, the deadline has not passed: the re-checks, which come after the
+        search, spend only what the probes kept for them)."""
+        left = self.left()
+        if left is not None and left < n + keep:
+            self.stopped = self.stopped or "work"
+            return False
+        d = self.budget.deadline
+        if clock and d is not None and self.budget.clock() + self.run_s >= d:
+            self.stopped = self.stopped or "clock"  # would end past the deadline
+            return False
+        return True
+
+    def timed(self, run: Callable[[], Any]) -> Any:
+        """``run()``, its wall time kept as the next run's forecast (``can``)."""
+        t0 = self.budget.clock()
+        got = run()
+        self.run_s = max(0.0, self.budget.clock() - t0)
+        return got
+
+    def take(self, *, keep: int = 0, clock: bool = True) -> bool:
+        """Count one evaluation if it fits (``can``)."""
+        if not self.can(1, keep=keep, clock=clock):
+            return False
+        self.used += 1
+        return True
+
+
+#: evaluations kept back from the probes for re-checking the chosen assignment
+RECHECK_RESERVE = 2
+#: the least evidence worth starting: the reference, one probe and one re-check
+LEAST_EVALUATIONS = 3
+NOT_PROBED = "not probed: the evidence budget was spent (kept at its own precision)"
+
+
 @dataclass(slots=True)
 class Decision:
     """One row of the sensitivity table: vertex ``vertex`` lowered alone to ``dtype``.
@@ -300,11 +382,15 @@ def sensitivity_table(problem: Problem, policy: Policy, budget: QualityBudget,
                       emulator: EmulatorLike, requests: Sequence[Sequence[Any]],
                       reference: Sequence[Sequence[Any]], quality: QualityFn,
                       progress: Progress | None = None,
-                      rows: list[Decision] | None = None) -> list[Decision]:
+                      rows: list[Decision] | None = None,
+                      meter: _Meter | None = None) -> list[Decision]:
     """The per-vertex sensitivity table: each candidate lowered alone and emulated (only
     those some device computes faster; the rest say why not), then the admission: rows
     within the budget, greedily by gain per unit of error while the combined estimate
-    holds. ``rows``: the candidates when the caller has them already."""
+    holds. ``rows``: the candidates when the caller has them already. ``meter``: the
+    evidence budget's count (``EvidenceBudget.meter``): probes run by time gain while it
+    lasts, keeping evaluations for the re-checks; the rest are not probed (``NOT_PROBED``)
+    and keep their own precision."""
     rows = _candidates(problem, policy) if rows is None else rows
     todo = []
     for r in rows:
@@ -315,10 +401,18 @@ def sensitivity_table(problem: Problem, policy: Policy, budget: QualityBudget,
             r.reason = f"cannot be emulated: {why}"
             continue
         todo.append(r)
+    todo.sort(key=lambda r: (-(r.gain_s or 0.0), r.vertex, r.dtype.value))
+    n = meter.budget.evaluations if meter is not None else None
+    keep = 1 if n is None or n < 8 else RECHECK_RESERVE
     for k, r in enumerate(todo):
+        if meter is not None and not meter.take(keep=keep):
+            r.reason = NOT_PROBED
+            continue
         if progress is not None:
             progress(f"emulating {r.vertex} in {r.dtype.value}", k / max(1, len(todo)))
-        got = emulator.outputs(requests, dict.fromkeys(r.ops, r.dtype))
+        lowered = dict.fromkeys(r.ops, r.dtype)
+        run = partial(emulator.outputs, requests, lowered)
+        got = meter.timed(run) if meter is not None else run()
         r.quality = _quality(quality(got, reference))
         r.error = _sig(budget.error(r.quality))
     _admit(rows, budget)
@@ -395,26 +489,42 @@ def plan_with_policy(problem: Problem, policy: Policy, budget: QualityBudget,
                      emulator: Callable[[], EmulatorLike] | None = None,
                      requests: Sequence[Sequence[Any]] = (),
                      quality: QualityFn | None = None,
-                     progress: Progress | None = None) -> Outcome:
+                     progress: Progress | None = None,
+                     evidence: EvidenceBudget | None = None) -> Outcome:
     """Search ``problem`` under ``policy`` and ``budget`` (see the module docstring).
 
     ``search(problem)`` returns a search result (``placewise.search.api.plan_search``);
-    ``emulator()`` builds the emulator (only called when some vertex may be lowered) that
-    runs ``requests``; ``quality(got, reference)`` measures outputs.
+    ``emulator()`` builds the emulator (only called when some vertex may be lowered and
+    ``evidence`` holds ``LEAST_EVALUATIONS``) that runs ``requests``; ``quality(got,
+    reference)`` measures outputs; ``evidence``: the evidence budget (default: none).
     """
     notes: list[str] = []
+    meter = (evidence or EvidenceBudget()).meter()
     rows = _candidates(problem, policy)
     need = [r for r in rows if not r.reason and r.ops]
     reference: list[list[Any]] = []
     emu: EmulatorLike | None = None
     if need:
-        if emulator is None or quality is None or not requests:
+        if emulator is None or quality is None:
             raise UnsupportedError(f"precision {policy.value} needs quality evidence: an "
                                    f"emulator, inputs and a quality measure")
-        emu = emulator()
-        reference = emu.outputs(requests, {})
-        rows = sensitivity_table(problem, policy, budget, emu, requests, reference, quality,
-                                 progress, rows)
+        if meter.can(LEAST_EVALUATIONS):  # the inputs and the emulator only then
+            if not requests:
+                raise UnsupportedError(f"precision {policy.value} needs quality evidence "
+                                       f"on some inputs")
+            emu = meter.timed(emulator)
+            b = meter.budget
+            if b.setup_s > 0.0 and b.run_s > 0.0:  # the reference and a probe, at that pace
+                meter.run_s *= 2.0 * b.run_s / b.setup_s
+        if emu is not None and meter.take():
+            reference = meter.timed(partial(emu.outputs, requests, {}))
+            rows = sensitivity_table(problem, policy, budget, emu, requests, reference,
+                                     quality, progress, rows, meter)
+        else:
+            emu = None
+            for r in need:
+                r.reason = NOT_PROBED
+            _admit(rows, budget)
     else:
         _admit(rows, budget)
     by_key = {(r.vertex, r.dtype): r for r in rows}
@@ -434,22 +544,29 @@ def plan_with_policy(problem: Problem, policy: Policy, budget: QualityBudget,
             estimated, est_err = {}, 0.0
             break
         ops = {o: r.dtype for r in chosen for o in r.ops}
-        estimated = _quality(quality(emu.outputs(requests, ops), reference))  # type: ignore[misc]
-        est_err = _sig(budget.error(estimated))
-        rechecks += 1
-        if budget.holds(estimated):
-            break
-        worst = max((r for r in chosen if r.ops), key=lambda r: (r.error or 0.0, r.vertex))
-        worst.admitted, worst.chosen, worst.fallback = False, False, True
-        worst.reason = (f"chosen, then kept at {worst.natural.value}: the whole assignment "
-                        f"measured {budget.metric} error {est_err:.3g} > {budget.limit:.3g}")
-        if rechecks >= MAX_RECHECKS:
+        spent = not meter.take(clock=False)
+        if not spent:
+            estimated = _quality(quality(emu.outputs(requests, ops), reference))  # type: ignore[misc]
+            est_err = _sig(budget.error(estimated))
+            rechecks += 1
+            if budget.holds(estimated):
+                break
+            worst = max((r for r in chosen if r.ops), key=lambda r: (r.error or 0.0,
+                                                                     r.vertex))
+            worst.admitted, worst.chosen, worst.fallback = False, False, True
+            worst.reason = (f"chosen, then kept at {worst.natural.value}: the whole "
+                            f"assignment measured {budget.metric} error {est_err:.3g} > "
+                            f"{budget.limit:.3g}")
+        if spent or rechecks >= MAX_RECHECKS:
+            why = ("the evidence budget was spent before the chosen assignment could be "
+                   "re-checked" if spent else "the re-check limit was reached")
             for r in rows:
                 if r.admitted:
                     r.admitted, r.fallback = False, r.chosen
                     r.chosen = False
-                    r.reason = "kept: the re-check limit was reached"
-            notes.append(f"the chosen assignment broke the budget {rechecks} times: every "
+                    r.reason = f"kept: {why}"
+            notes.append(f"every vertex is kept at its own precision: {why}" if spent else
+                         f"the chosen assignment broke the budget {rechecks} times: every "
                          f"vertex is kept at its own precision")
             restricted = problem.restricted(_restriction(problem, policy, rows))
             result = search(restricted)
@@ -467,8 +584,29 @@ def plan_with_policy(problem: Problem, policy: Policy, budget: QualityBudget,
             notes.append(f"lowering did not pay: the plan at the model's own precision "
                          f"scores {keep:.4g} s, the lowered one {got:.4g} s")
             result, restricted, estimated, est_err, combined = base, own, {}, 0.0, 0.0
+    if need:
+        notes.insert(0, _evidence_note(rows, need, meter, rechecks))
     return Outcome(result, restricted, policy, budget, rows, estimated, est_err,
                    _sig(combined), rechecks, notes)
+
+
+def _evidence_note(rows: Sequence[Decision], need: Sequence[Decision], meter: _Meter,
+                   rechecks: int) -> str:
+    """The note saying what evidence was gathered and what was not."""
+    probed = sum(1 for r in rows if r.quality)
+    skipped = [r for r in rows if r.reason == NOT_PROBED]
+    n = meter.budget.evaluations
+    cap = (f"of a budget of {n}" if n is not None else "no budget") + (
+        f" ({meter.budget.why})" if meter.budget.why else "")
+    text = (f"quality evidence: {probed} of {len(need)} candidates probed, {rechecks} "
+            f"re-check{'s' if rechecks != 1 else ''}; {meter.used} emulated runs {cap}")
+    if skipped:
+        by = {"work": "the work budget was spent", "clock": "its share of the wall time ran out"}
+        names = ", ".join(f"{r.vertex}:{r.dtype.value}" for r in skipped[:6])
+        more = f" and {len(skipped) - 6} more" if len(skipped) > 6 else ""
+        text += (f"; {len(skipped)} not probed ({by.get(meter.stopped, 'stopped')}), kept "
+                 f"at their own precision: {names}{more}")
+    return text
 
 
 def _score(result: Any) -> float:

@@ -273,7 +273,7 @@ class CommandBudget:
     --time-limit: 1 s is too short for 10000 ops: the least search (costing every vertex on every device and scoring one plan) takes about 0.5 s and building and writing the plan about 2.45 s: give --time-limit 3 or more
     """
 
-    __slots__ = ("clock", "default", "grown", "least_s", "limit_s", "ops", "raised",
+    __slots__ = ("aside", "clock", "default", "grown", "least_s", "limit_s", "ops", "raised",
                  "reserve_s", "start")
 
     def __init__(self, limit_s: float, *, ops: int, start: float, default: bool = False,
@@ -288,6 +288,7 @@ class CommandBudget:
         self.clock = clock
         self.least_s = max(0.0, float(least_s))
         self.reserve_s = finish_reserve_s(ops)
+        self.aside = 0.0  # the share of the nominal time set aside (``evidence_limits``)
 
     @classmethod
     def make(cls, limit_s: float | None, *, ops: int, start: float,
@@ -313,9 +314,37 @@ class CommandBudget:
         """Wall seconds left of the limit (the reserve included)."""
         return self.limit_s - self.spent_s()
 
+    def _nominal_s(self) -> float:
+        return max(0.0, self.limit_s - LOAD_OP_S * self.ops - self.reserve_s)
+
     def _work_s(self, share: float) -> float:
-        nominal = max(0.0, self.limit_s - LOAD_OP_S * self.ops - self.reserve_s) * share
+        nominal = self._nominal_s() * (1.0 - self.aside) * share
         return WORK_SHARE * max(nominal, 1.5 * self.least_s, 1e-3)
+
+    def evidence_limits(self, share: float) -> tuple[float, float]:
+        """``(wall_s, work_s)`` for the quality evidence that comes before the searches:
+        ``share`` of the wall time left now less the reserve, and ``share`` of the nominal
+        search time (its deterministic work budget, in nominal seconds). The searches'
+        work budgets then come out of the rest of the nominal time.
+
+        >>> b = CommandBudget(10.0, ops=1_000, start=0.0, clock=lambda: 1.0)
+        >>> b.evidence_limits(0.5), b.search_limits(0.5)[1]
+        ((4.265, 4.69), 1.6415)
+        """
+        self.aside = min(max(share, 0.0), 1.0)
+        wall = max(0.0, self.left_s() - self.reserve_s) * self.aside
+        return round(wall, 6), round(self._nominal_s() * self.aside, 6)
+
+    def raise_nominal(self, nominal_s: float) -> float:
+        """Raise the *default* limit so that its nominal time (the limit less the nominal
+        load and the reserve) holds ``nominal_s``; returns the limit. An explicit limit is
+        the user's and is never raised."""
+        assert self.default, "only the default limit is raised"
+        need = math.ceil(nominal_s + LOAD_OP_S * self.ops + self.reserve_s)
+        if need > self.limit_s:
+            self.limit_s = float(need)
+            self.raised = True
+        return self.limit_s
 
     def _floor_s(self, share: float) -> float:
         return max(1.5 * self.least_s, self._work_s(share))
