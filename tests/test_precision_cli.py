@@ -204,6 +204,7 @@ def test_validate_checks_the_budget(tmp_path: Path) -> None:
     if not pr["lowered"]:  # a machine property: say which, then there is no int8 run to check
         why = {d["reason"] for d in pr["decisions"]}
         assert why <= {"no faster in int8 on any device",
+                       "no device computes it in int8",
                        "admitted; the plan at the model's own precision is as fast"}, why
         pytest.skip(f"int8 does not pay for 1024-wide linears on this CPU: {sorted(why)}")
     est = pr["estimated"]["rel_l2"]
