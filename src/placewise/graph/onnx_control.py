@@ -8,7 +8,7 @@ ops and the nodes the runtime and export cut partitions from stay the same:
   it fold into constants like any other;
 - ``inline_known_ifs``: an ``If`` whose condition is a constant is replaced by the nodes of
   the branch it takes, as ordinary top-level nodes (the placement can cut inside it): its
-  initializers and ``Constant`` nodes become the model's, its outputs are passed on by
+  initializers and ``Constant`` nodes become the model's initializers, its outputs are passed on by
   ``Identity`` nodes under the ``If``'s output names; initializers only the branch not
   taken read are dropped. Nested ``If`` nodes are inlined in later rounds, once their
   conditions fold;
@@ -299,13 +299,15 @@ def _splice(node: NodeProto, branch: GraphProto, names: _Names, model: ModelProt
         return None
     work = _GraphProto()
     work.CopyFrom(branch)
+    inits: list[TensorProto] = []
+    _hoist_from(work, names, inits)  # its weights become initializers (int8 kernels need that)
     renames: dict[str, str] = {}
     for local in _local_names(work):
         if local not in renames:
             renames[local] = names.top(local)
     _rename(work, renames)
     g = model.graph
-    g.initializer.extend(work.initializer)
+    g.initializer.extend(inits)
     g.sparse_initializer.extend(work.sparse_initializer)
     g.value_info.extend(vi for vi in work.value_info if vi.name in set(renames.values()))
     label = node.name or "If"
