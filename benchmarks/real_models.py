@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,27 +45,56 @@ from tests.realmodels import FORMATS, MODELS, export  # noqa: E402
 PRESETS = ("h100-sxm-server", "jetson-agx-orin")
 
 
-def _cli(*args: str, timeout: float = 900.0) -> tuple[str, float, Any]:
-    """(status, seconds, parsed --json stdout or None) of one placewise command."""
+@dataclass(frozen=True)
+class CliRun:
+    """One ``python -m placewise.cli`` subprocess: exit status (None on timeout), output,
+    wall seconds (imports included)."""
+
+    rc: int | None
+    stdout: str
+    stderr: str
+    seconds: float
+
+
+def run_cli(*args: str, timeout: float = 900.0) -> CliRun:
+    """Run one placewise command in a fresh subprocess, as a user does."""
     env = dict(os.environ, COLUMNS="120", TERM="dumb", PYTHONHASHSEED="0")
     t0 = time.perf_counter()
     try:
         proc = subprocess.run([sys.executable, "-m", "placewise.cli", *args],
                               capture_output=True, text=True, env=env, timeout=timeout)
     except subprocess.TimeoutExpired:
-        return f"timeout after {timeout:.0f} s", time.perf_counter() - t0, None
-    seconds = time.perf_counter() - t0
-    if proc.returncode != 0:
-        lines = [ln for ln in proc.stderr.strip().splitlines()
-                 if ln.strip() and not re.match(r"[WIEF]\d{4} ", ln)]  # not torch's logs
-        return f"exit {proc.returncode}: {lines[-1] if lines else ''}"[:300], seconds, None
+        return CliRun(None, "", "", time.perf_counter() - t0)
+    return CliRun(proc.returncode, proc.stdout, proc.stderr, time.perf_counter() - t0)
+
+
+def stderr_lines(stderr: str) -> list[str]:
+    """stderr's lines without the torch (glog) and onnxruntime log lines, which are never
+    the command's own message."""
+    return [ln for ln in stderr.strip().splitlines()
+            if ln.strip() and not re.match(r"[WIEF]\d{4} ", ln) and not is_ort_log(ln)]
+
+
+def is_ort_log(line: str) -> bool:
+    """An onnxruntime log line (``[W:onnxruntime:...]``, often in colour codes)."""
+    return re.search(r"\[[VIWEF]:onnxruntime:", line) is not None
+
+
+def _cli(*args: str, timeout: float = 900.0) -> tuple[str, float, Any]:
+    """(status, seconds, parsed --json stdout or None) of one placewise command."""
+    run = run_cli(*args, timeout=timeout)
+    if run.rc is None:
+        return f"timeout after {timeout:.0f} s", run.seconds, None
+    if run.rc != 0:
+        lines = stderr_lines(run.stderr)
+        return f"exit {run.rc}: {lines[-1] if lines else ''}"[:300], run.seconds, None
     data = None
     if "--json" in args:
         try:
-            data = json.loads(proc.stdout)
+            data = json.loads(run.stdout)
         except json.JSONDecodeError:
-            return "ok (stdout is not JSON)", seconds, None
-    return "ok", seconds, data
+            return "ok (stdout is not JSON)", run.seconds, None
+    return "ok", run.seconds, data
 
 
 def _file_nodes(path: Path) -> dict[str, int] | None:
