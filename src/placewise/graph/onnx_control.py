@@ -53,6 +53,7 @@ __all__ = [
     "CONTROL_FLOW_OPS",
     "MAX_INLINE_ROUNDS",
     "bind_values",
+    "drop_dead_nodes",
     "hoist_subgraph_weights",
     "inline_known_ifs",
     "parse_value",
@@ -345,8 +346,33 @@ def inline_known_ifs(model: ModelProto) -> int:
     if done:
         del g.node[:]
         g.node.extend(kept)
-        drop_unread(model, was_read)  # weights only the branches not taken read
+        drop_dead_nodes(model)  # what only the branches not taken read
+        drop_unread(model, was_read)  # weights only they read
     return done
+
+
+def drop_dead_nodes(model: ModelProto) -> int:
+    """Drop nodes none of whose outputs is read (by a later node, a subgraph or as a graph
+    output), in place, in one backward pass; how many. What folding or a dropped branch
+    left behind (a value only a folded ``Shape`` read) computes nothing observable, and a
+    partition of only such nodes would have no outputs."""
+    from placewise.graph.onnx_import import _subgraph_refs
+
+    g = model.graph
+    live = {o.name for o in g.output}
+    keep: list[bool] = []
+    for node in reversed(g.node):
+        alive = any(o in live for o in node.output if o)
+        keep.append(alive)
+        if alive:
+            live.update(node.input)
+            if any(a.HasField("g") or len(a.graphs) for a in node.attribute):
+                live.update(_subgraph_refs(node))
+    keep.reverse()
+    dead = [i for i, k in enumerate(keep) if not k]
+    for i in reversed(dead):
+        del g.node[i]
+    return len(dead)
 
 
 # ---- weights inside subgraphs -----------------------------------------------------------
