@@ -1,19 +1,12 @@
 """silero-vad (a real spox export whose whole network sits inside an If chosen by the ``sr``
 input's value): counted, planned and exported op by op once ``--value sr=16000`` is given.
 
-The file comes from the corpus (``tests/corpus.py``: the PyPI wheel at an exact version,
-sha256 checked) when this checkout has it, else from the same wheel fetched here the same
-way."""
+The files come from the corpus (``tests/corpus.py``: PyPI wheels at exact versions,
+sha256 checked)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import subprocess
-import sys
-import tempfile
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -23,52 +16,16 @@ import pytest
 from placewise.graph.count import count_graph
 from placewise.graph.ir import OpKind
 from placewise.graph.onnx_import import load_onnx
+from tests.corpus import fetch
 from tests.test_cli import assert_bad_input, run
 from tests.test_export import chain, rel_l2
 
-WHEEL = "silero_vad-6.2.3-py3-none-any.whl"
-WHEEL_SHA256 = "7b7f5436cfcb02fae583a05b512ea96467fd449fe54cb49a5e4f06c51a1e43b8"
-MEMBER = "silero_vad/data/silero_vad.onnx"
-SHA256 = "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3"
 SHAPES = ("--shape", "input=1x512", "--shape", "state=2x1x128")
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _download() -> Path:
-    root = Path(os.environ.get("PLACEWISE_CORPUS_DIR",
-                               Path.home() / ".cache" / "placewise-corpus"))
-    out = root / "files" / "silero-vad-spox.onnx"
-    if out.is_file() and _sha256(out) == SHA256:
-        return out
-    wheel = root / "wheels" / WHEEL
-    if not (wheel.is_file() and _sha256(wheel) == WHEEL_SHA256):
-        wheel.parent.mkdir(parents=True, exist_ok=True)
-        got = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps",
-                              "silero-vad==6.2.3", "-d", str(wheel.parent)],
-                             capture_output=True, text=True, timeout=600)
-        if got.returncode != 0 or not wheel.is_file():
-            pytest.skip(f"silero-vad 6.2.3 could not be fetched from PyPI: "
-                        f"{got.stderr.strip()[-200:]}")
-        assert _sha256(wheel) == WHEEL_SHA256, "the silero-vad wheel's sha256 differs"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(wheel) as z, tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-        part = Path(tmp) / out.name
-        part.write_bytes(z.read(MEMBER))
-        assert _sha256(part) == SHA256, "silero_vad.onnx's sha256 differs"
-        os.replace(part, out)
-    return out
 
 
 @pytest.fixture(scope="module")
 def silero() -> Path:
-    try:
-        from tests.corpus import fetch  # type: ignore[import-not-found]
-    except ImportError:
-        return _download()
-    return Path(fetch("silero-vad-spox"))
+    return fetch("silero-vad-spox")
 
 
 def test_the_value_puts_the_network_inside_the_if_in_the_count(silero: Path) -> None:
@@ -112,3 +69,15 @@ def test_plan_and_export_reproduce_the_model(silero: Path, tmp_path: Path) -> No
     got = chain(out, {"input": x, "state": state})
     assert rel_l2(got["output"], want[0]) <= 1e-5
     assert rel_l2(got["stateN"], want[1]) <= 1e-5
+
+
+@pytest.mark.parametrize("name", ["silero-vad-op15", "silero-vad-dynamo"])
+def test_other_exporters_of_the_same_network_count_alike(silero: Path, name: str) -> None:
+    """The same VAD network as the TorchScript and the dynamo exporter wrote it (the If on
+    sr outside or around the weights): every If inlined, fully counted, the same FLOPs."""
+    shapes = {"input": (1, 512), "state": (2, 1, 128)}
+    spox = count_graph(load_onnx(silero, shapes=shapes, values={"sr": (16000,)}))
+    g = load_onnx(fetch(name), shapes=shapes, values={"sr": (16000,)})
+    counts = count_graph(g)
+    assert counts.coverage == 1.0 and not any(o.kind is OpKind.IF for o in g.ops)
+    assert counts.flops == pytest.approx(spox.flops, rel=0.1)

@@ -8,7 +8,7 @@ ops and the nodes the runtime and export cut partitions from stay the same:
   it fold into constants like any other;
 - ``inline_known_ifs``: an ``If`` whose condition is a constant is replaced by the nodes of
   the branch it takes, as ordinary top-level nodes (the placement can cut inside it): its
-  initializers and ``Constant`` nodes become the model's, its outputs are passed on by
+  initializers and ``Constant`` nodes become the model's initializers, its outputs are passed on by
   ``Identity`` nodes under the ``If``'s output names; initializers only the branch not
   taken read are dropped. Nested ``If`` nodes are inlined in later rounds, once their
   conditions fold;
@@ -53,6 +53,7 @@ __all__ = [
     "CONTROL_FLOW_OPS",
     "MAX_INLINE_ROUNDS",
     "bind_values",
+    "drop_dead_nodes",
     "hoist_subgraph_weights",
     "inline_known_ifs",
     "parse_value",
@@ -299,13 +300,15 @@ def _splice(node: NodeProto, branch: GraphProto, names: _Names, model: ModelProt
         return None
     work = _GraphProto()
     work.CopyFrom(branch)
+    inits: list[TensorProto] = []
+    _hoist_from(work, names, inits)  # its weights become initializers (int8 kernels need that)
     renames: dict[str, str] = {}
     for local in _local_names(work):
         if local not in renames:
             renames[local] = names.top(local)
     _rename(work, renames)
     g = model.graph
-    g.initializer.extend(work.initializer)
+    g.initializer.extend(inits)
     g.sparse_initializer.extend(work.sparse_initializer)
     g.value_info.extend(vi for vi in work.value_info if vi.name in set(renames.values()))
     label = node.name or "If"
@@ -343,8 +346,33 @@ def inline_known_ifs(model: ModelProto) -> int:
     if done:
         del g.node[:]
         g.node.extend(kept)
-        drop_unread(model, was_read)  # weights only the branches not taken read
+        drop_dead_nodes(model)  # what only the branches not taken read
+        drop_unread(model, was_read)  # weights only they read
     return done
+
+
+def drop_dead_nodes(model: ModelProto) -> int:
+    """Drop nodes none of whose outputs is read (by a later node, a subgraph or as a graph
+    output), in place, in one backward pass; how many. What folding or a dropped branch
+    left behind (a value only a folded ``Shape`` read) computes nothing observable, and a
+    partition of only such nodes would have no outputs."""
+    from placewise.graph.onnx_import import _subgraph_refs
+
+    g = model.graph
+    live = {o.name for o in g.output}
+    keep: list[bool] = []
+    for node in reversed(g.node):
+        alive = any(o in live for o in node.output if o)
+        keep.append(alive)
+        if alive:
+            live.update(node.input)
+            if any(a.HasField("g") or len(a.graphs) for a in node.attribute):
+                live.update(_subgraph_refs(node))
+    keep.reverse()
+    dead = [i for i, k in enumerate(keep) if not k]
+    for i in reversed(dead):
+        del g.node[i]
+    return len(dead)
 
 
 # ---- weights inside subgraphs -----------------------------------------------------------

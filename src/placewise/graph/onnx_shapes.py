@@ -134,6 +134,7 @@ def prepare_onnx(model: ModelProto, file: str, *,
     from placewise.graph.onnx_control import (
         MAX_INLINE_ROUNDS,
         bind_values,
+        drop_dead_nodes,
         hoist_subgraph_weights,
         inline_known_ifs,
     )
@@ -156,6 +157,9 @@ def prepare_onnx(model: ModelProto, file: str, *,
         folded, more = fold_constants(resolved)
         names.extend(more)
     hoisted = hoist_subgraph_weights(folded)
+    if names or inlined:  # values only folded nodes or dropped branches read
+        drop_dead_nodes(folded)
+        drop_unread(folded, _read_names(model))
     return folded, PrepareInfo(dict(env), source, before, len(names), problem, tuple(names),
                                tuple(bound), inlined, hoisted)
 
