@@ -118,7 +118,7 @@ def _one(model: Path, n: int, limit_s: float | None, repeats: int,
     rid = f"dag|{n}|{'default' if limit_s is None else f'{limit_s:g}s'}"
     if not ok:
         return {"id": rid, "nodes": n, "error": reps[0]["error"],
-                "walls_s": [r["wall_s"] for r in reps]}
+                "walls_s": [r["wall_s"] for r in reps], "cpus_s": [r["cpu_s"] for r in reps]}
     walls = [r["wall_s"] for r in ok]
     mid = sorted(ok, key=lambda r: r["wall_s"])[len(ok) // 2]
     t = mid["timing"] or {}
@@ -128,7 +128,7 @@ def _one(model: Path, n: int, limit_s: float | None, repeats: int,
         "id": rid, "nodes": n, "machine": MACHINE, "asked_s": limit_s,
         "time_limit_s": limit, "wall_s": round(wall, 3), "walls_s": walls,
         "spread_s": round(max(walls) - min(walls), 3), "repeats": len(ok),
-        "cpu_s": mid["cpu_s"], "wall_over_limit": round(wall / limit, 3) if limit else None,
+        "cpu_s": mid["cpu_s"], "cpus_s": [r["cpu_s"] for r in ok], "wall_over_limit": round(wall / limit, 3) if limit else None,
         "within_10pct": bool(limit) and all(w <= limit * (1 + TOLERANCE) for w in walls),
         "timing": t, "timings": [r["timing"] for r in ok],
         "candidates": mid["candidates"], "makespan_s": mid["makespan_s"],
