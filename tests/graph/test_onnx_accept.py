@@ -432,3 +432,15 @@ def test_qattention_counts_the_int8_projection_and_attention(tmp_path: Path) -> 
             + scores * SOFTMAX_FLOPS_PER_ELEMENT + 2 * scores * hd)
     _check_against_ort(path, {"x": np.full((b, s, d), 128, np.uint8),
                               "mask": np.ones((b, s), np.int32)}, "qattn", want)
+
+
+def test_qdq_pair_counts_its_arithmetic_and_int8_bytes(tmp_path: Path) -> None:
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="quant"),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="dequant")]
+    inits = [_init("s", np.array(0.05, np.float32)), _init("z", np.array(3, np.int8))]
+    path = _save(tmp_path / "qdq.onnx", nodes, [_vi("x", [4, 16])], [_vi("y", None)], inits)
+    _check_against_ort(path, {"x": np.ones((4, 16), np.float32)}, "quant", 2 * 64)
+    g = load_onnx(path)
+    q, dq = count_op(g, g.op("quant")), count_op(g, g.op("dequant"))
+    assert (q.bytes_read, q.bytes_written) == (64 * 4 + 4 + 1, 64)  # int8 out
+    assert (dq.flops, dq.bytes_read, dq.bytes_written) == (2 * 64, 64 + 4 + 1, 64 * 4)
