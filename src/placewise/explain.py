@@ -101,6 +101,7 @@ def _summary(plan: Plan) -> dict[str, Any]:
         "exact": plan.exact,
         "label": "exact schedule" if plan.exact else "lower bound only",
         "notes": list(plan.notes),
+        "control_flow": list(plan.control_flow),
         "throughput_rps": plan.throughput_rps,
         "period_s": plan.throughput.period_s,
         "bottleneck_resource": plan.bottleneck_resource,
@@ -356,6 +357,8 @@ def _render_summary(s: Mapping[str, Any]) -> list[str]:
     out = _header_line(s)
     label = s["label"] + ("" if s["exact"] else ": " + "; ".join(s["notes"]))
     out.append(f"  makespan {_s(s['makespan_s'])} ({label})")
+    for note in s.get("control_flow") or []:
+        out.append(f"  control flow: {note}")
     req = s.get("request")
     if req:
         out.append(f"  latency {_s(s['latency_s'])} = makespan + request hand-off "

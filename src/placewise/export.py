@@ -10,8 +10,10 @@ manifest that says how to chain them (``placewise export PLAN --out DIR``).
 2. derives the plan's partitions (``runtime.program.program_from_plan``, the executor's own
    derivation, without its local-device check) and puts them in execution order (a
    partition comes after every partition it reads from);
-3. compiles each partition to one ONNX model (``runtime.compile.write_partitions``: weights
-   beyond 64 MiB go to ``{name}.onnx.data`` beside it) and writes ``manifest.json``;
+3. compiles each partition to one ONNX model (``runtime.compile.write_partitions``: the
+   weights of a partition beyond 64 MiB, or of a model that keeps them in a data file, go
+   to its device's ``weights.{device}.bin`` beside it, shared by that device's partitions,
+   each distinct tensor once) and writes ``manifest.json``;
 4. does all of that in a fresh hidden folder beside ``out_dir`` and renames it into place
    at the end, so a failure at any step leaves nothing half-written. An ``out_dir`` that
    holds files is refused unless ``force`` (it is then replaced as a whole, never merged).
@@ -45,6 +47,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from placewise import __version__
 from placewise.errors import InputError, PlacewiseError, SpecError, UnsupportedError
+from placewise.graph.onnx_data import EXTERNAL_DATA_BYTES as _EXTERNAL_DATA_BYTES
 from placewise.io import (
     MAX_JSON_BYTES,
     atomic_write_json,
@@ -84,8 +87,9 @@ MANIFEST_FILE = "manifest.json"
 #: ``from`` of a tensor the caller feeds; ``to`` of a tensor the caller gets back
 GRAPH_INPUT = "graph_input"
 GRAPH_OUTPUT = "graph_output"
-#: a partition larger than this keeps its weights in ``{name}.onnx.data`` beside it
-EXTERNAL_DATA_BYTES = 64 * 2**20
+#: a partition larger than this (or whose model keeps its weights in a data file) has its
+#: weights beside it, in one ``weights.{device}.bin`` per device (``graph.onnx_data``)
+EXTERNAL_DATA_BYTES = _EXTERNAL_DATA_BYTES
 
 Progress = Callable[[str, float], None]
 
@@ -340,7 +344,8 @@ def plan_fingerprint(plan: Any) -> str:
 # ---- the export ---------------------------------------------------------------------------
 def export_plan(plan: Any, out_dir: str | os.PathLike[str], *, machine: Any = None,
                 source: Any = None, force: bool = False,
-                progress: Progress | None = None) -> Manifest:
+                progress: Progress | None = None,
+                external_data_bytes: int = EXTERNAL_DATA_BYTES) -> Manifest:
     """Write ``plan``'s partitions and manifest into ``out_dir``; returns the manifest.
 
     ``plan``: a ``placewise.plan.Plan`` or a plan file. ``machine``: the machine the plan
@@ -348,6 +353,9 @@ def export_plan(plan: Any, out_dir: str | os.PathLike[str], *, machine: Any = No
     for a spec file needs it given). ``source``: the model (a ``runtime.opexec.ModelSource``
     or a reference; default: the plan's ``model`` at its batch). ``force``: replace an
     ``out_dir`` that holds files. ``progress(message, fraction)`` is called between steps.
+    ``external_data_bytes``: a partition larger than this (or one whose source keeps its
+    weights in a data file) writes its weights into its device's ``weights.{device}.bin``,
+    which every such partition of the device shares (each distinct tensor once).
 
     ``InputError`` (nothing written) for a plan, machine or model that does not load or
     whose fingerprint differs, an ``out_dir`` that exists and holds files (without
@@ -379,7 +387,7 @@ def export_plan(plan: Any, out_dir: str | os.PathLike[str], *, machine: Any = No
     with _staging(target, force=force) as tmp:
         try:
             paths = write_partitions(src, parts, graph, str(tmp),
-                                     external_data_bytes=EXTERNAL_DATA_BYTES)
+                                     external_data_bytes=external_data_bytes)
         except OSError as exc:
             raise InputError(f"cannot write the partitions: {exc.strerror or exc}",
                              file=str(target), place="--out") from None
@@ -433,6 +441,8 @@ def _plan_source(plan: Any, source: Any, file: str | None) -> Any:
     attempts: list[dict[str, Any]] = [{"batch": plan.batch}, {}]
     if shapes:
         attempts.append({"shapes": shapes})
+    if plan.values:  # the model as it was planned: its inputs given those values
+        attempts = [{**a, "values": plan.values} for a in attempts]
     first: Any = None
     first_error: PlacewiseError | None = None
     for kwargs in attempts:
@@ -533,6 +543,8 @@ def _manifest(plan: Any, src: Any, devices: Mapping[str, Any], parts: Sequence[A
     files), every boundary tensor's producer and readers filled in."""
     import onnx
 
+    from placewise.graph.onnx_data import external_locations
+
     graph = src.graph
     graph_in = set(graph.inputs)
     graph_out = list(graph.outputs)
@@ -550,6 +562,7 @@ def _manifest(plan: Any, src: Any, devices: Mapping[str, Any], parts: Sequence[A
     for p in parts:
         path = paths[p.name]
         model = onnx.load(path, load_external_data=False)
+        data = next(iter(external_locations(model)), None)
         types = {vi.name: vi.type.tensor_type for vi in (*model.graph.input,
                                                           *model.graph.output)}
 
@@ -578,14 +591,12 @@ def _manifest(plan: Any, src: Any, devices: Mapping[str, Any], parts: Sequence[A
             outs.append(PartitionOutput(name=x, dtype=t.dtype, shape=t.shape, from_=p.name,
                                         to=tuple(to)))
         prov, alts, threads, cores = providers[p.name]
-        data = f"{p.name}.onnx.data"
-        folder = os.path.dirname(path)
         dev = devices[p.device]
         records.append(PartitionRecord(
             name=p.name, index=p.index, device=p.device, device_kind=dev.kind.value,
             provider=prov, alternatives=alts, precision=p.dtype.value, threads=threads,
             cores=cores, file=os.path.basename(path),
-            external_data=data if os.path.isfile(os.path.join(folder, data)) else None,
+            external_data=data,
             tasks=tuple(p.tasks), inputs=tuple(ins), outputs=tuple(outs)))
 
     def graph_tensor(name: str) -> GraphTensor:

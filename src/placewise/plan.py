@@ -620,7 +620,8 @@ def build_plan(problem: Problem, result: SearchLike | Evaluation, *, model_ref: 
                objective: Objective | str | None = None, strategy: str | None = None,
                seed: int | None = None, alternatives: bool = True,
                any_placement_bound: bool = True,
-               precision: Mapping[str, Any] | None = None) -> Plan:
+               precision: Mapping[str, Any] | None = None,
+               values: Mapping[str, Sequence[float]] | None = None) -> Plan:
     """The plan of ``result`` (an ``Evaluation``, or a search result whose ``best`` is one)
     for ``problem`` (the problem ``result`` was evaluated on).
 
@@ -629,7 +630,8 @@ def build_plan(problem: Problem, result: SearchLike | Evaluation, *, model_ref: 
     ``given`` and none); ``alternatives``: record, for every vertex, its cheapest cost on
     every device (used by ``explain --op``; it asks the cost model about every feasible
     assignment, which a search has usually done already); ``any_placement_bound``: also
-    record the bound of any placement (``problem_lower_bound``). Nothing wall-clock is
+    record the bound of any placement (``problem_lower_bound``); ``values``: the inputs given
+    a value when the model was loaded (reloading it needs them). Nothing wall-clock is
     recorded.
     """
     if isinstance(result, Evaluation):
@@ -695,8 +697,18 @@ def build_plan(problem: Problem, result: SearchLike | Evaluation, *, model_ref: 
         "crossings": _crossings(problem, ev),
         "search": _search_json(search, strat, obj) if search is not None else None,
         "precision": dict(precision) if precision is not None else None,
+        "values": {k: tuple(float(x) for x in v) for k, v in values.items()} if values
+        else None,
+        "control_flow": _control_flow_notes(g),
     }
     return Plan.model_validate(data)
+
+
+def _control_flow_notes(graph: Any) -> tuple[str, ...]:
+    from placewise.graph.ir import CONTROL_FLOW_KINDS
+    from placewise.graph.summary import control_flow_note
+
+    return tuple(control_flow_note(op) for op in graph.ops if op.kind in CONTROL_FLOW_KINDS)
 
 
 # ---- fingerprints --------------------------------------------------------------------------

@@ -511,6 +511,12 @@ class Plan(_Record):
     crossings: tuple[CrossingRecord, ...] = ()
     search: SearchRecord | None = None
     precision: PrecisionRecord | None = None
+    #: inputs given a value when the plan was made (``--value``; ONNX): the model is
+    #: reloaded with them by every command that reads the plan
+    values: dict[str, tuple[float, ...]] | None = None
+    #: how each control-flow op kept whole (If of unknown condition, Loop, Scan) was
+    #: costed, saying when its trip count is a bound (``graph.summary.control_flow_note``)
+    control_flow: tuple[str, ...] = ()
 
     @property
     def predicted_latency_s(self) -> float:

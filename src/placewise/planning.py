@@ -45,13 +45,15 @@ __all__ = ["Planned", "build_problem", "load_graph", "plan_model"]
 
 
 def load_graph(model: str, shapes: Mapping[str, Sequence[int]] | None = None,
-               batch: int | None = None) -> Graph:
-    """``model`` loaded with ``shapes`` and ``batch`` bound, checked to be concrete."""
+               batch: int | None = None,
+               values: Mapping[str, Sequence[float]] | None = None) -> Graph:
+    """``model`` loaded with ``shapes`` and ``batch`` bound and the inputs in ``values``
+    given their value, checked to be concrete."""
     from placewise.graph.load import load_model
 
     if batch is not None and (isinstance(batch, bool) or batch <= 0):
         raise InputError(f"batch must be a positive integer, got {batch}", place="--batch")
-    graph = load_model(model, shapes=shapes, batch=batch)
+    graph = load_model(model, shapes=shapes, batch=batch, values=values)
     graph.check_concrete(file=model)
     return graph
 
@@ -59,7 +61,8 @@ def load_graph(model: str, shapes: Mapping[str, Sequence[int]] | None = None,
 def build_problem(model: str, machine: Machine, *,
                   shapes: Mapping[str, Sequence[int]] | None = None, batch: int | None = None,
                   calibration: Path | None = None, fuse_ops: bool = True,
-                  cost_model: Any = None, graph: Graph | None = None) -> Problem:
+                  cost_model: Any = None, graph: Graph | None = None,
+                  values: Mapping[str, Sequence[float]] | None = None) -> Problem:
     """The planning problem of ``model`` (bound to ``shapes`` / ``batch``) on ``machine``:
     its fused partition (unless ``fuse_ops`` is False) and the cost model (``cost_model``,
     else loaded for ``machine`` with ``calibration``). ``graph``: the model already loaded
@@ -70,7 +73,7 @@ def build_problem(model: str, machine: Machine, *,
     from placewise.search.api import check_scale
 
     if graph is None:
-        graph = load_graph(model, shapes, batch)
+        graph = load_graph(model, shapes, batch, values)
         check_scale(len(graph.ops), file=model)  # before anything that grows with the graph
     if cost_model is None:
         if calibration is not None and not Path(calibration).is_file():
@@ -102,8 +105,10 @@ def plan_model(problem: Problem, model: str, *, clock: CommandBudget, strategy: 
                budget: QualityBudget | None = None, seed: int = 0,
                shapes: Mapping[str, Sequence[int]] | None = None, batch: int | None = None,
                inputs: Path | None = None, progress: Callable[[str, float], None] | None = None,
-               on_best: Callable[[str, float], None] | None = None) -> Planned:
-    """Search ``problem`` (made from ``model`` with ``shapes`` / ``batch``) under the
+               on_best: Callable[[str, float], None] | None = None,
+               values: Mapping[str, Sequence[float]] | None = None) -> Planned:
+    """Search ``problem`` (made from ``model`` with ``shapes`` / ``batch`` / ``values``,
+    which the plan records) under the
     precision ``policy`` (default KEEP) and quality ``budget`` with ``strategy`` for
     ``objective`` within ``clock``, and build the plan (module docstring). Raises what
     ``plan_search`` and ``plan_precision`` raise (``InputError``, ``MemoryInfeasible``...).
@@ -144,8 +149,8 @@ def plan_model(problem: Problem, model: str, *, clock: CommandBudget, strategy: 
 
     outcome, record = plan_precision(problem, model, pol, budget or DEFAULT_BUDGET, search,
                                      shapes=shapes, batch=batch, inputs=inputs,
-                                     progress=progress)
+                                     progress=progress, values=values)
     t0 = time.perf_counter()
     plan = build_plan(outcome.problem, outcome.result, model_ref=model, objective=objective,
-                      strategy=strategy, seed=seed, precision=record)
+                      strategy=strategy, seed=seed, precision=record, values=values)
     return Planned(plan, outcome, record, searched[0], time.perf_counter() - t0)

@@ -254,6 +254,8 @@ def plan_graph(plan: Plan, *, file: str | None = None) -> Graph:
     attempts: list[dict[str, Any]] = [{"batch": int(plan.batch)}, {}]
     if shapes:
         attempts.append({"shapes": shapes})
+    if plan.values:  # the model as it was planned: its inputs given those values
+        attempts = [{**a, "values": plan.values} for a in attempts]
     first: Graph | None = None
     error: PlacewiseError | None = None
     for kwargs in attempts:

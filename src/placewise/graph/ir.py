@@ -27,6 +27,7 @@ from placewise.errors import GraphError
 from placewise.units import DType, Layout
 
 __all__ = [
+    "CONTROL_FLOW_KINDS",
     "INT8_KINDS",
     "AttrValue",
     "Attrs",
@@ -115,6 +116,14 @@ class OpKind(Enum):
       ``axis``. SLICE: none (shapes tell). TRANSPOSE: ``perm``.
     - QUANTIZE / DEQUANTIZE: ``axis`` (per-channel) or none. CAST: ``to`` (a DType value).
     - LAYOUT_CONVERT: ``src`` and ``dst`` (Layout values).
+    - IF / LOOP / SCAN: the work of the subgraph per iteration, counted by the graph count
+      rules when the model was imported: ``body_flops``, ``body_bytes_read``,
+      ``body_bytes_written``, ``body_dtypes`` with ``body_dtype_bytes`` (bytes per dtype),
+      ``body_kernels`` (ops that launch a kernel), ``body_counted`` (bool) and
+      ``body_uncounted`` (kinds without a rule); ``trips`` (iterations costed) and
+      ``trips_bound`` ("exact", "at most", "at least": the trip count is a bound);
+      IF: ``branch`` ("then", "else": the costlier branch, the central estimate) and
+      ``low_share`` (the other branch's work as a share of it: the interval's low end).
     - UNKNOWN: a source op placewise has no kind for; ``Provenance.source_op`` says which.
     """
 
@@ -225,6 +234,11 @@ class OpKind(Enum):
     SHAPE = "shape"
     CONSTANT = "constant"
     RANGE = "range"
+    # control flow kept as one op (an If whose condition is unknown, Loop, Scan): its cost
+    # is its subgraph's work, summed by the importer (see CONTROL_FLOW_KINDS)
+    IF = "if"
+    LOOP = "loop"
+    SCAN = "scan"
     # abstract task from a task-graph JSON: its cost comes from ``Op.hint``
     TASK = "task"
     # anything else
@@ -269,6 +283,10 @@ for _k in (OpKind.QUANTIZE, OpKind.DEQUANTIZE, OpKind.CAST, OpKind.LAYOUT_CONVER
 #: quantization: ``MatMulInteger`` / ``ConvInteger``). A local device (one with a runtime
 #: ``backend``) computes a vertex in int8 only when every op of it is one of these: the cost
 #: models, the plan checker, profiling and the executor all read this set.
+#: control flow kept as one op: its cost is the summed work of its subgraph (attributes on
+#: ``OpKind``); an ``If`` whose condition is known is inlined by the importer instead
+CONTROL_FLOW_KINDS: frozenset[OpKind] = frozenset({OpKind.IF, OpKind.LOOP, OpKind.SCAN})
+
 INT8_KINDS: frozenset[OpKind] = frozenset({OpKind.LINEAR, OpKind.MATMUL, OpKind.GEMM,
                                            OpKind.CONV})
 
@@ -421,6 +439,8 @@ class ImportRecord:
     folded_nodes: int = 0
     shape_problem: str = ""  # why shapes may have stayed symbolic ("" when nothing failed)
     upgraded_from_opset: int = 0
+    values: tuple[str, ...] = ()  # inputs given a value (--value), constants in the graph
+    inlined_ifs: int = 0  # If nodes replaced by the branch their (constant) condition takes
 
 
 @dataclass(frozen=True, slots=True)
@@ -443,9 +463,11 @@ class Graph:
     _producer: dict[str, Op] = field(init=False, repr=False, compare=False)
     _consumers: dict[str, tuple[Op, ...]] = field(init=False, repr=False, compare=False)
     _memo: dict[str, str] = field(init=False, repr=False, compare=False)  # fingerprint
+    _analyses: dict[str, dict[Any, Any]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_memo", {})
+        object.__setattr__(self, "_analyses", {})
         object.__setattr__(self, "_tensor_index", {t.name: t for t in self.tensors})
         object.__setattr__(self, "_op_index", {o.name: o for o in self.ops})
         prod: dict[str, Op] = {}
@@ -454,8 +476,12 @@ class Graph:
             for t in op.outputs:
                 prod[t] = op
             for t in op.inputs:
-                if t and op not in cons.setdefault(t, []):
-                    cons[t].append(op)
+                # an op reading a tensor twice is listed once: its reads are consecutive,
+                # so comparing with the last consumer (by identity) suffices
+                if t:
+                    seen = cons.setdefault(t, [])
+                    if not seen or seen[-1] is not op:
+                        seen.append(op)
         object.__setattr__(self, "_producer", prod)
         object.__setattr__(self, "_consumers", {k: tuple(v) for k, v in cons.items()})
 
@@ -545,6 +571,14 @@ class Graph:
                 raise GraphError(_unbound_input(t), file=file, place=f"input {name!r}")
         why = f" ({self.record.shape_problem})" if self.record.shape_problem else ""
         for t in self.tensors:
+            if not t.is_concrete and t.name in self._producer and \
+                    self._producer[t.name].kind in CONTROL_FLOW_KINDS:
+                op = self._producer[t.name]
+                raise GraphError(
+                    f"shape {t.shape_str()} is made by {op.kind.value} {op.name!r}, whose "
+                    f"branches or iterations decide it at run time: give the inputs that "
+                    f"decide it a value with --value NAME=...", file=file,
+                    place=f"tensor {t.name!r}")
             if not t.is_concrete:
                 raise GraphError(
                     f"shape {t.shape_str()} stays symbolic although every input is "
@@ -625,6 +659,27 @@ class Graph:
         h.update(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode())
         got = "sha256:" + h.hexdigest()
         self._memo["fingerprint"] = got
+        return got
+
+    def owns(self, op: Op) -> bool:
+        """Whether ``op`` is this graph's op of that name (the very object: what is kept in
+        an ``analysis`` of the graph holds for it)."""
+        return self._op_index.get(op.name) is op
+
+    def analysis(self, name: str) -> dict[Any, Any]:
+        """The cache of the analysis ``name`` of this graph (empty at first): what a pass
+        computes from an immutable graph holds for as long as the graph, so a pass asked
+        the same question many times (``count_op`` per op, once per device costed) keeps
+        its answers here, keyed as it likes.
+
+        >>> g = Graph.build("g", [Tensor("x", (2,), DType.FP32, role=Role.INPUT)], [])
+        >>> g.analysis("demo")["k"] = 1
+        >>> g.analysis("demo"), g.analysis("other")
+        ({'k': 1}, {})
+        """
+        got = self._analyses.get(name)
+        if got is None:
+            got = self._analyses[name] = {}
         return got
 
     def with_ops(self, ops: Iterable[Op], tensors: Iterable[Tensor] | None = None) -> Graph:

@@ -19,7 +19,8 @@ _EXTENSIONS = (".onnx", ".pt2", ".json")
 
 
 def load_model(ref: str | os.PathLike[str], *, shapes: Mapping[str, Sequence[int]] | None = None,
-               batch: int | None = None) -> Graph:
+               batch: int | None = None,
+               values: Mapping[str, Sequence[float]] | None = None) -> Graph:
     """Load the model named by ``ref`` into a ``Graph``.
 
     ``ref`` is ``zoo:NAME?opt=value&...`` (a built-in model; ``batch`` overrides its batch
@@ -27,9 +28,14 @@ def load_model(ref: str | os.PathLike[str], *, shapes: Mapping[str, Sequence[int
     abstract task graph (which takes neither ``shapes`` nor ``batch``). ``shapes`` (input
     name -> dims) and ``batch`` bind input dims:
     symbolic dims take the requested sizes; a request that contradicts a concrete dim raises
-    ``InputError``. Any file that cannot be read raises ``ModelFormatError``.
+    ``InputError``. ``values`` (input name -> numbers) gives ``.onnx`` inputs a value
+    (``graph.onnx_control``); other models refuse it. Any file that cannot be read raises
+    ``ModelFormatError``.
     """
     text = os.fspath(ref).strip()
+    if values and not text.lower().endswith(".onnx"):
+        raise InputError("input values apply to .onnx models only", file=text,
+                         place="--value")
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int)
                               or batch <= 0):
         raise InputError(f"batch must be a positive integer, got {batch!r}", place="--batch")
@@ -57,7 +63,7 @@ def load_model(ref: str | os.PathLike[str], *, shapes: Mapping[str, Sequence[int
     if ext == ".onnx":
         from placewise.graph.onnx_import import load_onnx
 
-        return load_onnx(text, shapes=shapes, batch=batch)
+        return load_onnx(text, shapes=shapes, batch=batch, values=values)
     if ext == ".pt2":
         from placewise.graph.torch_import import load_pt2
 

@@ -32,10 +32,12 @@ import math
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from placewise.errors import GraphError, InputError, ModelFormatError
 from placewise.graph.ir import (
+    Attrs,
     Dim,
     Graph,
     ImportRecord,
@@ -50,6 +52,8 @@ from placewise.graph.onnx_compat import (
     free_anonymous_dims,
     upgrade_opset,
 )
+from placewise.graph.onnx_control import CONTROL_FLOW_OPS, control_attrs
+from placewise.graph.onnx_data import tensors
 from placewise.graph.onnx_kinds import _Ctx, _make_op, _type_name, _TypeInfo, onnx_dtype
 from placewise.io import read_file_bytes, read_file_range
 from placewise.units import DType
@@ -57,7 +61,10 @@ from placewise.units import DType
 if TYPE_CHECKING:
     from onnx import GraphProto, ModelProto, NodeProto, TensorProto, TypeProto
 
-__all__ = ["MIN_OPSET", "load_onnx", "load_onnx_source", "onnx_dtype", "read_onnx"]
+    from placewise.graph.onnx_shapes import PrepareInfo
+
+__all__ = ["MIN_OPSET", "graph_of_prepared", "load_onnx", "load_onnx_source", "onnx_dtype",
+           "read_onnx"]
 
 # external tensors up to this size are read in (shape inference may need their values);
 # larger ones are only checked, never loaded: their dims and dtype are in the model proto
@@ -109,38 +116,52 @@ def _check_strings(model: ModelProto, path: str) -> None:
     field, instead of failing later wherever the name is used."""
     from google.protobuf.descriptor import FieldDescriptor
 
-    plan: dict[str, list[tuple[str, bool, bool]]] = {}  # per message type: what to look at
+    # per field: (1 message / 2 string / 0 other, repeated); only the fields a message has
+    # set are visited (``ListFields``), in the order they are declared in
+    kinds: dict[Any, tuple[int, bool]] = {}
+    msg_type, str_type = FieldDescriptor.TYPE_MESSAGE, FieldDescriptor.TYPE_STRING
 
-    def fields(msg: Any) -> list[tuple[str, bool, bool]]:
-        d = msg.DESCRIPTOR
-        if d.full_name not in plan:
-            plan[d.full_name] = [
-                (fd.name, fd.type == FieldDescriptor.TYPE_MESSAGE,
-                 fd.is_repeated if hasattr(fd, "is_repeated")
-                 else fd.label == FieldDescriptor.LABEL_REPEATED)
-                for fd in d.fields
-                if fd.type in (FieldDescriptor.TYPE_MESSAGE, FieldDescriptor.TYPE_STRING)]
-        return plan[d.full_name]
+    def declared(item: tuple[Any, Any]) -> int:
+        return int(item[0].index)
 
-    # only message and string fields are visited: tensor data is never copied out
-    stack: list[tuple[Any, str]] = [(model, "")]
+    # only message and string fields are looked at: tensor data is never copied out; a
+    # message's place is kept as (parent's place, field, index) and written out only for
+    # the message of an error (formatting every node's place costs more than the check)
+    stack: list[tuple[Any, Any]] = [(model, None)]
     while stack:
-        msg, place = stack.pop()
-        for name, is_msg, repeated in fields(msg):
-            where = f"{place}.{name}" if place else name
-            if is_msg:
-                if repeated:
-                    stack.extend((m, f"{where}[{i}]") for i, m in enumerate(getattr(msg, name)))
-                elif msg.HasField(name):
-                    stack.append((getattr(msg, name), where))
-                continue
-            value = getattr(msg, name)
-            for i, v in enumerate(value if repeated else (value,)):
-                if not isinstance(v, str):
-                    raise ModelFormatError(
-                        f"is not UTF-8 text ({bytes(v)[:40]!r}); names and strings in an "
-                        f"ONNX model must be UTF-8", file=path,
-                        place=f"{where}[{i}]" if repeated else where)
+        msg, at = stack.pop()
+        present = msg.ListFields()
+        if len(present) > 1:
+            present.sort(key=declared)
+        for fd, value in present:
+            kind = kinds.get(fd)
+            if kind is None:
+                repeated = fd.is_repeated if hasattr(fd, "is_repeated") \
+                    else fd.label == FieldDescriptor.LABEL_REPEATED
+                kind = kinds[fd] = (1 if fd.type == msg_type else 2 if fd.type == str_type
+                                    else 0, repeated)
+            if kind[0] == 1:
+                if kind[1]:
+                    name = fd.name
+                    stack.extend((m, (at, name, i)) for i, m in enumerate(value))
+                else:
+                    stack.append((value, (at, fd.name, None)))
+            elif kind[0] == 2:
+                for i, v in enumerate(value if kind[1] else (value,)):
+                    if not isinstance(v, str):
+                        where = _place_text((at, fd.name, i if kind[1] else None))
+                        raise ModelFormatError(
+                            f"is not UTF-8 text ({bytes(v)[:40]!r}); names and strings in "
+                            f"an ONNX model must be UTF-8", file=path, place=where)
+
+
+def _place_text(at: Any) -> str:
+    """``graph.node[3].name`` from a place kept as (parent's place, field, index|None)."""
+    parts: list[str] = []
+    while at is not None:
+        at, name, index = at
+        parts.append(name if index is None else f"{name}[{index}]")
+    return ".".join(reversed(parts))
 
 
 # bits per element of each ONNX element type; the typed field that holds it without raw_data
@@ -245,30 +266,14 @@ def _check_tensor_data(model: ModelProto, path: str) -> None:
 # ---- external data ---------------------------------------------------------------------------
 
 
-def _all_tensors(graph: GraphProto) -> Iterable[TensorProto]:
-    """Every TensorProto in the graph that may carry external data, subgraphs included."""
-    yield from graph.initializer
-    for sparse in graph.sparse_initializer:
-        yield sparse.values
-        yield sparse.indices
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.HasField("t"):
-                yield attr.t
-            yield from attr.tensors
-            if attr.HasField("g"):
-                yield from _all_tensors(attr.g)
-            for sub in attr.graphs:
-                yield from _all_tensors(sub)
-
-
 def _is_absolute(location: str) -> bool:
     return (os.path.isabs(location) or location.startswith(("/", "\\"))
             or re.match(r"^[A-Za-z]:", location) is not None)
 
 
 def _resolve_external(model: ModelProto, path: str) -> None:
-    """Check every external-data reference; read small external tensors in place.
+    """Check every external-data reference; read small external tensors in place and
+    name the others' files by their absolute, resolved path (``graph.onnx_data``).
 
     A ``location`` that is absolute, or that resolves (after symlinks and ``..``) outside
     the model's folder, is refused, as is a missing file or one too short for the tensor.
@@ -276,7 +281,7 @@ def _resolve_external(model: ModelProto, path: str) -> None:
     from onnx import TensorProto
 
     base = os.path.realpath(os.path.dirname(os.path.abspath(path)))
-    for tensor in _all_tensors(model.graph):
+    for tensor in tensors(model.graph):
         if tensor.data_location != TensorProto.EXTERNAL:
             continue
         place = f"initializer {tensor.name!r}"
@@ -328,6 +333,10 @@ def _resolve_external(model: ModelProto, path: str) -> None:
                                               error=ModelFormatError)
             del tensor.external_data[:]
             tensor.data_location = TensorProto.DEFAULT
+        else:  # kept outside: named by its resolved path (graph.onnx_data's convention)
+            for e in tensor.external_data:
+                if e.key == "location":
+                    e.value = target
 
 
 # ---- binding input dims ----------------------------------------------------------------------
@@ -563,12 +572,15 @@ def _read_onnx(file: str) -> tuple[ModelProto, int | None]:
 
 def load_onnx(path: str | os.PathLike[str], *,
               shapes: Mapping[str, Sequence[int]] | None = None,
-              batch: int | None = None) -> Graph:
+              batch: int | None = None,
+              values: Mapping[str, Sequence[float]] | None = None) -> Graph:
     """Read the ONNX model at ``path`` into a ``Graph``.
 
     ``shapes`` maps graph input names to concrete dims; ``batch`` binds the first dim of
-    every other graph input whose first dim is symbolic or unknown. Both are applied before
-    shape inference, so concrete sizes propagate; where ONNX inference stops although every
+    every other graph input whose first dim is symbolic or unknown; ``values`` gives inputs a
+    value (they become constants: shape arithmetic and ``If`` conditions that read them
+    fold, and an ``If`` takes the branch they pick, ``graph.onnx_control``). All are applied
+    before shape inference, so concrete sizes propagate; where ONNX inference stops although every
     input is concrete, onnxruntime resolves the rest, and shape arithmetic folds into
     constants (``graph.onnx_shapes``; ``Graph.record`` says how). Dims that stay unknown
     are kept as symbolic names (``str``).
@@ -577,7 +589,7 @@ def load_onnx(path: str | os.PathLike[str], *,
     unsafe external-data reference), ``InputError`` for a binding that conflicts with the
     model, ``GraphError`` for a value whose dtype cannot be inferred.
     """
-    graph, _ = load_onnx_source(path, shapes=shapes, batch=batch)
+    graph, _ = load_onnx_source(path, shapes=shapes, batch=batch, values=values)
     assert graph is not None
     return graph
 
@@ -585,7 +597,9 @@ def load_onnx(path: str | os.PathLike[str], *,
 def load_onnx_source(path: str | os.PathLike[str], *,
                      shapes: Mapping[str, Sequence[int]] | None = None,
                      batch: int | None = None,
-                     with_graph: bool = True) -> tuple[Graph | None, ModelProto]:
+                     with_graph: bool = True,
+                     values: Mapping[str, Sequence[float]] | None = None
+                     ) -> tuple[Graph | None, ModelProto]:
     """The ``Graph`` of the ONNX model at ``path`` (None unless ``with_graph``) and the
     model it was built from: bound, shapes resolved, shape arithmetic folded
     (``graph.onnx_shapes.prepare_onnx``). What runs the graph's ops (the runtime's model
@@ -595,13 +609,21 @@ def load_onnx_source(path: str | os.PathLike[str], *,
     file = os.fspath(path)
     source, upgraded_from = _read_onnx(file)
     check_placeable_io(source, file)
-    model, info = prepare_onnx(source, file, shapes=shapes, batch=batch)
+    model, info = prepare_onnx(source, file, shapes=shapes, batch=batch, values=values)
     if not with_graph:
         return None, model
+    return graph_of_prepared(model, file, info, upgraded_from_opset=upgraded_from or 0), model
+
+
+def graph_of_prepared(model: ModelProto, file: str, info: PrepareInfo, *,
+                      upgraded_from_opset: int = 0) -> Graph:
+    """The ``Graph`` of a model ``prepare_onnx`` made (``info`` is what it did;
+    ``upgraded_from_opset``: the file's opset when the import upgraded it)."""
     problem = f" ({info.problem})" if info.problem else ""
     record = ImportRecord(info.shape_source, info.source_nodes, info.folded_nodes,
-                          info.problem, upgraded_from_opset=upgraded_from or 0)
-    return _build_graph(model, file, info.env, problem, record), model
+                          info.problem, upgraded_from_opset=upgraded_from_opset,
+                          values=info.values, inlined_ifs=info.inlined_ifs)
+    return _build_graph(model, file, info.env, problem, record)
 
 
 def _build_graph(model: ModelProto, file: str, env: Mapping[str, int],
@@ -620,11 +642,11 @@ def _build_graph(model: ModelProto, file: str, env: Mapping[str, int],
     for t in graph.initializer:
         if not t.name:
             raise ModelFormatError("an initializer has no name", file=file, place="initializer")
+        if t.name not in consts:  # a set lookup: a list's would be quadratic in weights
+            params.append(t.name)
         infos[t.name] = _TypeInfo(tuple(int(d) for d in t.dims), onnx_dtype(t.data_type),
                                   t.data_type)
         consts[t.name] = t
-        if t.name not in params:
-            params.append(t.name)
     for sp in graph.sparse_initializer:
         name = sp.values.name
         infos[name] = _TypeInfo(tuple(int(d) for d in sp.dims), onnx_dtype(sp.values.data_type),
@@ -673,7 +695,10 @@ def _build_graph(model: ModelProto, file: str, env: Mapping[str, int],
                                        place=f"node {name!r} ({node.op_type})")
             produced[o] = name
         defined.update(outputs)
-        ops.append(_make_op(node, name, (*node.input, *extra), outputs, ctx))
+        op = _make_op(node, name, (*node.input, *extra), outputs, ctx)
+        if node.op_type in CONTROL_FLOW_OPS and node.domain in ("", "ai.onnx"):
+            op = replace(op, attrs=Attrs.of(control_attrs(node, model, file)))
+        ops.append(op)
     for o in output_names:
         if o not in defined:
             raise ModelFormatError(f"graph output {o!r} is not produced by any node "

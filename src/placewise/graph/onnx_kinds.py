@@ -127,6 +127,8 @@ _KINDS: dict[str, OpKind] = {
     # plumbing
     "Shape": OpKind.SHAPE, "Size": OpKind.SHAPE, "ConstantOfShape": OpKind.CONSTANT,
     "Range": OpKind.RANGE,
+    # control flow kept as one op (its attributes: graph.onnx_control.control_attrs)
+    "If": OpKind.IF, "Loop": OpKind.LOOP, "Scan": OpKind.SCAN,
 }
 
 # a few widely used non-default-domain ops whose meaning matches a kind exactly

@@ -105,6 +105,9 @@ class PrepareInfo:
     folded_nodes: int
     problem: str = ""
     folded: tuple[str, ...] = ()
+    values: tuple[str, ...] = ()  # inputs given a value (now initializers)
+    inlined_ifs: int = 0  # If nodes replaced by the branch their constant condition takes
+    hoisted_weights: int = 0  # subgraph initializers/Constants moved to the top graph
 
 
 def _quiet() -> Any:
@@ -114,24 +117,62 @@ def _quiet() -> Any:
 
 def prepare_onnx(model: ModelProto, file: str, *,
                  shapes: Mapping[str, Sequence[int]] | None = None,
-                 batch: int | None = None) -> tuple[ModelProto, PrepareInfo]:
-    """A copy of ``model`` with ``shapes``/``batch`` bound, every value's shape resolved
-    where the inputs are concrete, and shape arithmetic folded into constants.
+                 batch: int | None = None,
+                 values: Mapping[str, Sequence[float]] | None = None
+                 ) -> tuple[ModelProto, PrepareInfo]:
+    """A copy of ``model`` with ``shapes``/``batch`` bound, the inputs in ``values`` made
+    constants, every value's shape resolved where the inputs are concrete, shape
+    arithmetic folded into constants, ``If`` nodes whose condition folded replaced by the
+    branch taken and the weights of the remaining subgraphs moved to the top graph
+    (``graph.onnx_control``).
 
     Raises ``InputError`` for a binding that conflicts with the model. Shapes that no way
     resolves stay symbolic, with the reason in ``PrepareInfo.problem``.
     """
     import onnx
 
+    from placewise.graph.onnx_control import (
+        MAX_INLINE_ROUNDS,
+        bind_values,
+        hoist_subgraph_weights,
+        inline_known_ifs,
+    )
     from placewise.graph.onnx_import import _bind_inputs
 
     work = onnx.ModelProto()
     work.CopyFrom(model)
     env = _bind_inputs(work, file, shapes, batch)
-    before = len(work.graph.node)
+    bound = bind_values(work, file, values)
+    before = _node_count(work.graph)
     resolved, source, problem = resolve_shapes(work)
     folded, names = fold_constants(resolved)
-    return folded, PrepareInfo(dict(env), source, before, len(names), problem, tuple(names))
+    inlined = 0
+    for _ in range(MAX_INLINE_ROUNDS):  # nested If nodes fold once their parent is inlined
+        n = inline_known_ifs(folded)
+        if not n:
+            break
+        inlined += n
+        resolved, source, problem = resolve_shapes(folded)
+        folded, more = fold_constants(resolved)
+        names.extend(more)
+    hoisted = hoist_subgraph_weights(folded)
+    return folded, PrepareInfo(dict(env), source, before, len(names), problem, tuple(names),
+                               tuple(bound), inlined, hoisted)
+
+
+def _node_count(graph: Any) -> int:
+    """Nodes of ``graph`` and of its subgraphs."""
+    n = 0
+    stack = [graph]
+    while stack:
+        g = stack.pop()
+        n += len(g.node)
+        for node in g.node:
+            for attr in node.attribute:
+                if attr.HasField("g"):
+                    stack.append(attr.g)
+                stack.extend(attr.graphs)
+    return n
 
 
 # ---- shapes ---------------------------------------------------------------------------------
@@ -144,9 +185,12 @@ def _concrete_dims(tp: Any) -> tuple[int, ...] | None:
     tt = tp.tensor_type
     if not tt.elem_type or not tt.HasField("shape"):
         return None
-    if not all(d.HasField("dim_value") for d in tt.shape.dim):
-        return None
-    return tuple(int(d.dim_value) for d in tt.shape.dim)
+    dims: list[int] = []
+    for d in tt.shape.dim:  # one pass: asked for every value, several times per import
+        if not d.HasField("dim_value"):
+            return None
+        dims.append(int(d.dim_value))
+    return tuple(dims)
 
 
 def _inputs_concrete(model: ModelProto) -> bool:
@@ -355,6 +399,48 @@ def _ort_run(model: ModelProto) -> ModelProto:
 # ---- folding --------------------------------------------------------------------------------
 
 
+class _Types:
+    """Value name -> (element type, dims) where both are known: a constant's from its
+    tensor, else the first concrete annotation (graph input, value_info, output). Read on
+    first ask: most nodes of a large model read an activation and never need one."""
+
+    def __init__(self, graph: Any, protos: Mapping[str, TensorProto]) -> None:
+        self._graph = graph
+        self._protos = protos
+        self._annotations: dict[str, list[Any]] | None = None
+        self._known: dict[str, tuple[int, tuple[int, ...]] | None] = {}
+
+    def get(self, name: str) -> tuple[int, tuple[int, ...]] | None:
+        if name in self._known:
+            return self._known[name]
+        got: tuple[int, tuple[int, ...]] | None = None
+        t = self._protos.get(name)
+        if t is not None:
+            got = (t.data_type, tuple(int(d) for d in t.dims))
+        else:
+            if self._annotations is None:
+                g = self._graph
+                self._annotations = {}
+                for vi in [*g.input, *g.value_info, *g.output]:
+                    self._annotations.setdefault(vi.name, []).append(vi.type)
+            for tp in self._annotations.get(name, ()):
+                dims = _concrete_dims(tp)
+                if dims is not None:
+                    got = (tp.tensor_type.elem_type, dims)
+                    break
+        self._known[name] = got
+        return got
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.get(name) is not None
+
+    def __getitem__(self, name: str) -> tuple[int, tuple[int, ...]]:
+        got = self.get(name)
+        if got is None:
+            raise KeyError(name)
+        return got
+
+
 class _Values:
     """Constant values of a graph, read from their protos only when a fold needs them."""
 
@@ -368,13 +454,7 @@ class _Values:
                 if t is not None:
                     self.protos[node.output[0]] = t
         self.arrays: dict[str, np.ndarray] = {}
-        self.types: dict[str, tuple[int, tuple[int, ...]]] = {}
-        for vi in [*g.input, *g.value_info, *g.output]:
-            dims = _concrete_dims(vi.type)
-            if dims is not None:
-                self.types.setdefault(vi.name, (vi.type.tensor_type.elem_type, dims))
-        for name, t in self.protos.items():
-            self.types[name] = (t.data_type, tuple(int(d) for d in t.dims))
+        self.types = _Types(g, self.protos)
 
     def has(self, name: str) -> bool:
         return name in self.arrays or name in self.protos
@@ -418,18 +498,17 @@ def every_value_an_output(model: ModelProto) -> ModelProto:
 
 def plain_session(model: ModelProto) -> Any:
     """A CPU onnxruntime session of ``model`` exactly as written: no graph optimizations,
-    one thread, quiet."""
+    one thread, quiet (external weights read where they are: ``graph.onnx_data``)."""
     import onnxruntime as ort
 
-    from placewise.onnxrt import new_session
+    from placewise.graph.onnx_data import ort_session
 
     opts = ort.SessionOptions()
-    opts.log_severity_level = 3
+    opts.log_severity_level = 4  # fatal only: a failing run is reported, never logged
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     opts.intra_op_num_threads = 1
     opts.inter_op_num_threads = 1
-    return new_session(model.SerializeToString(), opts,
-                       providers=["CPUExecutionProvider"])
+    return ort_session(model, opts)
 
 
 def constant_tensor(node: NodeProto) -> TensorProto | None:
@@ -456,22 +535,27 @@ def _foldable(node: NodeProto, values: _Values, outputs: set[str], pending: set[
               ) -> bool:
     """Whether ``node`` computes small values only from constants, values about to be
     folded (``pending``), or (``Shape``/``Size``) a known shape."""
+    # the cheapest tests first: most nodes of a large model read an activation
     if node.domain not in ("", "ai.onnx") or node.op_type in _NEVER_FOLD:
-        return False
-    if any(a.HasField("g") or len(a.graphs) for a in node.attribute):
         return False
     outs = [o for o in node.output if o]
     if not outs or any(o in outputs for o in outs):
+        return False
+    ins = [i for i in node.input if i]
+    shape_of = node.op_type in ("Shape", "Size")
+    if shape_of:
+        if not (len(ins) == 1 and ins[0] in values.types):
+            return False
+    elif not all(values.has(i) or i in pending for i in ins):
+        return False
+    if any(a.HasField("g") or len(a.graphs) for a in node.attribute):
         return False
     for o in outs:
         size = values.nbytes(o)
         if size is None or size > FOLD_MAX_BYTES:
             return False
-    ins = [i for i in node.input if i]
-    if node.op_type in ("Shape", "Size"):
-        return len(ins) == 1 and ins[0] in values.types
-    if not all(values.has(i) or i in pending for i in ins):
-        return False
+    if shape_of:
+        return True
     read = sum(values.nbytes(i) or 0 for i in ins)
     return read <= FOLD_MAX_INPUT_BYTES
 
@@ -626,7 +710,12 @@ def _read_names(model: ModelProto) -> set[str]:
 def _drop_unread(out: ModelProto, before: ModelProto) -> None:
     """Drop initializers and ``Constant`` nodes that were read in ``before`` and are not
     read in ``out`` any more (values only folded nodes used)."""
-    was_read = _read_names(before)
+    drop_unread(out, _read_names(before))
+
+
+def drop_unread(out: ModelProto, was_read: set[str]) -> None:
+    """Drop initializers and ``Constant`` nodes of ``out`` whose names are in ``was_read``
+    (what was read before a rewrite) and that nothing reads any more, in place."""
     read = _read_names(out)
     gone = was_read - read
     g = out.graph

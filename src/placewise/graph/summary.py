@@ -17,9 +17,36 @@ from typing import Any
 
 from placewise.graph.count import count_graph
 from placewise.graph.fuse import fuse
-from placewise.graph.ir import Graph, OpCategory, Role
+from placewise.graph.ir import CONTROL_FLOW_KINDS, Graph, Op, OpCategory, OpKind, Role
 
-__all__ = ["summarize"]
+__all__ = ["control_flow_note", "summarize"]
+
+
+def control_flow_note(op: Op) -> str:
+    """How a kept control-flow op (``OpKind.IF``/``LOOP``/``SCAN``) is costed, in words,
+    saying when its trip count is a bound.
+
+    >>> from placewise.graph.ir import Attrs
+    >>> control_flow_note(Op("l", OpKind.LOOP, (), (), Attrs.of(trips=1,
+    ...     trips_bound="at least", body_counted=True)))
+    'loop l: trip count unknown; costed as 1 iteration, a lower bound (give its count with --value)'
+    """
+    a = op.attrs
+    what = f"{op.kind.value} {op.name}"
+    if not a.get("body_counted", False):
+        why = "; ".join(str(x) for x in a.get("body_uncounted", ()) or ()) or "no rule"  # type: ignore[union-attr]
+        return f"{what}: its subgraph is not fully counted ({why})"
+    if op.kind is OpKind.IF:
+        return (f"{what}: condition unknown; costed as its costlier ({a.get('branch')}) "
+                f"branch, the interval reaching down to the other (give the inputs that "
+                f"decide it with --value to cost the branch taken)")
+    trips, bound = a.get("trips", 1), a.get("trips_bound", "exact")
+    if bound == "at least":
+        return (f"{what}: trip count unknown; costed as {trips} iteration, a lower bound "
+                f"(give its count with --value)")
+    if bound == "at most":
+        return f"{what}: at most {trips} iterations, costed as {trips} (an upper bound)"
+    return f"{what}: {trips} iterations"
 
 
 def summarize(graph: Graph) -> dict[str, Any]:
@@ -59,6 +86,10 @@ def summarize(graph: Graph) -> dict[str, Any]:
         "source_nodes": graph.record.source_nodes or None,
         "folded_nodes": graph.record.folded_nodes,
         "upgraded_from_opset": graph.record.upgraded_from_opset or None,
+        "values": list(graph.record.values),
+        "inlined_ifs": graph.record.inlined_ifs,
+        "control_flow": [control_flow_note(op) for op in graph.ops
+                         if op.kind in CONTROL_FLOW_KINDS],
     }
 
 

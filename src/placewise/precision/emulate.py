@@ -423,7 +423,7 @@ class Emulator:
     def _session(self, data: bytes) -> Any:
         import onnxruntime as ort
 
-        from placewise.onnxrt import new_session
+        from placewise.graph.onnx_data import ort_session
 
         opts = ort.SessionOptions()
         opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _OPT_LEVEL)
@@ -432,8 +432,7 @@ class Emulator:
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.log_severity_level = 3
-        return new_session(data, opts,
-                           providers=["CPUExecutionProvider"])
+        return ort_session(data, opts)
 
 
 def _same(a: list[list[np.ndarray[Any, Any]]], b: list[list[np.ndarray[Any, Any]]]) -> bool:

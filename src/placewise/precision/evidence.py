@@ -49,7 +49,9 @@ def plan_precision(problem: Problem, model_ref: str, policy: Policy, budget: Qua
                    search: Callable[[Problem], Any], *,
                    shapes: Mapping[str, Sequence[int]] | None = None,
                    batch: int | None = None, inputs: str | os.PathLike[str] | None = None,
-                   progress: Progress | None = None) -> tuple[Outcome, dict[str, Any]]:
+                   progress: Progress | None = None,
+                   values: Mapping[str, Sequence[float]] | None = None
+                   ) -> tuple[Outcome, dict[str, Any]]:
     """Search ``problem`` under ``policy`` and ``budget`` with quality evidence from the
     model ``model_ref`` (loaded with ``shapes`` / ``batch`` as the problem's graph was),
     and return the outcome and the plan's ``precision`` record.
@@ -69,7 +71,8 @@ def plan_precision(problem: Problem, model_ref: str, policy: Policy, budget: Qua
                 raise InputError(f"precision {policy.value} needs quality evidence, and a task "
                                  f"graph has no outputs to measure: use --precision KEEP",
                                  file=model_ref, place="--precision")
-            state["source"] = load_source(model_ref, shapes=shapes, batch=batch)
+            state["source"] = load_source(model_ref, shapes=shapes, batch=batch,
+                                          values=values)
             reqs, text = evidence_requests(state["source"], problem.graph, inputs)
             state["requests"], state["inputs"] = reqs, text
         return state["source"]

@@ -75,7 +75,8 @@ class BaseModel:
 
     def __init__(self, model: Any, outputs: Sequence[str], graph: Graph) -> None:
         import onnx
-        from onnx import numpy_helper
+
+        from placewise.graph.onnx_data import embedded, to_array
 
         g = model.graph
         self.nodes = list(g.node)
@@ -92,13 +93,13 @@ class BaseModel:
                                   for n in self.nodes for a in n.attribute)
         self.inits = {t.name for t in g.initializer}
         self.dims = {t.name: tuple(int(d) for d in t.dims) for t in g.initializer}
-        self.fed = {t.name: numpy_helper.to_array(t) for t in g.initializer
+        self.fed = {t.name: to_array(t) for t in g.initializer  # external: memory-mapped
                     if t.data_type == FLOAT and math.prod(t.dims) >= FED_MIN}
         self._small: dict[str, Any] = {}
         for t in g.initializer:
             if t.name not in self.fed:
                 self._small[t.name] = onnx.TensorProto()
-                self._small[t.name].CopyFrom(t)
+                self._small[t.name].CopyFrom(embedded(t))
         self.consts = {o for n in self.nodes if n.op_type == "Constant" for o in n.output}
         self.inputs = {i.name for i in g.input if i.name not in self.inits}
         self.types = _elem_types(model, graph)

@@ -35,6 +35,7 @@ from typing import Any
 
 from placewise.errors import UnsupportedError
 from placewise.graph.ir import Graph
+from placewise.graph.onnx_data import EXTERNAL_DATA_BYTES
 from placewise.io import quiet
 from placewise.runtime.program import Partition
 from placewise.units import DType
@@ -91,18 +92,32 @@ def compile_partition(source: Any, p: Partition, graph: Graph) -> Any:
 def _finish(model: Any, p: Partition) -> Any:
     import onnx
 
+    from placewise.graph.onnx_data import check_model
+
     _check_boundary(model, p)
     try:
-        onnx.checker.check_model(model)
+        check_model(model)
     except onnx.checker.ValidationError as exc:
         raise UnsupportedError(f"partition {p.name!r} does not pass onnx.checker: "
-                               f"{str(exc).splitlines()[0]}") from None
+                               f"{checker_text(exc)}") from None
     if p.dtype is DType.INT8:
         model = quantize_dynamic_model(model, p.name)
     elif p.dtype is not DType.FP32:
         raise UnsupportedError(f"partition {p.name!r} computes in {p.dtype.value}: "
                                f"partitions compile to fp32 or int8")
     return model
+
+
+def checker_text(exc: BaseException, limit: int = 400) -> str:
+    r"""An ``onnx.checker`` message on one line, whole: the checker breaks its sentences
+    across lines (a node's text inside), so the first line alone stops mid-sentence. The
+    node's fields are joined with spaces; past ``limit`` characters it ends with "...".
+
+    >>> checker_text(ValueError("input 'a' of node: \nname: If_0 OpType: If\n is not output"))
+    "input 'a' of node: name: If_0 OpType: If is not output"
+    """
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _check_boundary(model: Any, p: Partition) -> None:
@@ -167,6 +182,7 @@ def quantize_dynamic_model(model: Any, what: str, *,
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
+    from placewise.graph.onnx_data import save_model
     from placewise.onnxrt import quiet_logs
 
     quiet_logs()
@@ -174,7 +190,7 @@ def quantize_dynamic_model(model: Any, what: str, *,
     with tempfile.TemporaryDirectory(prefix="placewise-quant-") as tmp, _quiet():
         src = os.path.join(tmp, "in.onnx")
         dst = os.path.join(tmp, "out.onnx")
-        onnx.save(model, src)
+        save_model(model, src)
         try:
             quantize_dynamic(src, dst, weight_type=QuantType.QInt8,
                              op_types_to_quantize=None if op_types is None else list(op_types),
@@ -188,12 +204,56 @@ def quantize_dynamic_model(model: Any, what: str, *,
 # ---- ONNX sources -----------------------------------------------------------------------------
 
 
-def _onnx_partition(model: Any, p: Partition) -> Any:
-    import onnx
+@functools.cache
+def _extractor_class() -> type:
+    """``onnx.utils.Extractor`` that follows what subgraphs (If/Loop/Scan bodies) read from
+    outer scopes: the nodes that make those values are kept (or the values become
+    partition inputs), and the initializers they read come along."""
     from onnx.utils import Extractor
 
+    from placewise.graph.onnx_import import _subgraph_refs
+
+    class SubgraphExtractor(Extractor):
+        def __init__(self, model: Any) -> None:
+            super().__init__(model)
+            self.refs = {i: _subgraph_refs(n) for i, n in enumerate(self.graph.node)
+                         if any(a.HasField("g") or len(a.graphs) for a in n.attribute)}
+
+        def _reads(self, index: int) -> list[str]:
+            node = self.graph.node[index]
+            return [x for x in (*node.input, *self.refs.get(index, ())) if x]
+
+        def _dfs_search_reachable_nodes(self, node_output_name: str,
+                                        graph_input_names: set[str],
+                                        reachable: set[int]) -> None:
+            stack = [node_output_name]
+            while stack:
+                name = stack.pop()
+                if name in graph_input_names or name not in self.outmap:
+                    continue
+                index = self.outmap[name]
+                if index not in reachable:
+                    reachable.add(index)
+                    stack.extend(self._reads(index))
+
+        def _collect_reachable_tensors(self, nodes: list[Any]) -> tuple[list[Any], list[Any]]:
+            init, infos = super()._collect_reachable_tensors(nodes)
+            have = {t.name for t in init}
+            for node in nodes:
+                for name in _subgraph_refs(node):
+                    if name in self.initializers and name not in have:
+                        init.append(self.initializers[name])
+                        have.add(name)
+            return init, infos
+
+    return SubgraphExtractor
+
+
+def _onnx_partition(model: Any, p: Partition) -> Any:
+    import onnx
+
     try:
-        sub = Extractor(model).extract_model(list(p.inputs), list(p.outputs))
+        sub = _extractor_class()(model).extract_model(list(p.inputs), list(p.outputs))
     except Exception as exc:
         raise UnsupportedError(f"partition {p.name!r} cannot be cut from the ONNX model: "
                                f"{type(exc).__name__}: {exc}") from None
@@ -417,25 +477,40 @@ def _example_args(g: Graph, p: Partition) -> tuple[Any, ...]:
 
 
 def write_partitions(source: Any, partitions: Sequence[Partition], graph: Graph, folder: str,
-                     *, external_data_bytes: int = 64 * 2**20) -> dict[str, str]:
-    """Compile every partition and write it as ``{folder}/{name}.onnx`` (weights of a
-    partition larger than ``external_data_bytes`` go beside it as ``{name}.onnx.data``).
-    Returns partition name -> file path."""
+                     *, external_data_bytes: int = EXTERNAL_DATA_BYTES) -> dict[str, str]:
+    """Compile every partition and write it as ``{folder}/{name}.onnx``, the weights of each
+    device's partitions in one file beside them when they are large (``save_partitions``
+    with the partitions' devices). Returns partition name -> file path."""
     return save_partitions(compile_partitions(source, partitions, graph), folder,
-                           external_data_bytes=external_data_bytes)
+                           external_data_bytes=external_data_bytes,
+                           devices={p.name: p.device for p in partitions})
 
 
 def save_partitions(models: Mapping[str, Any], folder: str, *,
-                    external_data_bytes: int = 64 * 2**20) -> dict[str, str]:
-    """Write compiled partitions (name -> ModelProto) as ``{folder}/{name}.onnx`` (weights
-    beyond ``external_data_bytes`` beside it as ``{name}.onnx.data``); name -> path."""
-    import onnx
+                    external_data_bytes: int = EXTERNAL_DATA_BYTES,
+                    devices: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Write compiled partitions (name -> ModelProto) as ``{folder}/{name}.onnx``; name ->
+    path. The models are not changed (``graph.onnx_data.save_model``). A partition that
+    holds external data or is larger than ``external_data_bytes`` has its weights beside it:
+    in ``{name}.onnx.data``, or, given ``devices`` (partition -> device), every partition of
+    a device with such a partition in ``weights.{device}.bin``, each distinct tensor once."""
+    from placewise.graph.onnx_data import WeightsFile, has_external_data, save_model
 
+    def large(model: Any) -> bool:
+        return has_external_data(model) or model.ByteSize() > external_data_bytes
+
+    shared: dict[str, WeightsFile] = {}
+    if devices is not None:
+        for dev in sorted({devices[n] for n in models if large(models[n])}):
+            shared[dev] = WeightsFile(os.path.join(folder, f"weights.{dev}.bin"))
     paths: dict[str, str] = {}
-    for name, model in models.items():
-        path = os.path.join(folder, f"{name}.onnx")
-        big = model.ByteSize() > external_data_bytes
-        onnx.save_model(model, path, save_as_external_data=big, all_tensors_to_one_file=True,
-                        location=f"{name}.onnx.data" if big else None)
-        paths[name] = path
+    try:
+        for name, model in models.items():
+            path = os.path.join(folder, f"{name}.onnx")
+            save_model(model, path, external_data_bytes=external_data_bytes,
+                       weights=shared.get(devices[name]) if devices is not None else None)
+            paths[name] = path
+    finally:
+        for w in shared.values():
+            w.close()
     return paths

@@ -162,10 +162,10 @@ def source_reload_args(source: ModelSource, tmp_dir: str) -> dict[str, Any]:
     if source.format is SourceFormat.ONNX:
         if source.path is not None and source.path.is_file():
             return source.reload_args()
-        import onnx
+        from placewise.graph.onnx_data import save_model
 
         path = os.path.join(tmp_dir, "model.onnx")
-        onnx.save(source.onnx_model, path)
+        save_model(source.onnx_model, path)
         return {"ref": path, "shapes": None, "batch": None}
     folder = os.path.join(tmp_dir, "fx")
     try:

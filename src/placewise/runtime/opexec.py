@@ -114,21 +114,31 @@ class ModelSource:
     example_inputs: tuple[Any, ...] = ()  # valid inputs (torch tensors / numpy arrays)
     shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
     batch: int | None = None
+    values: tuple[tuple[str, tuple[float, ...]], ...] = ()  # inputs given a value (ONNX)
 
     def reload_args(self) -> dict[str, Any]:
         """JSON-able arguments of ``load_source`` that rebuild this source."""
-        return {"ref": self.ref, "shapes": {k: list(v) for k, v in self.shapes} or None,
-                "batch": self.batch}
+        out: dict[str, Any] = {"ref": self.ref,
+                               "shapes": {k: list(v) for k, v in self.shapes} or None,
+                               "batch": self.batch}
+        if self.values:
+            out["values"] = {k: list(v) for k, v in self.values}
+        return out
 
 
 def load_source(ref: str | os.PathLike[str], *, shapes: Mapping[str, Sequence[int]] | None = None,
-                batch: int | None = None, with_graph: bool = True) -> ModelSource:
+                batch: int | None = None, with_graph: bool = True,
+                values: Mapping[str, Sequence[float]] | None = None) -> ModelSource:
     """Load a model with its executable source: ``zoo:NAME?opts`` (exported with
     ``torch.export`` at static shapes), a ``.pt2`` program or an ``.onnx`` file.
 
-    Task-graph JSON files have no executable source: ``InputError``.
+    Task-graph JSON files have no executable source: ``InputError``. ``values`` gives
+    ``.onnx`` inputs a value (``graph.onnx_control``).
     """
     text = os.fspath(ref)
+    if values and not text.strip().lower().endswith(".onnx"):
+        raise InputError("input values apply to .onnx models only", file=text,
+                         place="--value")
     shp = tuple((k, tuple(int(d) for d in v)) for k, v in (shapes or {}).items())
     if text.strip().startswith("zoo:"):
         return _load_zoo_source(text.strip(), shp, batch, with_graph)
@@ -139,9 +149,10 @@ def load_source(ref: str | os.PathLike[str], *, shapes: Mapping[str, Sequence[in
 
         # the bound model with its shape arithmetic folded: the nodes are the graph's ops
         graph, model = load_onnx_source(text, shapes=shapes, batch=batch,
-                                        with_graph=with_graph)
+                                        with_graph=with_graph, values=values)
+        vals = tuple((k, tuple(v)) for k, v in (values or {}).items())
         return ModelSource(text, SourceFormat.ONNX, graph, path, onnx_model=model,
-                           shapes=shp, batch=batch)
+                           shapes=shp, batch=batch, values=vals)
     if suffix == ".pt2":
         from placewise.graph.torch_import import load_exported, read_pt2
 
@@ -285,7 +296,7 @@ def _quiet() -> Any:
 def _ort_session(model: Any, threads: int) -> Any:
     import onnxruntime as ort
 
-    from placewise.onnxrt import new_session
+    from placewise.graph.onnx_data import ort_session
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = max(1, threads)
@@ -293,8 +304,7 @@ def _ort_session(model: Any, threads: int) -> Any:
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     opts.log_severity_level = 3
-    data = model if isinstance(model, bytes) else model.SerializeToString()
-    return new_session(data, opts, providers=["CPUExecutionProvider"])
+    return ort_session(model, opts)
 
 
 def _quantize_onnx(model: Any, what: str) -> Any:

@@ -75,7 +75,7 @@ def profile_partition(model: Any, p: Partition, feeds: Mapping[str, np.ndarray[A
     import onnx
     import onnxruntime as ort
 
-    from placewise.onnxrt import new_session
+    from placewise.graph.onnx_data import ort_session
 
     threads = max(1, len(cores))
     with tempfile.TemporaryDirectory(prefix="placewise-prof-") as tmp, _pinned(cores):
@@ -88,8 +88,7 @@ def profile_partition(model: Any, p: Partition, feeds: Mapping[str, np.ndarray[A
         so.optimized_model_filepath = os.path.join(tmp, "optimized.onnx")
         so.enable_profiling = True
         so.profile_file_prefix = os.path.join(tmp, "profile")
-        sess = new_session(model.SerializeToString(), so,
-                           providers=["CPUExecutionProvider"])
+        sess = ort_session(model, so)
         names = [i.name for i in sess.get_inputs()]
         outs = [o.name for o in sess.get_outputs()]
         fd = {n: feeds[n] for n in names}
@@ -189,14 +188,13 @@ def chain(models: Mapping[str, Any], partitions: Sequence[Partition],
     graph's inputs by name) with plain CPU onnxruntime sessions."""
     import onnxruntime as ort
 
-    from placewise.onnxrt import new_session
+    from placewise.graph.onnx_data import ort_session
 
     vals = dict(inputs)
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
     for p in partitions:
-        sess = new_session(models[p.name].SerializeToString(), so,
-                           providers=["CPUExecutionProvider"])
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        sess = ort_session(models[p.name], so)
         feeds = {i.name: vals[i.name] for i in sess.get_inputs()}
         res = sess.run(list(p.outputs), feeds)
         vals.update(zip(p.outputs, res, strict=True))

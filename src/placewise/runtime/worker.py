@@ -309,7 +309,7 @@ class _Worker:
             self.cur_task = ti
             vname = self.tasks[ti]["vertex"]
             path = p["partitions"][vname]
-            model = onnx.load(path, load_external_data=True)
+            model = onnx.load(path, load_external_data=False)  # sizes from the dims
             for init in model.graph.initializer:
                 self.weight_bytes_extra += _onnx_bytes(init)
             sess = make_session(path, provider, threads=self.threads,
@@ -340,6 +340,7 @@ class _Worker:
                                      exported_program=unpack_fx(reload["fx_package"]))
         else:
             src = opexec.load_source(reload["ref"], shapes=reload["shapes"],
+                                     values=reload.get("values"),
                                      batch=reload["batch"], with_graph=False)
         self.src = src
         self.program: Any = opexec.program_of(src)

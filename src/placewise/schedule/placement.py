@@ -223,6 +223,25 @@ class Pruned:
     reason: str
 
 
+def _twins(cost_model: Any, devices: Sequence[str]) -> dict[str, str]:
+    """Device -> the first device of its class where the cost model tells classes apart
+    (``device_class``: devices of one class get equal op costs), for the others only."""
+    classify = getattr(cost_model, "device_class", None)
+    if classify is None:
+        return {}
+    first: dict[Any, str] = {}
+    twins: dict[str, str] = {}
+    for d in devices:
+        try:
+            cls = classify(d)
+        except Exception:  # a device the model cannot class: costed on its own
+            continue
+        twin = first.setdefault(cls, d)
+        if twin != d:
+            twins[d] = twin
+    return twins
+
+
 class Problem:
     """The inputs of an evaluation, with the region DAG precomputed and costs memoized.
 
@@ -249,6 +268,7 @@ class Problem:
         "_pruned",
         "_rep_index",
         "_route",
+        "_twin",
         "_wake",
         "_xfer",
         "batch",
@@ -326,6 +346,7 @@ class Problem:
             self.natural_rid[t.name] = self.rep_id(Representation(t.dtype, t.layout))
         self._io: dict[tuple[int, DType], tuple[tuple[int, ...], tuple[int, ...]]] = {}
         self._costs: dict[tuple[int, str, DType], Cost | UnsupportedError] = {}
+        self._twin = _twins(cost_model, self.devices)
         self._xfer: dict[tuple[str, int, str, str], Cost] = {}
         self._conv: dict[tuple[str, int, int, str], Cost] = {}
         self._route: dict[tuple[str, str], tuple[Any, ...]] = {}
@@ -548,7 +569,14 @@ class Problem:
         key = (vi, device, dtype)
         c = self._costs.get(key)
         if c is None:
-            c = self._compute_cost(vi, device, dtype)
+            # a device of the same class as one costed before (``device_class``): its cost
+            twin = self._twin.get(device)
+            if twin is not None and OpKind.TASK not in self.vertices[vi].kinds:
+                got = self._costs.get((vi, twin, dtype))
+                if isinstance(got, Cost):
+                    c = got
+            if c is None:
+                c = self._compute_cost(vi, device, dtype)
             self._costs[key] = c
         if isinstance(c, UnsupportedError):
             raise c

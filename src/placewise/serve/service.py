@@ -101,13 +101,14 @@ class PlanService:
         from placewise.schedule.placement import Problem
 
         ref = self.model or self.plan.model
+        values = self.plan.values or None  # the inputs given a value when it was planned
         try:
-            graph = load_model(ref, shapes=self.shapes, batch=b)
+            graph = load_model(ref, shapes=self.shapes, batch=b, values=values)
         except InputError as exc:
             if b != self.plan.batch or exc.place != "--batch":
                 raise InputError(f"the plan cannot be priced at batch {b}: {exc.problem}",
                                  file=exc.file or ref, place="--per-batch") from None
-            graph = load_model(ref, shapes=self.shapes)  # a model with its own batch
+            graph = load_model(ref, shapes=self.shapes, values=values)  # its own batch
         if b == self.plan.batch:
             check_fingerprints(self.plan, graph=graph, file=self.file)
         names = set(self.plan.regions)

@@ -107,10 +107,10 @@ def _export_baseline(source: ModelSource, tmp: str) -> str:
     if source.format is SourceFormat.ONNX:
         if source.path is not None and source.path.is_file():
             return str(source.path)
-        import onnx
+        from placewise.graph.onnx_data import save_model
 
         path = os.path.join(tmp, "model.onnx")
-        onnx.save(source.onnx_model, path)
+        save_model(source.onnx_model, path)
         return path
     path = os.path.join(tmp, "model.onnx")
     ref = source.ref.strip()

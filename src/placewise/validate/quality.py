@@ -32,12 +32,11 @@ def reference_outputs(source: ModelSource, graph: Graph,
         return _fx_reference(source, graph, requests)
     import onnxruntime as ort
 
-    from placewise.onnxrt import new_session
+    from placewise.graph.onnx_data import ort_session
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
-    sess = new_session(source.onnx_model.SerializeToString(), opts,
-                       providers=["CPUExecutionProvider"])
+    sess = ort_session(source.onnx_model, opts)
     names = [i.name for i in sess.get_inputs()]
     outs = list(graph.outputs)
     res = []

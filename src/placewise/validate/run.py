@@ -99,14 +99,15 @@ def load_planned_source(ref: str, plan: Plan, shapes: Any) -> ModelSource:
     without ``--batch``) as it is; the graph fingerprint decides which."""
     from placewise.runtime.opexec import load_source
 
+    values = plan.values or None  # the inputs given a value when the plan was made
     try:
-        src = load_source(ref, batch=plan.batch, shapes=shapes)
+        src = load_source(ref, batch=plan.batch, shapes=shapes, values=values)
     except InputError as exc:
         if exc.place != "--batch":
             raise
-        return load_source(ref, shapes=shapes)  # the fingerprint check follows
+        return load_source(ref, shapes=shapes, values=values)  # the fingerprint check follows
     if src.graph is not None and src.graph.fingerprint() != plan.fingerprints.graph:
-        own = load_source(ref, shapes=shapes)
+        own = load_source(ref, shapes=shapes, values=values)
         if own.graph is not None and own.graph.fingerprint() == plan.fingerprints.graph:
             return own
     return src
