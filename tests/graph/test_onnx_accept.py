@@ -410,3 +410,37 @@ def test_contrib_op_with_unbound_input_names_the_input(tmp_path: Path) -> None:
                      "dim 1 (seq)", "--shape x=1x?x16")
     g = load_onnx(path, shapes={"x": (2, 8, 16)})
     assert g.tensor("y").shape == (2, 8, 16) and count_graph(g).coverage == 1.0
+
+
+def test_qattention_counts_the_int8_projection_and_attention(tmp_path: Path) -> None:
+    from placewise.graph.count import SOFTMAX_FLOPS_PER_ELEMENT
+
+    b, s, d, heads = 2, 8, 16, 4
+    rng = np.random.default_rng(3)
+    node = helper.make_node("QAttention", ["x", "w", "bias", "xs", "ws", "mask", "xz", "wz"],
+                            ["y"], domain="com.microsoft", num_heads=heads, name="qattn")
+    inits = [_init("w", rng.integers(-3, 3, (d, 3 * d)).astype(np.int8)),
+             _init("bias", np.zeros(3 * d, np.float32)),
+             _init("xs", np.array(0.1, np.float32)), _init("ws", np.array(0.1, np.float32)),
+             _init("xz", np.array(128, np.uint8)), _init("wz", np.array(0, np.int8))]
+    path = _save(tmp_path / "qattn.onnx", [node],
+                 [_vi("x", [b, s, d], U8), _vi("mask", [b, s], I32)], [_vi("y", None)], inits,
+                 extra=[MS])
+    scores = b * heads * s * s
+    hd = d // heads
+    want = (2 * b * s * d * 3 * d + b * s * 3 * d + 2 * scores * hd + 2 * scores
+            + scores * SOFTMAX_FLOPS_PER_ELEMENT + 2 * scores * hd)
+    _check_against_ort(path, {"x": np.full((b, s, d), 128, np.uint8),
+                              "mask": np.ones((b, s), np.int32)}, "qattn", want)
+
+
+def test_qdq_pair_counts_its_arithmetic_and_int8_bytes(tmp_path: Path) -> None:
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="quant"),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="dequant")]
+    inits = [_init("s", np.array(0.05, np.float32)), _init("z", np.array(3, np.int8))]
+    path = _save(tmp_path / "qdq.onnx", nodes, [_vi("x", [4, 16])], [_vi("y", None)], inits)
+    _check_against_ort(path, {"x": np.ones((4, 16), np.float32)}, "quant", 2 * 64)
+    g = load_onnx(path)
+    q, dq = count_op(g, g.op("quant")), count_op(g, g.op("dequant"))
+    assert (q.bytes_read, q.bytes_written) == (64 * 4 + 4 + 1, 64)  # int8 out
+    assert (dq.flops, dq.bytes_read, dq.bytes_written) == (2 * 64, 64 + 4 + 1, 64 * 4)

@@ -46,10 +46,16 @@ from placewise.graph.ir import (
     Tensor,
     eval_dim,
 )
+from placewise.graph.onnx_compat import (
+    MIN_OPSET,
+    check_placeable_io,
+    free_anonymous_dims,
+    upgrade_opset,
+)
 from placewise.graph.onnx_control import CONTROL_FLOW_OPS, control_attrs
 from placewise.graph.onnx_data import tensors
 from placewise.graph.onnx_kinds import _Ctx, _make_op, _type_name, _TypeInfo, onnx_dtype
-from placewise.io import quiet, read_file_bytes, read_file_range
+from placewise.io import read_file_bytes, read_file_range
 from placewise.units import DType
 
 if TYPE_CHECKING:
@@ -60,8 +66,6 @@ if TYPE_CHECKING:
 __all__ = ["MIN_OPSET", "graph_of_prepared", "load_onnx", "load_onnx_source", "onnx_dtype",
            "read_onnx"]
 
-#: the oldest default-domain opset placewise computes on: older files are upgraded to it
-MIN_OPSET = 13
 # external tensors up to this size are read in (shape inference may need their values);
 # larger ones are only checked, never loaded: their dims and dtype are in the model proto
 _LOAD_EXTERNAL_MAX_BYTES = 1 << 16
@@ -100,70 +104,6 @@ def _read_model(path: str) -> ModelProto:
 def _short(text: str, limit: int = 200) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _default_opset(model: ModelProto, path: str) -> int | None:
-    """The default-domain opset (None for a model with no default-domain node and no such
-    import: an ``ai.onnx.ml``-only model)."""
-    versions = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
-    if not versions:
-        if all(n.domain not in ("", "ai.onnx") for n in model.graph.node):
-            return None
-        raise ModelFormatError("the model imports no default-domain (ai.onnx) opset",
-                               file=path, place="opset_import")
-    return int(versions[0])
-
-
-def _upgrade_opset(model: ModelProto, path: str) -> tuple[ModelProto, int | None]:
-    """``model`` converted to ``MIN_OPSET`` with ``onnx.version_converter`` when its
-    default-domain opset is older, and the opset it had (None when it needed nothing).
-
-    The converter keeps each node's outputs; a node it rewrites loses its name, which is
-    given back (the node that makes the same first output), so provenance survives. A
-    conversion that fails is ``ModelFormatError`` naming the node it fails on."""
-    version = _default_opset(model, path)
-    if version is None or version >= MIN_OPSET:
-        return model, None
-    from onnx import version_converter
-
-    names = {n.output[0]: n.name for n in model.graph.node if n.output and n.name}
-    try:
-        with quiet():
-            upgraded = version_converter.convert_version(model, MIN_OPSET)
-    except Exception as e:
-        raise ModelFormatError(
-            f"opset {version} could not be upgraded to {MIN_OPSET} with "
-            f"onnx.version_converter: {_short(str(e), 160)}", file=path,
-            place=_failing_node(model, version)) from None
-    used = {n.name for n in upgraded.graph.node if n.name}
-    for node in upgraded.graph.node:
-        name = names.get(node.output[0]) if node.output else None
-        if not node.name and name is not None and name not in used:
-            node.name = name
-            used.add(name)
-    return upgraded, version
-
-
-def _failing_node(model: ModelProto, version: int) -> str:
-    """The first node the version converter cannot upgrade alone ("opset_import" when each
-    converts on its own): each node in a model of its own, its inputs typeless graph
-    inputs."""
-    import onnx
-    from onnx import helper, version_converter
-
-    for i, node in enumerate(model.graph.node):
-        ins = [onnx.ValueInfoProto(name=n) for n in dict.fromkeys(node.input) if n]
-        outs = [onnx.ValueInfoProto(name=n) for n in node.output if n]
-        one = helper.make_model(helper.make_graph([node], "one", ins, outs),
-                                opset_imports=list(model.opset_import),
-                                ir_version=model.ir_version)
-        try:
-            with quiet():
-                version_converter.convert_version(one, MIN_OPSET)
-        except Exception:
-            return f"node {node.name or f'{node.op_type}_{i}'!r} ({node.op_type}, opset " \
-                   f"{version})"
-    return "opset_import"
 
 
 # ---- strings and tensor data ---------------------------------------------------------------
@@ -626,29 +566,8 @@ def _read_onnx(file: str) -> tuple[ModelProto, int | None]:
     _check_strings(model, file)  # before any name is used in a message
     _resolve_external(model, file)
     _check_tensor_data(model, file)
-    _free_anonymous_dims(model)
-    return _upgrade_opset(model, file)
-
-
-def _anonymous(dim_param: str) -> bool:
-    """Whether a dim_param names no symbol: ``?``, ``-1`` and other text without a letter,
-    digit or underscore (exporters write these for "any size")."""
-    return not re.search(r"\w", dim_param) or dim_param.strip() == "-1"
-
-
-def _free_anonymous_dims(model: ModelProto) -> None:
-    """Make every top-level dim that an exporter wrote as "any size" a free dim (neither
-    value nor name): a negative ``dim_value`` (paddle2onnx's ``-1``) and an anonymous
-    ``dim_param`` (``?``). Two such dims are two unknown sizes, never one symbol; each gets
-    a name of its own where the graph is built (``VALUE_d<i>``)."""
-    g = model.graph
-    for vi in [*g.input, *g.output, *g.value_info]:
-        if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
-            continue
-        for d in vi.type.tensor_type.shape.dim:
-            if (d.HasField("dim_value") and d.dim_value < 0) or \
-                    (d.HasField("dim_param") and _anonymous(d.dim_param)):
-                d.Clear()
+    free_anonymous_dims(model)
+    return upgrade_opset(model, file)
 
 
 def load_onnx(path: str | os.PathLike[str], *,
@@ -689,7 +608,7 @@ def load_onnx_source(path: str | os.PathLike[str], *,
 
     file = os.fspath(path)
     source, upgraded_from = _read_onnx(file)
-    _check_placeable_inputs(source, file)
+    check_placeable_io(source, file)
     model, info = prepare_onnx(source, file, shapes=shapes, batch=batch, values=values)
     if not with_graph:
         return None, model
@@ -705,31 +624,6 @@ def graph_of_prepared(model: ModelProto, file: str, info: PrepareInfo, *,
                           info.problem, upgraded_from_opset=upgraded_from_opset,
                           values=info.values, inlined_ifs=info.inlined_ifs)
     return _build_graph(model, file, info.env, problem, record)
-
-
-def _check_placeable_inputs(model: ModelProto, file: str) -> None:
-    """Every graph input and output must be a tensor of a type placewise sizes: a string,
-    map or sequence (a tokenizer's text, a list of tensors, a classifier's ZipMap) cannot
-    be fed, sized or placed, so the model is refused naming that input or output."""
-    inits = {t.name for t in model.graph.initializer}
-    for vi, role in [*((v, "input") for v in model.graph.input),
-                     *((v, "output") for v in model.graph.output)]:
-        if vi.name in inits or not vi.type.WhichOneof("value"):
-            continue
-        tp = vi.type
-        while tp.WhichOneof("value") == "optional_type":
-            tp = tp.optional_type.elem_type
-        which = tp.WhichOneof("value")
-        if which != "tensor_type":
-            what = {"sequence_type": "a sequence", "map_type": "a map",
-                    "sparse_tensor_type": "a sparse tensor"}.get(which or "", "not a tensor")
-            raise GraphError(f"is {what}; placewise places models whose {role}s are dense "
-                             f"tensors", file=file, place=f"{role} {vi.name!r}")
-        elem = tp.tensor_type.elem_type
-        if elem and onnx_dtype(elem) is None:
-            raise GraphError(f"has element type {_type_name(elem)}, which placewise cannot "
-                             f"size or place (it places models whose {role}s are numeric "
-                             f"tensors)", file=file, place=f"{role} {vi.name!r}")
 
 
 def _build_graph(model: ModelProto, file: str, env: Mapping[str, int],
