@@ -153,6 +153,10 @@ def _one(name: str, args: argparse.Namespace) -> dict[str, Any]:
                            "shapes": list(e.shapes), "commands": {}}
     cmds = row["commands"]
     shapes = [x for b in e.shapes for x in ("--shape", b)]
+    # an input whose value the model's shapes or branches depend on (silero's sample rate)
+    # is given as a user gives it: --value NAME=V
+    shapes += [x for f in e.feeds if "=value:" in f
+               for x in ("--value", f.replace("=value:", "=", 1))]
     feeds = ref = None
     try:
         feeds = example_inputs(name)
