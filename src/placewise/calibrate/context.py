@@ -195,14 +195,17 @@ def _partition_samples(graph: Graph, problem: Any, run: _Run, rd: _Round,
                        run_calls: dict[str, list[float]]) -> None:
     """A partitioned single-device round: each partition step's time splits into its
     run call (the step less its nodes' profiled kernel times) and its vertices' shares of
-    the rest, by their ops' profiled node times."""
+    the rest, by their ops' profiled node times. Node time that reached no plan op
+    (``unowned_s``) stays in the partition's run call: a remainder of the partition,
+    never dropped."""
     for p in run.program.partitions:
         xs = rd.steps.get((p.device, p.name))
         prof = profiles.get(p.name)
         if not xs or prof is None or prof.nodes_s <= 0:
             continue
+        owned_s = prof.nodes_s - prof.unowned_s
         for tot, _ker, _hid, _ovh in xs:
-            run_calls.setdefault(p.device, []).append(max(tot - prof.nodes_s, 0.0))
+            run_calls.setdefault(p.device, []).append(max(tot - owned_s, 0.0))
         for vname in p.tasks:
             v = problem.vertex(vname)
             dt = run.placement[v.name].dtype

@@ -5,13 +5,13 @@ telemetry. Calibration (never a timed run) therefore runs each partition again, 
 profiling session (``enable_profiling``) pinned to its device's cores with the device's
 thread count, on the request's real boundary values, and reads every node's
 ``kernel_time`` event. onnxruntime optimizes the graph first (fusions, eliminated
-reshapes): the session also writes its optimized graph, and each optimized node is mapped
-to the plan's ops through its output names. A node owns the ops that make its outputs; an
-op fused into a later node (its output no longer exists) owns nothing, and its time is in
-the node that absorbed it. A node whose outputs are internal names (a Gemm before the
-reshape that restores the op's output shape, the Erf inside a Gelu) gives its time to the
-owners of the first owned nodes after it; node time that reaches no op is reported apart
-(``NodeProfile.unowned_s``).
+reshapes, convolutions rewritten into blocked NCHWc nodes with layout reorders around
+them): the session also writes its optimized graph (every node named while it is built, so
+that unnamed nodes' events can be found in it), and ``node_owners`` maps each optimized
+node to the plan ops whose work it does: a fused node's time is shared by the ops fused
+into it, a layout reorder's goes to the op it serves. Node time that reaches no op is
+reported apart (``NodeProfile.unowned_s``); ``op_s`` plus ``unowned_s`` is always
+``nodes_s``.
 
 ``chain(models, partitions, inputs)`` runs compiled partitions in order with plain
 onnxruntime sessions and returns every boundary value: the reference feeds of each
@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import statistics
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -33,7 +34,7 @@ import numpy as np
 
 from placewise.runtime.program import Partition
 
-__all__ = ["NodeProfile", "chain", "profile_partition"]
+__all__ = ["NodeProfile", "chain", "node_owners", "profile_partition"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +79,7 @@ def profile_partition(model: Any, p: Partition, feeds: Mapping[str, np.ndarray[A
     from placewise.graph.onnx_data import ort_session
 
     threads = max(1, len(cores))
+    unnamed = [n for n in model.graph.node if not n.name]
     with tempfile.TemporaryDirectory(prefix="placewise-prof-") as tmp, _pinned(cores):
         so = ort.SessionOptions()
         so.log_severity_level = 3
@@ -88,7 +90,16 @@ def profile_partition(model: Any, p: Partition, feeds: Mapping[str, np.ndarray[A
         so.optimized_model_filepath = os.path.join(tmp, "optimized.onnx")
         so.enable_profiling = True
         so.profile_file_prefix = os.path.join(tmp, "profile")
-        sess = ort_session(model, so)
+        # an unnamed node's profile events say "OpType_<index>", which its optimized
+        # graph does not record: every node gets a name while the session is built
+        taken = {n.name for n in model.graph.node}
+        for i, n in enumerate(unnamed):
+            n.name = _fresh(f"{n.op_type}_pw{i}", taken)
+        try:
+            sess = ort_session(model, so)
+        finally:
+            for n in unnamed:
+                n.name = ""
         names = [i.name for i in sess.get_inputs()]
         outs = [o.name for o in sess.get_outputs()]
         fd = {n: feeds[n] for n in names}
@@ -99,13 +110,10 @@ def profile_partition(model: Any, p: Partition, feeds: Mapping[str, np.ndarray[A
             events = json.load(f)
         try:
             optimized = onnx.load(so.optimized_model_filepath, load_external_data=False)
-            node_outputs = {n.name: list(n.output) for n in optimized.graph.node}
-            consumers: dict[str, list[str]] = {}
-            for n in optimized.graph.node:
-                for x in n.input:
-                    consumers.setdefault(x, []).append(n.name)
+            graph_nodes = [(n.name, list(n.input), list(n.output))
+                           for n in optimized.graph.node]
         except Exception:  # an optimized graph onnx cannot read back: map nothing
-            node_outputs, consumers = {}, {}
+            graph_nodes = []
     runs = [e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"]
     runs.sort(key=lambda e: e["ts"])
     kept = runs[warmup:] or runs
@@ -123,48 +131,104 @@ def profile_partition(model: Any, p: Partition, feeds: Mapping[str, np.ndarray[A
         for node, s in acc.items():
             per_node.setdefault(node, []).append(s)
     med = {n: statistics.median(xs) for n, xs in per_node.items()}
-    producer = {o: op.name for op in p.ops for o in op.outputs}
+    owners = node_owners(graph_nodes, p)
     op_s = {op.name: 0.0 for op in p.ops}
     unowned = 0.0
-    def own(node: str) -> list[str]:
-        return sorted({producer[o] for o in node_outputs.get(node, []) if o in producer})
-
-    def downstream(node: str) -> list[str]:
-        """The owners of the first owned nodes after ``node`` (its time went there: a
-        Gemm before the reshape that restores the op's output, an Erf inside a Gelu)."""
-        seen = {node}
-        frontier = [node]
-        while frontier:
-            nxt: list[str] = []
-            found: set[str] = set()
-            for n in frontier:
-                for o in node_outputs.get(n, []):
-                    for c in consumers.get(o, []):
-                        if c in seen:
-                            continue
-                        seen.add(c)
-                        got = own(c)
-                        if got:
-                            found.update(got)
-                        else:
-                            nxt.append(c)
-            if found:
-                return sorted(found)
-            frontier = nxt
-        return []
-
     kernels: dict[str, list[str]] = {}
     for node, s in med.items():
-        owners = own(node) or downstream(node)
-        if not owners:
+        got = owners.get(node, [])
+        if not got:
             unowned += s
             continue
-        for o in owners:
-            op_s[o] += s / len(owners)
+        for o in got:
+            op_s[o] += s / len(got)
             kernels.setdefault(o, []).append(kernel.get(node, node))
     run_s = statistics.median(r["dur"] for r in kept) / 1e6 if kept else 0.0
     return NodeProfile(p.name, len(kept), run_s, sum(med.values()), op_s, unowned, len(med),
                        {o: tuple(ks) for o, ks in kernels.items()})
+
+
+def _fresh(base: str, taken: set[str]) -> str:
+    name, k = base, 0
+    while name in taken:
+        k += 1
+        name = f"{base}_{k}"
+    taken.add(name)
+    return name
+
+
+#: onnxruntime's NCHWc transformer names a rewritten node after the tensor it stands for
+_NCHWC = re.compile(r"^(?P<tensor>.+)_nchwc(?:_token_\d+|_\d+)?$")
+
+
+def node_owners(nodes: Sequence[tuple[str, Sequence[str], Sequence[str]]], p: Partition
+                ) -> dict[str, list[str]]:
+    """Optimized node name -> the plan ops of ``p`` whose work it does.
+
+    ``nodes`` are the optimized graph's (name, inputs, outputs). A tensor of the optimized
+    graph *stands for* a plan tensor when it has its name, or when it is the output of a
+    node that onnxruntime named after that tensor (``<tensor>_nchwc``: the same values
+    in a blocked layout). A node's targets are the plan tensors its outputs stand for or,
+    when they stand for none (a layout reorder, the Gemm before the reshape that restores
+    an op's output shape, the Erf inside a Gelu), the first ones after it. Its ops are the
+    plan ops that compute its targets back to tensors the optimized graph holds anyway
+    (an input of the partition, a weight, an output of another node): every op fused into
+    the node (a Conv with its BatchNorm and Relu) shares its time. A reorder to or from a
+    blocked layout thus goes to the op it serves.
+
+    >>> from placewise.graph.ir import Op, OpKind
+    >>> ops = (Op("c", OpKind.CONV, ("x", "w"), ("c1",)),
+    ...        Op("r", OpKind.RELU, ("c1",), ("r1",)))
+    >>> class P: ops = ops
+    >>> node_owners([("r1_nchwc", ["x_b", "w_b"], ["t0"]), ("R", ["t0"], ["r1"]),
+    ...              ("I", ["x"], ["x_b"])], P)  # doctest: +NORMALIZE_WHITESPACE
+    {'r1_nchwc': ['c', 'r'], 'R': ['c', 'r'], 'I': ['c', 'r']}
+    """
+    producer = {o: op for op in p.ops for o in op.outputs}
+    stands: dict[str, str] = {}  # optimized tensor -> plan tensor
+    for name, _ins, outs in nodes:
+        m = _NCHWC.match(name)
+        alias = m.group("tensor") if m and m.group("tensor") in producer else None
+        for o in outs:
+            if o in producer:
+                stands[o] = o
+            elif alias is not None and len(outs) == 1:
+                stands[o] = alias
+    held = set(stands.values())
+    consumers: dict[str, list[int]] = {}
+    for i, (_n, ins, _o) in enumerate(nodes):
+        for x in ins:
+            consumers.setdefault(x, []).append(i)
+
+    def targets(i: int) -> set[str]:
+        seen, frontier, found = {i}, [i], set[str]()
+        while frontier and not found:
+            nxt = []
+            for k in frontier:
+                for o in nodes[k][2]:
+                    if o in stands:
+                        found.add(stands[o])
+                        continue
+                    for c in consumers.get(o, []):
+                        if c not in seen:
+                            seen.add(c)
+                            nxt.append(c)
+            frontier = nxt
+        return found
+
+    def ops_of(tensors: set[str]) -> list[str]:
+        out: set[str] = set()
+        todo = [producer[t] for t in tensors if t in producer]
+        while todo:
+            op = todo.pop()
+            if op.name in out:
+                continue
+            out.add(op.name)
+            todo.extend(producer[x] for x in op.inputs
+                        if x in producer and x not in held)
+        return sorted(out)
+
+    return {name: ops_of(targets(i)) for i, (name, _ins, _outs) in enumerate(nodes) if name}
 
 
 def _node_kernels(events: Sequence[Mapping[str, Any]]) -> dict[str, str]:
