@@ -57,6 +57,7 @@ __all__ = [
     "hoist_subgraph_weights",
     "inline_known_ifs",
     "parse_value",
+    "subgraph_refs",
 ]
 
 #: ONNX op types that hold subgraphs placewise costs (default domain)
@@ -356,7 +357,6 @@ def drop_dead_nodes(model: ModelProto) -> int:
     output), in place, in one backward pass; how many. What folding or a dropped branch
     left behind (a value only a folded ``Shape`` read) computes nothing observable, and a
     partition of only such nodes would have no outputs."""
-    from placewise.graph.onnx_import import _subgraph_refs
 
     g = model.graph
     live = {o.name for o in g.output}
@@ -367,7 +367,7 @@ def drop_dead_nodes(model: ModelProto) -> int:
         if alive:
             live.update(node.input)
             if any(a.HasField("g") or len(a.graphs) for a in node.attribute):
-                live.update(_subgraph_refs(node))
+                live.update(subgraph_refs(node))
     keep.reverse()
     dead = [i for i, k in enumerate(keep) if not k]
     for i in reversed(dead):
@@ -444,7 +444,7 @@ def hoist_subgraph_weights(model: ModelProto) -> int:
 
 
 def _outer_refs(graph: GraphProto) -> list[str]:
-    """Values ``graph`` (and its subgraphs) read from outer scopes."""
+    """Values ``graph`` (and its subgraphs) read from outer scopes, in first-read order."""
     refs: list[str] = []
 
     def walk(g: GraphProto, outer_defined: set[str]) -> None:
@@ -460,6 +460,15 @@ def _outer_refs(graph: GraphProto) -> list[str]:
             defined.update(n.output)
 
     walk(graph, set())
+    return refs
+
+
+def subgraph_refs(node: NodeProto) -> list[str]:
+    """Outer-scope values a node's subgraphs (If/Loop/Scan bodies) read, in first-read
+    order (what a partition holding the node must also be given)."""
+    refs: list[str] = []
+    for g in _graphs_of(node):
+        refs.extend(r for r in _outer_refs(g) if r not in refs)
     return refs
 
 

@@ -52,7 +52,7 @@ from placewise.graph.onnx_compat import (
     free_anonymous_dims,
     upgrade_opset,
 )
-from placewise.graph.onnx_control import CONTROL_FLOW_OPS, control_attrs
+from placewise.graph.onnx_control import CONTROL_FLOW_OPS, control_attrs, subgraph_refs
 from placewise.graph.onnx_data import tensors
 from placewise.graph.onnx_kinds import _Ctx, _make_op, _type_name, _TypeInfo, onnx_dtype
 from placewise.io import read_file_bytes, read_file_range
@@ -521,33 +521,6 @@ def _constant_node_value(node: NodeProto) -> TensorProto | None:
 
 
 
-def _subgraph_refs(node: NodeProto) -> list[str]:
-    """Outer-scope values a node's subgraphs (If/Loop/Scan bodies) read."""
-    refs: list[str] = []
-
-    def walk(g: GraphProto, outer_defined: set[str]) -> None:
-        defined = set(outer_defined)
-        defined.update(vi.name for vi in g.input)
-        defined.update(t.name for t in g.initializer)
-        for n in g.node:
-            for name in n.input:
-                if name and name not in defined and name not in refs:
-                    refs.append(name)
-            for attr in n.attribute:
-                if attr.HasField("g"):
-                    walk(attr.g, defined)
-                for sub in attr.graphs:
-                    walk(sub, defined)
-            defined.update(n.output)
-
-    for attr in node.attribute:
-        if attr.HasField("g"):
-            walk(attr.g, set())
-        for sub in attr.graphs:
-            walk(sub, set())
-    return refs
-
-
 # ---- the importer ---------------------------------------------------------------------------
 
 
@@ -687,7 +660,7 @@ def _build_graph(model: ModelProto, file: str, env: Mapping[str, int],
                     f"input {inp!r} is not produced by any earlier node, initializer or graph "
                     f"input (truncated or corrupt model?)", file=file,
                     place=f"node {name!r} ({node.op_type})")
-        extra = [r for r in _subgraph_refs(node) if r in defined and r not in node.input]
+        extra = [r for r in subgraph_refs(node) if r in defined and r not in node.input]
         outputs = tuple(o for o in node.output if o)
         for o in outputs:
             if o in produced or o in param_set or o in input_names:

@@ -701,13 +701,13 @@ def fold_constants(model: ModelProto) -> tuple[ModelProto, list[str]]:
 
 def _read_names(model: ModelProto) -> set[str]:
     """Every value name a node (subgraphs included) or a graph output reads."""
-    from placewise.graph.onnx_import import _subgraph_refs
+    from placewise.graph.onnx_control import subgraph_refs
 
     g = model.graph
     names = {o.name for o in g.output}
     for node in g.node:
         names.update(i for i in node.input if i)
-        names.update(_subgraph_refs(node))
+        names.update(subgraph_refs(node))
     return names
 
 

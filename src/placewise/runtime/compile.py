@@ -211,12 +211,12 @@ def _extractor_class() -> type:
     partition inputs), and the initializers they read come along."""
     from onnx.utils import Extractor
 
-    from placewise.graph.onnx_import import _subgraph_refs
+    from placewise.graph.onnx_control import subgraph_refs
 
     class SubgraphExtractor(Extractor):
         def __init__(self, model: Any) -> None:
             super().__init__(model)
-            self.refs = {i: _subgraph_refs(n) for i, n in enumerate(self.graph.node)
+            self.refs = {i: subgraph_refs(n) for i, n in enumerate(self.graph.node)
                          if any(a.HasField("g") or len(a.graphs) for a in n.attribute)}
 
         def _reads(self, index: int) -> list[str]:
@@ -240,7 +240,7 @@ def _extractor_class() -> type:
             init, infos = super()._collect_reachable_tensors(nodes)
             have = {t.name for t in init}
             for node in nodes:
-                for name in _subgraph_refs(node):
+                for name in subgraph_refs(node):
                     if name in self.initializers and name not in have:
                         init.append(self.initializers[name])
                         have.add(name)
