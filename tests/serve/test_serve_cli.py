@@ -75,14 +75,24 @@ def test_replan_searches_at_the_batch(plan_file: Path) -> None:
 
 
 def test_saturated_service_runs_at_the_plans_throughput(service: PlanService) -> None:
-    """Offered twice its capacity with a bounded queue, the simulated service completes
-    requests at the evaluator's throughput."""
+    """Offered twice its capacity with a bounded queue and enough requests in flight to
+    fill the pipeline (Little's law: throughput x latency; partition launches add latency
+    that occupies no resource), the simulated service completes requests at the
+    evaluator's throughput; with fewer in flight, at in-flight / latency."""
     p = service.plan
     rate = 2 * float(p.throughput_rps or 0)
+    fill = math.ceil(float(p.throughput_rps or 0) * p.predicted_latency_s)
     r = simulate(Workload(poisson_arrivals(rate, 50_000, seed=2)), service,
-                 parse_batching("none"), admission=Admission(queue_limit=64), in_flight=16)
+                 parse_batching("none"), admission=Admission(queue_limit=64),
+                 in_flight=2 * fill)
     assert r.conserved() and r.rejected > 0
     assert r.throughput_rps == pytest.approx(p.throughput_rps, rel=0.02)
+    if fill > 2:  # too few in flight: bounded by Little's law, not by the resources
+        few = max(1, fill // 2)
+        r = simulate(Workload(poisson_arrivals(rate, 50_000, seed=2)), service,
+                     parse_batching("none"), admission=Admission(queue_limit=64),
+                     in_flight=few)
+        assert r.throughput_rps <= few / p.predicted_latency_s * 1.02
 
 
 def test_find_max_rate_meets_the_objective_and_the_next_rate_does_not(
