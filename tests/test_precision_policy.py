@@ -164,7 +164,10 @@ def test_budget_admits_rechecks_and_falls_back() -> None:
     # really add, so at most 2 survive the re-check
     lowered = lowered_of(out.problem, out.result.best.placement)
     assert first not in lowered
-    assert budget.holds(out.estimated) and out.estimated_error <= budget.limit
+    # the search may keep every admitted vertex at fp32 (partition launches can make a
+    # lowered vertex on another device not pay): then there is nothing to estimate
+    assert out.estimated == {} if not lowered else budget.holds(out.estimated)
+    assert out.estimated_error is None or out.estimated_error <= budget.limit
     assert sum(err[o] for v in lowered for o in rows[v].ops) <= budget.limit + 1e-12
     if len([r for r in out.decisions if r.fallback]) > 0:
         assert out.rechecks >= 2
