@@ -12,6 +12,7 @@ __all__ = [
     "Infeasible",
     "InputError",
     "MemoryInfeasible",
+    "ProfileError",
     "ModelFormatError",
     "PlacewiseError",
     "SpecError",
@@ -58,6 +59,11 @@ class GraphError(InputError):
 
 class SpecError(InputError):
     """A hardware spec, calibration or plan file with wrong types or impossible numbers."""
+
+
+class ProfileError(InputError):
+    """A measured profile or trace (onnxruntime, trtexec, torch.profiler) that is malformed,
+    truncated, hostile, or not a measurement of the model and settings asked for."""
 
 
 class UnsupportedError(PlacewiseError):
