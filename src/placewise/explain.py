@@ -42,7 +42,7 @@ from placewise.plan import CrossingRecord, Plan, TaskRecord, TierRecord
 from placewise.plan_partitions import cut_pairs, plan_file_partitions
 from placewise.units import format_bytes, format_seconds
 
-__all__ = ["TERM_ORDER", "explain", "render_explain"]
+__all__ = ["TERM_ORDER", "explain", "render_explain", "time_sources_text"]
 
 #: the order terms are listed in (queueing only appears in served plans)
 TERM_ORDER: tuple[Term, ...] = (Term.COMPUTE, Term.MEMORY, Term.LAUNCH, Term.TRANSFER,
@@ -111,6 +111,7 @@ def _summary(plan: Plan) -> dict[str, Any]:
         "devices_used": devices,
         "tasks": len(plan.schedule.tasks),
         "crossings": len(plan.crossings),
+        "time_by_source": plan.time_by_source(),
     }
 
 
@@ -423,6 +424,7 @@ def _render_summary(s: Mapping[str, Any]) -> list[str]:
                    f"{_s(req['low_s'])}..{_s(req['high_s'])})")
     out.append(f"  throughput {_rate(s['throughput_rps'])} (one run every "
                f"{_s(s['period_s'])}, bottleneck {s['bottleneck_resource'] or '-'})")
+    out.append("  predicted task time: " + time_sources_text(s["time_by_source"]))
     out.append(f"  lower bound {_s(s['lower_bound_s'])}; memory "
                f"{'fits' if s['memory_feasible'] else 'DOES NOT FIT'}")
     out.append(f"  {_n(s['tasks'], 'task', 'tasks')}, "
@@ -434,6 +436,21 @@ def _render_summary(s: Mapping[str, Any]) -> list[str]:
                    f"({_n(d['ops'], 'op', 'ops')}; {dts}), "
                    f"busy {_s(d['busy_s'])}")
     return out
+
+
+def time_sources_text(by: Mapping[str, float]) -> str:
+    """``Plan.time_by_source`` in words: the measured share first, then what is not.
+
+    >>> time_sources_text({"measured": 3.0, "fitted": 0.0, "roofline": 1.0, "given": 0.0,
+    ...                    "total": 4.0, "measured_share": 0.75})
+    '75.0% measured, 25.0% roofline'
+    """
+    total = by.get("total", 0.0)
+    if total <= 0:
+        return "none"
+    parts = [f"{100 * by[k] / total:.1f}% {k}" for k in ("measured", "fitted", "roofline", "given")
+             if by.get(k, 0.0) > 0 or k == "measured"]
+    return ", ".join(parts)
 
 
 def _term_columns(rows: Sequence[Mapping[str, float]]) -> list[str]:

@@ -589,3 +589,27 @@ class Plan(_Record):
         """Devices holding at least one vertex, in machine order."""
         used = {a["device"] for a in self.placement.values()}
         return [d.name for d in self.machine.devices if d.name in used]
+
+    def time_by_source(self) -> dict[str, float]:
+        """Seconds of the schedule's task time by where its numbers came from:
+        ``measured`` (profiled here or imported from the target's own profiler),
+        ``fitted`` (calibrated fits of other shapes), ``roofline`` and ``given`` (a task
+        graph's times), with ``total`` and the ``measured_share``. A region whose ops
+        come from several sources splits its time by the shares its cost recorded
+        (``share_profiled`` / ``share_calibrated``)."""
+        out = {"measured": 0.0, "fitted": 0.0, "roofline": 0.0, "given": 0.0}
+        name = {Source.PROFILED: "measured", Source.CALIBRATED: "fitted",
+                Source.ROOFLINE: "roofline", Source.GIVEN: "given"}
+        for t in self.schedule.tasks:
+            d = t.duration_s
+            sp, sc = t.assumptions.get("share_profiled"), t.assumptions.get("share_calibrated")
+            if isinstance(sp, float) and isinstance(sc, float):
+                out["measured"] += d * sp
+                out["fitted"] += d * sc
+                out["roofline"] += d * max(0.0, 1.0 - sp - sc)
+            else:
+                out[name[t.source]] += d
+        total = sum(out.values())
+        out["total"] = total
+        out["measured_share"] = out["measured"] / total if total > 0 else 0.0
+        return out

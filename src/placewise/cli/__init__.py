@@ -524,6 +524,7 @@ def plan(
     if mix is not None or bucket_cost:
         raise InputError("--mix and --bucket-cost choose a plan set's buckets: give "
                          "--envelope too", place="--mix" if mix is not None else "--bucket-cost")
+    from placewise.explain import time_sources_text
     from placewise.plan import save_plan
     from placewise.plan_sources import sources_json
     from placewise.planning import plan_model
@@ -590,6 +591,7 @@ def plan(
         "cpsat_bound_s": result.cpsat_bound_s,
         "gap": result.gap,
         "machine": machine.name,
+        "time_by_source": p.time_by_source(),
         "timing": timing,
         "precision": {"policy": record["policy"], "budget": budget.text(),
                       "lowered": record["lowered"], "estimated": record["estimated"],
@@ -604,6 +606,8 @@ def plan(
     out.print(f"  latency {format_seconds(result.makespan_s)}   throughput "
               f"{result.throughput_rps:.4g} req/s   lower bound ({unit}) "
               f"{format_seconds(result.lower_bound_s)}   feasible {result.feasible}")
+    out.print("  predicted task time: " + time_sources_text(summary["time_by_source"]),
+              markup=False)
     out.print(_table("baselines", ["baseline", f"{unit}"], [
         [label, format_seconds(v)] for label, v in result.baselines]))
     lowered = record["lowered"]

@@ -788,12 +788,18 @@ class CalibratedModel:
             Source.CALIBRATED if Source.CALIBRATED in sources else Source.PROFILED)
         total = sum(terms.values())
         worst = max(costs, key=lambda c: c.total_s)
+        notes: list[tuple[str, float | str]] = [
+            ("model", "sum of ops (local backends run a region op by op)"),
+            ("ops", float(len(ops))), ("calibration", self._fp)]
+        if len(sources) > 1 and total > 0:  # which share of the region's time is measured
+            for src, key in ((Source.PROFILED, "share_profiled"),
+                             (Source.CALIBRATED, "share_calibrated")):
+                notes.append((key, sum(c.total_s for c in costs if c.source is src) / total))
         return self._with_dispatch(Cost(
             tuple((k, v) for k, v in terms.items() if v),
             min(sum(c.low_s for c in costs), total),
             max(sum(c.high_s for c in costs), total), worst.bottleneck, source,
-            (("model", "sum of ops (local backends run a region op by op)"),
-             ("ops", float(len(ops))), ("calibration", self._fp)),
+            tuple(sorted(notes)),
             memory_bytes=sum(c.memory_bytes for c in costs),
             buffer_bytes=max(c.buffer_bytes for c in costs)), (device,))
 

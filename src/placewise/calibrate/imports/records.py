@@ -48,7 +48,7 @@ def quantiles(samples: Sequence[float]) -> tuple[float, float, float]:
     if not samples:
         raise ValueError("no samples")
     a = np.asarray(samples, dtype=float)
-    p10, p50, p90 = np.quantile(a, [0.1, 0.5, 0.9])
+    p10, p90 = np.quantile(a, [0.1, 0.9])
     return float(p10), float(statistics.median(samples)), float(p90)
 
 
