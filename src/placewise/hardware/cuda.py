@@ -53,6 +53,10 @@ __all__ = [
 #: what ``hw probe`` says where it finds no GPU (each part replaced by what was seen)
 NO_CUDA = "no CUDA device (torch.cuda unavailable / no CUDAExecutionProvider / no nvidia-smi)"
 
+_P100_WP = ("\"NVIDIA Tesla P100\" whitepaper WP-08019-001 (2016), Table 1 (56 SMs at 1480 MHz: "
+            "10.6 TFLOPS FP32, 5.3 FP64, 21.2 FP16): 64 FP32 and 32 FP64 cores per SM, FP16 at "
+            "twice the FP32 rate, "
+            "https://images.nvidia.com/content/pdf/tesla/whitepaper/pascal-architecture-whitepaper.pdf")
 _V100_WP = ("\"NVIDIA Tesla V100 GPU Architecture\" whitepaper WP-08608-001 (2017), Table 1 "
             "(80 SMs at 1530 MHz: 15.7 TFLOPS FP32, 7.8 FP64, 125 Tensor): 64 FP32 and 32 "
             "FP64 cores and 8 tensor cores of 64 FP16 FMA/clock per SM, "
@@ -103,6 +107,7 @@ def _arch(name: str, memory: str, source: str, **rates: float) -> Architecture:
 #: compute capability -> architecture. fp32 is the CUDA-core rate (2 x FP32 cores: one FMA
 #: each); fp16/bf16/int8/fp8 the dense tensor-core rates; fp64 the FP64 (tensor) rate.
 ARCHITECTURES: dict[tuple[int, int], Architecture] = {
+    (6, 0): _arch("Pascal GP100", "hbm", _P100_WP, fp64=64, fp32=128, fp16=256),
     (7, 0): _arch("Volta", "hbm", _V100_WP, fp64=64, fp32=128, fp16=1024),
     (7, 5): _arch("Turing", "gddr", _TURING_WP, fp64=4, fp32=128, fp16=1024, int8=2048),
     (8, 0): _arch("Ampere GA100", "hbm", _A100_WP, fp64=128, fp32=128, fp16=2048,

@@ -1,0 +1,229 @@
+"""CUDA devices in ``hw probe``: spec building from recorded detection records (values from
+published ``nvidia-smi`` / ``deviceQuery`` output, cited beside each), the no-GPU path on a
+machine without one, and ``validate`` / ``serve --real`` refusing a plan on a probed GPU
+(plannable and exportable only: no CUDA backend in this build). No timing assertions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from placewise.hardware.cuda import (
+    ARCHITECTURES,
+    NO_CUDA,
+    found_from_raw,
+    gpu_spec,
+    parse_nvidia_smi,
+)
+from placewise.hardware.cuda_measure import detect_raw, measured_from_raw
+from placewise.hardware.probe import host_fingerprint, save_local
+from placewise.hardware.spec import Machine
+from placewise.hardware.stats import PROBE_SOURCE_PREFIX
+from placewise.plan import load_plan
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# NVIDIA A100-SXM4-40GB as the CUDA driver reports it (deviceQuery prints these attributes):
+# name, compute capability 8.0, 42298834944 bytes and 108 multiprocessors from the deviceQuery
+# output posted in https://github.com/bottlerocket-os/bottlerocket/pull/3873 ("Device 2:
+# NVIDIA A100-SXM4-40GB"); GPU max clock 1410 MHz, memory clock 1215 MHz and a 5120-bit bus
+# from the A100 deviceQuery output posted in https://github.com/samridh-dev/votess/issues/10.
+# Clocks in kHz, as CU_DEVICE_ATTRIBUTE_CLOCK_RATE / MEMORY_CLOCK_RATE give them.
+A100_DRIVER = {"name": "NVIDIA A100-SXM4-40GB", "major": 8, "minor": 0,
+               "total_memory": 42298834944, "multi_processor_count": 108,
+               "clock_rate": 1410000, "memory_clock_rate": 1215000, "memory_bus_width": 5120,
+               "is_integrated": False}
+
+# NVIDIA H200 (SXM): memory.total 143771 MiB from the nvidia-smi table posted in
+# https://github.com/NVIDIA/cuda-samples/issues/311; maximum clocks 1980 MHz (graphics/SM)
+# and 3201 MHz (memory) from `nvidia-smi -q -d CLOCK` on a P5e instance posted in
+# https://github.com/awslabs/amazon-eks-ami/pull/1985. The header is nvidia-smi's own
+# (`--format=csv` prints the field names with their units).
+H200_SMI = ("name, memory.total [MiB], clocks.max.sm [MHz], clocks.max.memory [MHz]\n"
+            "NVIDIA H200, 143771 MiB, 1980 MHz, 3201 MHz\n")
+# torch.cuda.get_device_properties of the same GPU: compute capability 9.0 and 132 SMs, the
+# GH100 configuration of the H100 SXM5 ("NVIDIA H100 Tensor Core GPU Architecture"
+# whitepaper, Table 2) that the H200 keeps (NVIDIA's H200 datasheet quotes the H100 SXM's
+# dense tensor peaks, 989 TFLOPS BF16, for it).
+H200_TORCH = {"name": "NVIDIA H200", "major": 9, "minor": 0,
+              "total_memory": 143771 * 2**20, "multi_processor_count": 132}
+
+
+def a100_found() -> Any:
+    """An ORT-only machine (onnxruntime-gpu, CPU torch, no nvidia-smi): the driver's view."""
+    return found_from_raw({
+        "torch": {"version": "2.5.1+cpu", "available": False, "devices": []},
+        "driver": {"devices": [A100_DRIVER]},
+        "onnxruntime": {"version": "1.20.1",
+                        "providers": ["CUDAExecutionProvider", "CPUExecutionProvider"]},
+        "nvidia_smi": {"text": None, "error": None}, "host_machine": "x86_64"})
+
+
+def test_nvidia_smi_rows_parse_with_units() -> None:
+    rows = parse_nvidia_smi(H200_SMI)
+    assert rows == [{"name": "NVIDIA H200", "total_memory_bytes": 143771 * 2**20,
+                     "sm_clock_hz": 1980e6, "memory_clock_hz": 3201e6}]
+    # nounits / N/A cells / a compute_cap column
+    rows = parse_nvidia_smi("index, name, memory.total [MiB], compute_cap, pcie.link.gen.max\n"
+                            "0, NVIDIA H200, 143771, 9.0, [N/A]\n")
+    assert rows[0]["compute_capability"] == (9, 0) and rows[0]["pcie_gen"] is None
+    assert parse_nvidia_smi("") == [] and parse_nvidia_smi("No devices were found\n") == []
+
+
+def test_a100_from_driver_attributes_matches_nvidia_published_peaks() -> None:
+    found = a100_found()
+    assert found.measure_with == "onnxruntime"
+    assert "CUDAExecutionProvider" in found.report and "gpu0 NVIDIA A100" in found.report
+    spec = gpu_spec(found, {}, date="2026-12-03", hosts=["cpu0", "cpu1"])
+    (dev,) = spec.devices
+    peaks = dev["peak_flops_per_s"]
+    # derived (SMs x clock x per-SM rate) against the A100 whitepaper's Table 1: 312 TFLOPS
+    # FP16/BF16 tensor, 19.5 FP32, 624 TOPS INT8, 19.5 FP64 tensor (dense)
+    for dtype, published in (("fp16", 312e12), ("bf16", 312e12), ("fp32", 19.5e12),
+                             ("int8", 624e12), ("fp64", 19.5e12)):
+        assert peaks[dtype] == pytest.approx(published, rel=0.005), dtype
+    (tier,) = dev["memory"]
+    assert tier["name"] == "hbm" and tier["capacity_bytes"] == 42298834944
+    # 2 x 1215 MHz x 5120 bit / 8 = 1555 GB/s, the whitepaper's HBM2 bandwidth
+    assert tier["bandwidth_bytes_per_s"] == pytest.approx(1555e9, rel=0.001)
+    assert "computed, not measured" in tier["source"]
+    assert dev["kind"] == "gpu" and dev["backend"] == "cuda" and dev["compute_units"] == 108
+    assert "cores" not in dev and "estimate, not measured" in dev["launch_source"]
+    assert "A100 Tensor Core GPU Architecture" in dev["peak_source"]
+    assert [lk["endpoints"] for lk in spec.links] == [["cpu0", "gpu0"], ["cpu1", "gpu0"]]
+    assert {lk["resource"] for lk in spec.links} == {"pcie-gpu0"}  # one physical link
+
+
+def test_h200_from_nvidia_smi_alone_is_reported_not_guessed() -> None:
+    found = found_from_raw({"nvidia_smi": {"text": H200_SMI, "error": None},
+                            "torch": {"version": "2.5.1+cpu", "available": False}})
+    assert [g.name for g in found.gpus] == ["NVIDIA H200"] and found.measure_with is None
+    spec = gpu_spec(found, {}, date="2026-12-03", hosts=["cpu0"])
+    assert spec.devices == [] and spec.links == []
+    (note,) = spec.notes
+    assert "left out" in note and "SM count" in note and "compute capability" in note
+
+
+def test_h200_torch_and_nvidia_smi_with_measurements() -> None:
+    found = found_from_raw({
+        "torch": {"version": "2.5.1+cu124", "available": True, "devices": [H200_TORCH]},
+        "nvidia_smi": {"text": H200_SMI, "error": None}, "host_machine": "x86_64"})
+    (g,) = found.gpus
+    assert g.sm_clock_hz == 1980e6 and g.memory_clock_hz == 3201e6  # filled by nvidia-smi
+    assert g.sources == ("torch.cuda (torch 2.5.1+cu124)", "nvidia-smi")
+    assert found.measure_with == "torch"
+    # the samples' shape is what cuda_measure records; the figures are stand-ins (this
+    # checks that measured figures, not derived ones, reach the spec with their provenance)
+    raw = {"api": "torch 2.5.1+cu124 (CUDA 12.4)",
+           "device_copy": {"nbytes": 2**30, "samples": [0.5e-3, 0.51e-3, 0.52e-3],
+                           "method": "copy"},
+           "launch": {"samples": [6e-6, 7e-6, 8e-6], "method": "add_"},
+           "copies": {k: [[4, [1e-5] * 3], [2**24, [1e-5 + 2**24 / bw] * 3]]
+                      for k, bw in (("h2d_pinned", 50e9), ("d2h_pinned", 40e9),
+                                    ("h2d_pageable", 20e9), ("d2h_pageable", 15e9))}}
+    spec = gpu_spec(found, {0: measured_from_raw(raw)}, date="2026-12-03", hosts=["cpu0"])
+    (dev,) = spec.devices
+    # Hopper: 132 SMs x 1980 MHz x 4096 dense FP16 FLOP/clock/SM; the datasheet's 989.5 TF is
+    # at a lower (sustained) clock: the derived peak is the upper bound, within 10%
+    assert dev["peak_flops_per_s"]["bf16"] == pytest.approx(132 * 1980e6 * 4096)
+    assert 989.5e12 < dev["peak_flops_per_s"]["bf16"] < 1.1 * 989.5e12
+    (tier,) = dev["memory"]
+    assert tier["bandwidth_bytes_per_s"] == pytest.approx(2 * 2**30 / 0.51e-3)
+    assert tier["capacity_bytes"] == 143771 * 2**20
+    assert PROBE_SOURCE_PREFIX in tier["source"] and "2026-12-03" in tier["source"]
+    assert dev["launch_overhead_s"] == pytest.approx(7e-6)
+    assert PROBE_SOURCE_PREFIX in dev["launch_source"]
+    (link,) = spec.links
+    assert link["bandwidth_bytes_per_s"] == pytest.approx(40e9, rel=1e-6)  # slower direction
+    assert link["latency_s"] == pytest.approx(1e-5)
+    assert "pinned" in link["source"] and "pageable copies" in link["source"]
+
+
+def test_unknown_architecture_and_failed_measurement_are_left_out() -> None:
+    blackwell = dict(A100_DRIVER, name="NVIDIA B200", major=10, minor=0)
+    assert (10, 0) not in ARCHITECTURES
+    found = found_from_raw({"driver": {"devices": [blackwell, A100_DRIVER]}})
+    spec = gpu_spec(found, {}, date="d", hosts=["cpu0"], left_out={1: "it hung"})
+    assert spec.devices == []
+    assert "compute capability 10.0 has no entry" in spec.notes[0]
+    assert "it hung" in spec.notes[1]
+
+
+def test_grace_hopper_host_link_is_nvlink_c2c() -> None:
+    gh = dict(H200_TORCH, name="NVIDIA GH200 480GB")
+    found = found_from_raw({"torch": {"version": "2.5", "available": True, "devices": [gh]},
+                            "nvidia_smi": {"text": H200_SMI.replace("H200", "GH200 480GB")},
+                            "host_machine": "aarch64"})
+    raw = {"api": "t", "device_copy": {"nbytes": 2**30, "samples": [1e-3], "method": "c"},
+           "launch": {"samples": [5e-6], "method": "a"},
+           "copies": {k: [[4, [1e-5]], [2**24, [1e-4]]] for k in ("h2d_pinned", "d2h_pinned")}}
+    spec = gpu_spec(found, {0: measured_from_raw(raw)}, date="d", hosts=["cpu0"])
+    assert spec.links[0]["resource"] == "nvlink-c2c-gpu0"
+
+
+def test_no_gpu_here_says_so_and_the_spec_is_the_cpus() -> None:
+    raw = detect_raw()
+    found = found_from_raw(raw)
+    if found.gpus:  # pragma: no cover - a machine with a GPU
+        pytest.skip(f"this machine has a GPU: {found.report}")
+    assert found.report.startswith("no CUDA device (")
+    if raw["torch"].get("version") and not raw["onnxruntime"].get("providers", []).count(
+            "CUDAExecutionProvider") and raw["nvidia_smi"]["text"] is None \
+            and raw["nvidia_smi"]["error"] is None:
+        assert found.report == NO_CUDA
+    spec = gpu_spec(found, {}, date="d", hosts=["cpu0"])
+    assert spec.devices == spec.links == spec.notes == []
+
+
+def _cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "placewise.cli", *args], capture_output=True,
+                          text=True, env=env, cwd=cwd, timeout=600, check=False)
+
+
+@pytest.fixture(scope="module")
+def gpu_local(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], Path]:
+    """A ``--hw local`` cache holding this machine's CPU devices (hand-written figures, as
+    the runtime tests use) plus the A100 a probe on an A100 host would add: what ``load_local``
+    returns on such a host."""
+    from tests.runtime.helpers import local_machine
+
+    base = local_machine().model_dump(mode="json")
+    spec = gpu_spec(a100_found(), {}, date="2026-12-03",
+                    hosts=[d["name"] for d in base["devices"]])
+    base.update(name="local", tags={"fingerprint": host_fingerprint()},
+                devices=base["devices"] + spec.devices, links=base["links"] + spec.links)
+    machine = Machine.model_validate(base)
+    cache = tmp_path_factory.mktemp("xdg")
+    save_local(machine, cache / "placewise")
+    env = dict(os.environ, XDG_CACHE_HOME=str(cache),
+               PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
+    return env, tmp_path_factory.mktemp("work")
+
+
+def test_a_probed_gpu_is_plannable_exportable_and_refused_by_validate_and_serve(
+        gpu_local: tuple[dict[str, str], Path]) -> None:
+    env, work = gpu_local
+    model = "zoo:mlp?layers=2&hidden=32&in_features=16&out_features=8"
+    r = _cli(["plan", model, "--hw", "local", "--strategy", "single:gpu0", "--out",
+              "plan.json", "--json"], env, work)
+    assert r.returncode == 0, r.stderr
+    assert load_plan(work / "plan.json").devices_used() == ["gpu0"]
+    r = _cli(["export", "plan.json", "--out", "exported", "--json"], env, work)
+    assert r.returncode == 0, r.stderr
+    providers = {p["provider"] for p in json.loads(r.stdout)["partitions"]}
+    assert providers == {"CUDAExecutionProvider"}
+    for args in (["validate", "plan.json", "--requests", "3"],
+                 ["serve", "plan.json", "--real", "--rate", "10", "--requests", "5"]):
+        r = _cli(args, env, work)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+        assert "gpu0" in lines[0] and "no CUDA backend in this build" in lines[0], lines[0]
+        assert "plan.json" in lines[0]
