@@ -227,3 +227,74 @@ def test_a_probed_gpu_is_plannable_exportable_and_refused_by_validate_and_serve(
         assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
         assert "gpu0" in lines[0] and "no CUDA backend in this build" in lines[0], lines[0]
         assert "plan.json" in lines[0]
+
+
+# --------------------------------------------------------------------------- gpu_check.py
+
+def _gpu_check() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "benchmarks" /
+                                                  "gpu_check.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_gpu_check_exits_cleanly_without_a_gpu(tmp_path: Path) -> None:
+    if found_from_raw(detect_raw()).gpus:  # pragma: no cover - a machine with a GPU
+        pytest.skip("this machine has a GPU: gpu_check would run in full")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--out",
+                        str(tmp_path / "out")], capture_output=True, text=True, env=env,
+                       timeout=300, check=False)
+    assert r.returncode == 0, r.stderr
+    assert "no CUDA device (" in r.stdout and "nothing to check" in r.stdout
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["status"] == "no CUDA device"
+    assert summary["cuda"].startswith("no CUDA device (")
+    assert set(summary["steps"]) == {"detect"}  # nothing after detection ran
+    assert (tmp_path / "out" / "detect.json").is_file()
+
+
+def test_gpu_check_pieces_that_need_no_gpu(gpu_local: tuple[dict[str, str], Path],
+                                           tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    gc = _gpu_check()
+    env, _ = gpu_local
+    for key in ("XDG_CACHE_HOME", "PYTHONPATH"):
+        monkeypatch.setenv(key, env[key])
+    model = tmp_path / "model.onnx"
+    assert gc._export_model("zoo:mlp?layers=2&hidden=32&in_features=16&out_features=8&batch=2",
+                            model)["bytes"] > 0
+    # plain onnxruntime profiling, as on the GPU but on the CPU provider
+    prof = gc.profile_onnx(model, tmp_path, "CPUExecutionProvider", runs=5, warmup=1)
+    events = json.loads((tmp_path / prof["profile"]).read_text())
+    nodes = [e for e in events if e.get("cat") == "Node"]
+    assert nodes and {e["args"]["provider"] for e in nodes} == {"CPUExecutionProvider"}
+    assert prof["runs"] == 5 and prof["wall_min_s"] <= prof["wall_median_s"]
+    # a CPU plan on the (GPU-holding) local machine, exported and chained by plain onnxruntime
+    r = gc.cli(["plan", "model.onnx", "--hw", "local", "--strategy", "single:cpu0", "--out",
+                "plan_cpu.json", "--json"], timeout_s=300, cwd=tmp_path)
+    assert r["rc"] == 0 and r["json"]["devices_used"] == ["cpu0"], r
+    r = gc.cli(["export", "plan_cpu.json", "--out", "export_cpu", "--json"], timeout_s=300,
+               cwd=tmp_path)
+    assert r["rc"] == 0, r
+    chained = gc.chain_export(tmp_path / "export_cpu", model, runs=3, warmup=1)
+    assert chained["providers"] == ["CPUExecutionProvider"]
+    assert all(err < 1e-5 for err in chained["rel_l2"].values()), chained
+    # a refused command comes back as its one line
+    r = gc.cli(["validate", "missing.json"], timeout_s=120, cwd=tmp_path)
+    assert r["rc"] == 2 and "missing.json" in r["stderr_last"]
+    # steps: a failure is recorded and the run goes on; past the budget nothing starts
+    steps = gc.Steps(budget_s=1e9)
+    assert steps("fine", lambda: {"x": 1}) == {"x": 1}
+    assert steps("broken", lambda: 1 / 0) is None
+    assert steps.record["broken"]["status"] == "failed"
+    assert "ZeroDivisionError" in steps.record["broken"]["result"]["error"]
+    late = gc.Steps(budget_s=-1.0)
+    assert late("never", lambda: pytest.fail("ran past the budget")) is None
+    assert late.record["never"]["status"] == "skipped"
+    path = gc.write_summary(tmp_path, {"steps": steps.record})
+    assert json.loads(path.read_text())["steps"]["fine"]["status"] == "ok"
