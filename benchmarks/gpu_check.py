@@ -44,6 +44,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +95,7 @@ def feeds_for(session: Any, seed: int = 0) -> dict[str, Any]:
     types = {"tensor(float)": np.float32, "tensor(float16)": np.float16,
              "tensor(double)": np.float64, "tensor(int64)": np.int64,
              "tensor(int32)": np.int32, "tensor(bool)": np.bool_}
-    feeds = {}
+    feeds: dict[str, Any] = {}
     for i in session.get_inputs():
         shape = [d if isinstance(d, int) else 1 for d in i.shape]
         dtype = types.get(i.type, np.float32)
@@ -171,9 +172,8 @@ def chain_export(folder: Path, whole: Path, *, runs: int, warmup: int = 3) -> di
         wall.append(time.perf_counter() - t0)
     expected = dict(zip([o.name for o in ref.get_outputs()], ref.run(None, feeds),
                         strict=True))
-    errors = {k: float(np.linalg.norm(v - expected[k]) / max(np.linalg.norm(expected[k]),
-                                                              1e-30))
-              for k, v in got.items()}
+    errors = {k: float(np.linalg.norm(v - expected[k])) /
+              max(float(np.linalg.norm(expected[k])), 1e-30) for k, v in got.items()}
     return {"partitions": [(p["name"], p["device"]) for p, _ in sessions],
             "providers": sorted({s.get_providers()[0] for _, s in sessions}),
             "runs": runs, "measured_median_s": statistics.median(wall),
@@ -223,8 +223,7 @@ def _plans(steps: Steps, out: Path, cal: str | None, time_limit_s: float) -> dic
                 "--time-limit", f"{time_limit_s:g}", "--out", f"plan_{label}.json", "--json"]
         if cal:
             args += ["--calibration", cal]
-        r = steps(f"plan_{label}", lambda a=args: cli(a, timeout_s=time_limit_s + 240,
-                                                      cwd=out))
+        r = steps(f"plan_{label}", partial(cli, args, timeout_s=time_limit_s + 240, cwd=out))
         if r and r.get("rc") == 0:
             plans[label] = r["json"]
     return plans
@@ -233,19 +232,19 @@ def _plans(steps: Steps, out: Path, cal: str | None, time_limit_s: float) -> dic
 def _validate(steps: Steps, out: Path, plans: dict[str, Any], profile: str | None,
               measured_ok: bool, runs: int) -> None:
     for label, plan in plans.items():
-        steps(f"validate_{label}", lambda lb=label: cli(
-            ["validate", f"plan_{lb}.json", "--requests", "20", "--json"], timeout_s=300,
-            cwd=out))
-        if measured_ok and profile:
-            steps(f"validate_measured_{label}", lambda lb=label: cli(
-                ["validate", f"plan_{lb}.json", "--measured", profile, "--json"],
-                timeout_s=300, cwd=out))
-        exported = steps(f"export_{label}", lambda lb=label: cli(
-            ["export", f"plan_{lb}.json", "--out", f"export_{lb}", "--force", "--json"],
+        steps(f"validate_{label}", partial(
+            cli, ["validate", f"plan_{label}.json", "--requests", "20", "--json"],
             timeout_s=300, cwd=out))
+        if measured_ok and profile:
+            steps(f"validate_measured_{label}", partial(
+                cli, ["validate", f"plan_{label}.json", "--measured", profile, "--json"],
+                timeout_s=300, cwd=out))
+        exported = steps(f"export_{label}", partial(
+            cli, ["export", f"plan_{label}.json", "--out", f"export_{label}", "--force",
+                  "--json"], timeout_s=300, cwd=out))
         if exported and exported.get("rc") == 0:
-            chained = steps(f"chain_{label}", lambda lb=label: chain_export(
-                out / f"export_{lb}", out / "model.onnx", runs=runs))
+            chained = steps(f"chain_{label}", partial(
+                chain_export, out / f"export_{label}", out / "model.onnx", runs=runs))
             if chained:
                 predicted = float(plan.get("latency_s") or 0.0)
                 chained["predicted_s"] = predicted
@@ -260,7 +259,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=50, help="timed runs per measurement")
     ap.add_argument("--time-limit", type=float, default=20.0, help="per plan search (s)")
     ap.add_argument("--budget-s", type=float, default=500.0, help="start no step after")
-    ap.add_argument("--quick-probe", action="store_true", help="hw probe --quick")
     a = ap.parse_args(argv)
     out: Path = a.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -279,9 +277,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_summary(out, summary)
         print(f"gpu_check: {found.report}: nothing to check (summary: {out / 'summary.json'})")
         return 0
-    probe = steps("probe", lambda: cli(["hw", "probe", "--out", "machine.yaml", "--json"]
-                                       + (["--quick"] if a.quick_probe else []),
-                                       timeout_s=400, cwd=out))
+    probe = steps("probe", partial(cli, ["hw", "probe", "--out", "machine.yaml", "--json"],
+                                   timeout_s=400, cwd=out))
     if probe and probe.get("rc") == 0:
         (out / "probe.json").write_text(json.dumps(probe["json"], indent=2) + "\n")
         summary["probe"] = {"cuda": probe["json"].get("cuda"),
