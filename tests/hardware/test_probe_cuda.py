@@ -298,3 +298,24 @@ def test_gpu_check_pieces_that_need_no_gpu(gpu_local: tuple[dict[str, str], Path
     assert late.record["never"]["status"] == "skipped"
     path = gc.write_summary(tmp_path, {"steps": steps.record})
     assert json.loads(path.read_text())["steps"]["fine"]["status"] == "ok"
+
+
+def test_the_runnable_part_leaves_the_gpu_out_and_profile_says_why(
+        gpu_local: tuple[dict[str, str], Path]) -> None:
+    from placewise.calibrate.profile import local_devices
+    from placewise.errors import InputError
+    from placewise.hardware.probe import load_local
+    from placewise.runtime.backends import backend_gap, runnable_part
+
+    env, _ = gpu_local
+    cache = Path(env["XDG_CACHE_HOME"]) / "placewise"
+    m = load_local(cache)
+    assert "gpu0" in m.device_names and backend_gap(m.device("cpu0")) is None
+    part, gaps = runnable_part(m)
+    assert "gpu0" not in part.device_names
+    assert part.device_names == [n for n in m.device_names if n != "gpu0"]
+    assert all("gpu0" not in ln.endpoints for ln in part.links)
+    assert len(gaps) == 1 and "no CUDA backend in this build" in gaps[0]
+    assert [d.name for d in local_devices(m)] == part.device_names  # profile skips it
+    with pytest.raises(InputError, match=r"'gpu0'.*no CUDA backend in this build"):
+        local_devices(m, ["gpu0"])

@@ -875,6 +875,11 @@ def demo(
     out.print("$ placewise hw show local")
     local = resolve_machine("local")
     _render_machine(local)
+    from placewise.runtime.backends import runnable_part
+
+    local, gaps = runnable_part(local)  # the rest of the story runs what it plans
+    for gap in gaps:
+        out.print(f"left out of the plans below: {gap}")
 
     out.rule(f"3. plan for a machine that is not here: {preset} (analytic roofline costs)")
     out.print(f"$ placewise plan {model} --hw {preset} --out {folder / 'plan-preset.json'}")
