@@ -319,3 +319,32 @@ def test_the_runnable_part_leaves_the_gpu_out_and_profile_says_why(
     assert [d.name for d in local_devices(m)] == part.device_names  # profile skips it
     with pytest.raises(InputError, match=r"'gpu0'.*no CUDA backend in this build"):
         local_devices(m, ["gpu0"])
+
+
+@pytest.mark.parametrize("api", ["torch", "onnxruntime"])
+def test_a_gpu_whose_measurement_fails_is_left_out_naming_why(api: str) -> None:
+    """The probe's GPU worker runs ``cuda_measure`` for real; on this machine (no GPU) it
+    fails, and the probe keeps the reason instead of crashing or guessing figures."""
+    import multiprocessing as mp
+
+    import placewise.hardware.probe as probe_mod
+
+    if found_from_raw(detect_raw()).gpus:  # pragma: no cover - a machine with a GPU
+        pytest.skip("this machine has a GPU: its measurement would succeed")
+    found = found_from_raw({
+        "torch": {"version": "x", "available": api == "torch", "devices": [H200_TORCH]},
+        "driver": {"devices": [H200_TORCH]},
+        "onnxruntime": {"version": "x", "providers": ["CUDAExecutionProvider"]},
+        "nvidia_smi": {"text": H200_SMI}})
+    assert found.measure_with == api
+    workers: list[Any] = []
+    core = probe_mod._usable_cores()[0]
+    try:
+        measured, failed = probe_mod._measure_gpus(mp.get_context("spawn"), found, core,
+                                                   True, workers, lambda _m, _f: None)
+    finally:
+        probe_mod._stop(workers)
+    assert measured == {} and list(failed) == [0]
+    assert failed[0].startswith("its measurement failed: hw probe: gpu0 failed on worker gpu")
+    spec = gpu_spec(found, measured, date="d", hosts=["cpu0"], left_out=failed)
+    assert spec.devices == [] and "its measurement failed" in spec.notes[0]
