@@ -26,6 +26,10 @@ onnxruntime-gpu). On a machine without a GPU it exits 0 at once, saying "no CUDA
    plain onnxruntime on the providers the manifest names, ``--runs`` timed runs: measured
    end-to-end latency beside the plan's prediction, outputs against the whole model on CPU.
 
+``--rehearse`` runs the same steps without a GPU (CPU execution provider, device ``cpu1``
+in place of ``gpu0``), to check the pipeline itself on any machine; point
+``XDG_CACHE_HOME`` elsewhere first, since the probe step rewrites the ``--hw local`` cache.
+
 ``summary.json`` holds every step's status, seconds and figures. Each step has a time
 limit; the whole run stops starting steps after ``--budget-s`` (default 500 s: it fits a
 9-minute slot on one GPU with 16 cores).
@@ -207,6 +211,26 @@ class Steps:
         return result if status == "ok" else None
 
 
+def digest(plan: dict[str, Any], record: dict[str, Any], label: str) -> dict[str, Any]:
+    """One plan's figures side by side: predicted latency; what ``validate`` said (measured
+    p50 and its error, or the one line refusing it); the chained export's measured median
+    and the prediction's error against it."""
+    out: dict[str, Any] = {"devices_used": plan.get("devices_used"),
+                           "predicted_latency_s": plan.get("latency_s")}
+    val = (record.get(f"validate_{label}") or {}).get("result") or {}
+    if val.get("rc") == 0 and "json" in val:
+        out["validate"] = {"measured_p50_s": val["json"]["measured"]["latency"]["p50_s"],
+                           "latency_error": val["json"]["error"]["latency"]}
+    elif val:
+        out["validate"] = {"rc": val.get("rc"), "said": val.get("stderr_last") or
+                           val.get("error")}
+    chain = (record.get(f"chain_{label}") or {}).get("result") or {}
+    if "measured_median_s" in chain:
+        out["chain"] = {k: chain.get(k) for k in ("measured_median_s", "error", "providers",
+                                                   "rel_l2")}
+    return out
+
+
 def write_summary(out: Path, summary: dict[str, Any]) -> Path:
     path = out / "summary.json"
     path.write_text(json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n")
@@ -216,9 +240,10 @@ def write_summary(out: Path, summary: dict[str, Any]) -> Path:
 # --------------------------------------------------------------------------- the run
 
 
-def _plans(steps: Steps, out: Path, cal: str | None, time_limit_s: float) -> dict[str, Any]:
+def _plans(steps: Steps, out: Path, cal: str | None, time_limit_s: float, device: str
+           ) -> dict[str, Any]:
     plans: dict[str, Any] = {}
-    for label, strategy in (("auto", "auto"), ("gpu", "single:gpu0")):
+    for label, strategy in (("auto", "auto"), ("gpu", f"single:{device}")):
         args = ["plan", "model.onnx", "--hw", "local", "--strategy", strategy,
                 "--time-limit", f"{time_limit_s:g}", "--out", f"plan_{label}.json", "--json"]
         if cal:
@@ -259,6 +284,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=50, help="timed runs per measurement")
     ap.add_argument("--time-limit", type=float, default=20.0, help="per plan search (s)")
     ap.add_argument("--budget-s", type=float, default=500.0, help="start no step after")
+    ap.add_argument("--rehearse", action="store_true",
+                    help="no GPU needed: CPU provider and device cpu1 in place of gpu0")
     a = ap.parse_args(argv)
     out: Path = a.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -272,7 +299,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     (out / "detect.json").write_text(json.dumps(raw, indent=2, default=str) + "\n")
     found = found_from_raw(raw or {})
     summary["cuda"] = found.report
-    if not found.gpus:
+    provider, device = ("CPUExecutionProvider", "cpu1") if a.rehearse else \
+        ("CUDAExecutionProvider", "gpu0")
+    summary["rehearsal"] = bool(a.rehearse)
+    if not found.gpus and not a.rehearse:
         summary["status"] = "no CUDA device"
         write_summary(out, summary)
         print(f"gpu_check: {found.report}: nothing to check (summary: {out / 'summary.json'})")
@@ -285,26 +315,29 @@ def main(argv: Sequence[str] | None = None) -> int:
                             "gpu_notes": probe["json"].get("gpu_notes"),
                             "devices": [d["name"] for d in probe["json"]["devices"]]}
     steps("model", lambda: _export_model(a.model, out / "model.onnx"))
-    prof = steps("profile", lambda: profile_onnx(out / "model.onnx", out,
-                                                 "CUDAExecutionProvider", runs=a.runs))
+    prof = steps("profile", partial(profile_onnx, out / "model.onnx", out, provider,
+                                    runs=a.runs))
     profile = prof["profile"] if prof else None
     cal = None
     if profile and has_command(["calibrate", "import"], cwd=out):
         imp = steps("import", lambda: cli(
             ["calibrate", "import", profile, "--model", "model.onnx", "--hw", "local",
-             "--device", "gpu0", "--out", "calibration_gpu.json", "--json"], timeout_s=300,
-            cwd=out))
+             "--device", device, "--out", "calibration_gpu.json", "--json"],
+            timeout_s=300, cwd=out))
         cal = "calibration_gpu.json" if imp and imp.get("rc") == 0 else None
     else:
         steps.record["import"] = {"status": "skipped",
                                   "why": "no profile" if not profile else
                                   "this build has no `placewise calibrate import`"}
-    plans = _plans(steps, out, cal, a.time_limit)
-    _validate(steps, out, plans, profile,
-              bool(profile) and has_command(["validate"], "--measured", cwd=out), a.runs)
+    plans = _plans(steps, out, cal, a.time_limit, device)
+    measured_ok = bool(profile) and has_command(["validate"], "--measured", cwd=out)
+    if not measured_ok:
+        steps.record["validate_measured"] = {
+            "status": "skipped", "why": "no profile" if not profile else
+            "this build's validate has no --measured"}
+    _validate(steps, out, plans, profile, measured_ok, a.runs)
     summary["status"] = "ran"
-    summary["plans"] = {k: {"devices_used": v.get("devices_used"),
-                            "predicted_latency_s": v.get("latency_s")} for k, v in plans.items()}
+    summary["plans"] = {k: digest(v, steps.record, k) for k, v in plans.items()}
     path = write_summary(out, summary)
     print(f"gpu_check: done: {path}")
     return 0

@@ -298,6 +298,17 @@ def test_gpu_check_pieces_that_need_no_gpu(gpu_local: tuple[dict[str, str], Path
     assert late.record["never"]["status"] == "skipped"
     path = gc.write_summary(tmp_path, {"steps": steps.record})
     assert json.loads(path.read_text())["steps"]["fine"]["status"] == "ok"
+    # the digest of a plan on the GPU: predicted, and validate's one-line refusal
+    plan = steps("plan_gpu", lambda: gc.cli(
+        ["plan", "model.onnx", "--hw", "local", "--strategy", "single:gpu0", "--out",
+         "plan_gpu.json", "--json"], timeout_s=300, cwd=tmp_path))
+    steps("validate_gpu", lambda: gc.cli(["validate", "plan_gpu.json", "--json"],
+                                         timeout_s=300, cwd=tmp_path))
+    steps.record["chain_gpu"] = {"status": "ok", "result": chained}  # shape check only
+    d = gc.digest(plan["json"], steps.record, "gpu")
+    assert d["devices_used"] == ["gpu0"] and d["predicted_latency_s"] > 0
+    assert d["validate"]["rc"] == 2 and "no CUDA backend" in d["validate"]["said"]
+    assert d["chain"]["measured_median_s"] == chained["measured_median_s"]
 
 
 def test_the_runnable_part_leaves_the_gpu_out_and_profile_says_why(
