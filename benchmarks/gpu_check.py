@@ -117,6 +117,7 @@ def profile_onnx(model: Path, out_dir: Path, provider: str, *, runs: int, warmup
     wall-clock seconds of each timed run."""
     import onnxruntime as ort
 
+    _require(ort, provider)
     so = ort.SessionOptions()
     so.enable_profiling = True
     so.profile_file_prefix = str(out_dir / "ort_profile")
@@ -141,6 +142,15 @@ def profile_onnx(model: Path, out_dir: Path, provider: str, *, runs: int, warmup
             "wall_max_s": max(wall), "events": len(json.loads(final.read_text()))}
 
 
+def _require(ort: Any, provider: str) -> None:
+    """onnxruntime falls back to the CPU, with a mere warning, when asked for a provider it
+    does not have: a measurement on the wrong device. Refuse instead."""
+    have = ort.get_available_providers()
+    if provider not in have:
+        raise RuntimeError(f"onnxruntime {ort.__version__} here has no {provider} (it has "
+                           f"{', '.join(have)}): pip install onnxruntime-gpu")
+
+
 def chain_export(folder: Path, whole: Path, *, runs: int, warmup: int = 3) -> dict[str, Any]:
     """Chain an export's partitions with plain onnxruntime on the providers its manifest
     names (README, "Running an export with plain onnxruntime"): the median end-to-end
@@ -154,6 +164,7 @@ def chain_export(folder: Path, whole: Path, *, runs: int, warmup: int = 3) -> di
         prov = part["provider"]
         name, options = (prov["name"], prov.get("options", {})) if isinstance(prov, dict) \
             else (prov, part.get("provider_options", {}))
+        _require(ort, name)
         sessions.append((part, ort.InferenceSession(str(folder / part["file"]),
                                                     providers=[(name, options)])))
     ref = ort.InferenceSession(str(whole), providers=["CPUExecutionProvider"])

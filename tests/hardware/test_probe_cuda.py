@@ -309,6 +309,13 @@ def test_gpu_check_pieces_that_need_no_gpu(gpu_local: tuple[dict[str, str], Path
     assert d["devices_used"] == ["gpu0"] and d["predicted_latency_s"] > 0
     assert d["validate"]["rc"] == 2 and "no CUDA backend" in d["validate"]["said"]
     assert d["chain"]["measured_median_s"] == chained["measured_median_s"]
+    # no silent CPU fallback: asking for the CUDA provider where there is none is an error
+    with pytest.raises(RuntimeError, match="no CUDAExecutionProvider"):
+        gc.profile_onnx(model, tmp_path, "CUDAExecutionProvider", runs=1)
+    assert gc.cli(["export", "plan_gpu.json", "--out", "export_gpu"], timeout_s=300,
+                  cwd=tmp_path)["rc"] == 0
+    with pytest.raises(RuntimeError, match="no CUDAExecutionProvider"):
+        gc.chain_export(tmp_path / "export_gpu", model, runs=1)
 
 
 def test_the_runnable_part_leaves_the_gpu_out_and_profile_says_why(
