@@ -359,7 +359,7 @@ def test_a_gpu_whose_measurement_fails_is_left_out_naming_why(api: str) -> None:
     core = probe_mod._usable_cores()[0]
     try:
         measured, failed = probe_mod._measure_gpus(mp.get_context("spawn"), found, core,
-                                                   True, workers, lambda _m, _f: None)
+                                                   True, workers, lambda _m: None)
     finally:
         probe_mod._stop(workers)
     assert measured == {} and list(failed) == [0]

@@ -302,7 +302,7 @@ class _Plan:
 
 
 def _measure_gpus(ctx: Any, found: CudaFound, core: int, quick: bool,
-                  workers: list[_Worker], report: Progress
+                  workers: list[_Worker], say: Callable[[str], None]
                   ) -> tuple[dict[int, GpuMeasured], dict[int, str]]:
     """Measure each GPU ``found`` lists, one after another in a worker of their own (pinned
     to ``core``, appended to ``workers`` so the caller stops it); a GPU whose measurement
@@ -317,13 +317,13 @@ def _measure_gpus(ctx: Any, found: CudaFound, core: int, quick: bool,
     measured: dict[int, GpuMeasured] = {}
     failed: dict[int, str] = {}
     for g in found.gpus:
-        report(f"gpu{g.index} ({g.name}): memory, launches, host copies "
-               f"({found.measure_with})", 0.9)
+        say(f"gpu{g.index} ({g.name}): memory, launches, host copies "
+            f"({found.measure_with})")
         try:
             raw = wg.call("cuda_measure", f"gpu{g.index}", index=g.index,
                           api=found.measure_with, quick=quick)
             measured[g.index] = cuda_measure.measured_from_raw(raw)
-        except PlacewiseError as exc:
+        except (PlacewiseError, KeyError, ValueError, ZeroDivisionError) as exc:
             failed[g.index] = f"its measurement failed: {exc}"
     return measured, failed
 
@@ -442,7 +442,8 @@ def probe_result(*, progress: Progress | None = None, quick: bool = False) -> Pr
         w1.receive("link copy")
         tick("CUDA devices")
         found = found_from_raw(w0.call("cuda_detect", "CUDA devices"))
-        measured, failed = _measure_gpus(ctx, found, c0, quick, workers, report)
+        measured, failed = _measure_gpus(ctx, found, c0, quick, workers,
+                                         lambda msg: report(msg, (step - 0.5) / steps))
         tick("assembling the machine spec")
     finally:
         _stop(workers)
