@@ -366,3 +366,18 @@ def test_a_gpu_whose_measurement_fails_is_left_out_naming_why(api: str) -> None:
     assert failed[0].startswith("its measurement failed: hw probe: gpu0 failed on worker gpu")
     spec = gpu_spec(found, measured, date="d", hosts=["cpu0"], left_out=failed)
     assert spec.devices == [] and "its measurement failed" in spec.notes[0]
+
+
+def test_hw_probe_without_a_gpu_reports_it_and_keeps_the_cpu_spec(tmp_path: Path) -> None:
+    if found_from_raw(detect_raw()).gpus:  # pragma: no cover - a machine with a GPU
+        pytest.skip("this machine has a GPU")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), XDG_CACHE_HOME=str(tmp_path))
+    r = _cli(["hw", "probe", "--quick", "--json"], env, tmp_path)
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["cuda"].startswith("no CUDA device (") and data["gpu_notes"] == []
+    assert {d["kind"] for d in data["devices"]} == {"cpu"}
+    assert all("gpu" not in ln["name"] for ln in data["links"])
+    assert "gpus" not in data["tags"] and "cuda" not in data["tags"]
+    r = _cli(["hw", "probe", "--quick"], env, tmp_path)
+    assert r.returncode == 0 and "cuda: no CUDA device (" in r.stdout
