@@ -23,6 +23,14 @@ measured end to end (write into the shared block, notify, read out) and they occ
 With a single usable core, ``cpu0`` and ``cpu1`` both run on it (their ``cores`` are the
 same) and ``cpu01`` is left out. Cores beyond the first two are not used.
 
+CUDA devices, where ``torch.cuda``, the CUDA driver, onnxruntime's ``CUDAExecutionProvider``
+or ``nvidia-smi`` sees them (``placewise.hardware.cuda``), are added as ``gpu0``, ``gpu1``,
+...: backend ``cuda``, no CPU cores, peaks derived from SMs, clock and architecture, memory
+bandwidth, launch latency and host copies measured in a worker of their own
+(``placewise.hardware.cuda_measure``), one link to every CPU device over the GPU's one
+physical host link. Without a GPU, ``ProbeResult.cuda.report`` says "no CUDA device (...)"
+and the spec is the CPU devices' alone. The workers' side lives in ``probe_worker``.
+
 Each measurement runs in a worker process started with ``spawn`` and pinned with
 ``os.sched_setaffinity``, so the caller's own affinity and thread settings are untouched.
 Every number is a median over repeats after warm-up; its ``source`` says "measured by
