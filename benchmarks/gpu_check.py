@@ -222,6 +222,28 @@ class Steps:
         return result if status == "ok" else None
 
 
+def gpu_figures(spec: dict[str, Any]) -> dict[str, Any]:
+    """The probed GPUs' figures from ``hw probe --json`` (a machine spec plus ``cuda`` and
+    ``gpu_notes``): peaks, memory, launch, and the host link, each with its source."""
+    gpus = []
+    for d in spec.get("devices", []):
+        if d.get("kind") != "gpu":
+            continue
+        tier = d["memory"][0]
+        link: dict[str, Any] = next(
+            (ln for ln in spec.get("links", []) if d["name"] in ln["endpoints"]), {})
+        gpus.append({"device": d["name"], "model": d.get("model"),
+                     "peak_flops_per_s": d["peak_flops_per_s"], "sms": d.get("compute_units"),
+                     "memory": {k: tier[k] for k in ("name", "capacity_bytes",
+                                                     "bandwidth_bytes_per_s", "source")},
+                     "launch_overhead_s": d["launch_overhead_s"],
+                     "launch_source": d["launch_source"],
+                     "host_link": {k: link.get(k) for k in ("name", "bandwidth_bytes_per_s",
+                                                            "latency_s", "source")}})
+    return {"cuda": spec.get("cuda"), "gpu_notes": spec.get("gpu_notes"),
+            "devices": [d["name"] for d in spec.get("devices", [])], "gpus": gpus}
+
+
 def digest(plan: dict[str, Any], record: dict[str, Any], label: str) -> dict[str, Any]:
     """One plan's figures side by side: predicted latency; what ``validate`` said (measured
     p50 and its error, or the one line refusing it); the chained export's measured median
@@ -322,9 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                    timeout_s=400, cwd=out))
     if probe and probe.get("rc") == 0:
         (out / "probe.json").write_text(json.dumps(probe["json"], indent=2) + "\n")
-        summary["probe"] = {"cuda": probe["json"].get("cuda"),
-                            "gpu_notes": probe["json"].get("gpu_notes"),
-                            "devices": [d["name"] for d in probe["json"]["devices"]]}
+        summary["probe"] = gpu_figures(probe["json"])
     steps("model", lambda: _export_model(a.model, out / "model.onnx"))
     prof = steps("profile", partial(profile_onnx, out / "model.onnx", out, provider,
                                     runs=a.runs))

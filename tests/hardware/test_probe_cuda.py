@@ -309,6 +309,12 @@ def test_gpu_check_pieces_that_need_no_gpu(gpu_local: tuple[dict[str, str], Path
     assert d["devices_used"] == ["gpu0"] and d["predicted_latency_s"] > 0
     assert d["validate"]["rc"] == 2 and "no CUDA backend" in d["validate"]["said"]
     assert d["chain"]["measured_median_s"] == chained["measured_median_s"]
+    # the GPU figures the summary keeps, from hw show --json of the GPU-holding local spec
+    shown = gc.cli(["hw", "show", "local", "--json"], timeout_s=120, cwd=tmp_path)["json"]
+    figs = gc.gpu_figures({**shown, "cuda": "1 CUDA device", "gpu_notes": []})
+    (g,) = figs["gpus"]
+    assert g["device"] == "gpu0" and g["sms"] == 108 and figs["devices"][-1] == "gpu0"
+    assert g["memory"]["name"] == "hbm" and g["host_link"]["name"] == "pcie-cpu0-gpu0"
     # no silent CPU fallback: asking for the CUDA provider where there is none is an error
     with pytest.raises(RuntimeError, match="no CUDAExecutionProvider"):
         gc.profile_onnx(model, tmp_path, "CUDAExecutionProvider", runs=1)
