@@ -257,9 +257,10 @@ def local_devices(machine: Machine, names: Sequence[str] | None = None) -> list[
                 raise InputError(f"machine {machine.name!r} has no device {n!r} (devices: "
                                  f"{', '.join(by)})", place="--devices")
             if not (by[n].cores and by[n].backend):
-                raise InputError(f"device {n!r} is not a local device (no cores/backend): "
-                                 f"only this machine's devices can be profiled",
-                                 place="--devices")
+                from placewise.runtime.backends import backend_gap
+
+                raise InputError(f"{backend_gap(by[n])}: only this machine's devices with "
+                                 f"a backend can be profiled", place="--devices")
             out.append(by[n])
         return out
     return usable

@@ -318,21 +318,30 @@ def hw_probe(
     quick: Annotated[bool, typer.Option(help="Fewer repeats, smaller sizes")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Measure this machine and write a spec (also refreshes the --hw local cache)."""
-    from placewise.hardware.probe import load_local, probe
+    """Measure this machine and write a spec (also refreshes the --hw local cache). CUDA
+    devices where torch.cuda, onnxruntime's CUDA provider or nvidia-smi sees them become
+    gpu devices; the report says what was found, or "no CUDA device (...)"."""
+    from placewise.hardware.probe import probe_result, save_local
 
     if out_file is not None:
         check_output_path(out_file, place="--out")
     with _progress("probing this machine") as cb:
-        m = probe(progress=cb, quick=quick) if quick else load_local(refresh=True, progress=cb)
+        res = probe_result(progress=cb, quick=quick)
+    m = res.machine
+    if not quick:
+        save_local(m)
     if out_file is not None:
         from placewise.io import atomic_write_text
 
         atomic_write_text(out_file, yaml.safe_dump(m.model_dump(mode="json"), sort_keys=False))
     if as_json:
-        _print_json(_machine_json(m))
+        _print_json({**_machine_json(m), "cuda": res.cuda.report,
+                     "gpu_notes": list(res.gpu_notes)})
     else:
         _render_machine(m)
+        out.print(f"cuda: {res.cuda.report}")
+        for note in res.gpu_notes:
+            out.print(f"  {note}")
         if out_file is not None:
             out.print(f"wrote {out_file}")
 
@@ -870,6 +879,11 @@ def demo(
     out.print("$ placewise hw show local")
     local = resolve_machine("local")
     _render_machine(local)
+    from placewise.runtime.backends import runnable_part
+
+    local, gaps = runnable_part(local)  # the rest of the story runs what it plans
+    for gap in gaps:
+        out.print(f"left out of the plans below: {gap}")
 
     out.rule(f"3. plan for a machine that is not here: {preset} (analytic roofline costs)")
     out.print(f"$ placewise plan {model} --hw {preset} --out {folder / 'plan-preset.json'}")

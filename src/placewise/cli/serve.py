@@ -172,9 +172,12 @@ def serve(
 
         wl = _workload_of(setup)
         with _progress("serving (real)") as cb:
-            got = serve_real(plan, wl, batcher, admission=admission,
-                             priorities=setup.priorities, in_flight=setup.in_flight,
-                             limit_s=wall, seed=seed, machine=machine, progress=cb)
+            try:
+                got = serve_real(plan, wl, batcher, admission=admission,
+                                 priorities=setup.priorities, in_flight=setup.in_flight,
+                                 limit_s=wall, seed=seed, machine=machine, progress=cb)
+            except InputError as exc:  # the plan file is what cannot run here
+                raise exc.at(file=str(plan_file)) from None
         measured = summarize(got.result, classes, slo_p99_s=slo)
         result = {**result, **measured, "simulated": fig, "measured": measured,
                   "late_s": {k: getattr(got.late_s, k) for k in got.late_s.__slots__},

@@ -23,6 +23,14 @@ measured end to end (write into the shared block, notify, read out) and they occ
 With a single usable core, ``cpu0`` and ``cpu1`` both run on it (their ``cores`` are the
 same) and ``cpu01`` is left out. Cores beyond the first two are not used.
 
+CUDA devices, where ``torch.cuda``, the CUDA driver, onnxruntime's ``CUDAExecutionProvider``
+or ``nvidia-smi`` sees them (``placewise.hardware.cuda``), are added as ``gpu0``, ``gpu1``,
+...: backend ``cuda``, no CPU cores, peaks derived from SMs, clock and architecture, memory
+bandwidth, launch latency and host copies measured in a worker of their own
+(``placewise.hardware.cuda_measure``), one link to every CPU device over the GPU's one
+physical host link. Without a GPU, ``ProbeResult.cuda.report`` says "no CUDA device (...)"
+and the spec is the CPU devices' alone. The workers' side lives in ``probe_worker``.
+
 Each measurement runs in a worker process started with ``spawn`` and pinned with
 ``os.sched_setaffinity``, so the caller's own affinity and thread settings are untouched.
 Every number is a median over repeats after warm-up; its ``source`` says "measured by
@@ -40,9 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import functools
 import hashlib
-import importlib
 import multiprocessing as mp
 import os
 import platform
@@ -59,19 +65,26 @@ from typing import Any
 import yaml
 
 from placewise.errors import PlacewiseError, SpecError
+from placewise.hardware import cuda_measure
+from placewise.hardware.cuda import CudaFound, GpuMeasured, found_from_raw, gpu_spec
+from placewise.hardware.probe_worker import _worker_main
 from placewise.hardware.spec import Machine, load_machine
+from placewise.hardware.stats import PROBE_SOURCE_PREFIX
+from placewise.hardware.stats import Stat as _Stat
+from placewise.hardware.stats import stat_of as _stat_of
 
 __all__ = [
     "PROBE_SOURCE_PREFIX",
+    "ProbeResult",
     "cpu_model",
     "host_fingerprint",
     "load_local",
     "local_cache_path",
     "package_version",
     "probe",
+    "probe_result",
+    "save_local",
 ]
-
-PROBE_SOURCE_PREFIX = "measured by placewise hw probe"
 
 Progress = Callable[[str, float], None]
 
@@ -136,13 +149,29 @@ def _load_average() -> str:
         return "unknown"
 
 
+def _nvidia_gpu_models() -> list[str]:
+    """The NVIDIA GPUs the kernel driver lists (``/proc/driver/nvidia/gpus/*/information``),
+    read without loading CUDA; [] where there is no NVIDIA driver."""
+    models = []
+    for info in sorted(Path("/proc/driver/nvidia/gpus").glob("*/information")):
+        with contextlib.suppress(OSError):
+            for line in info.read_text(errors="replace").splitlines():
+                if line.startswith("Model:"):
+                    models.append(line.partition(":")[2].strip())
+    return models
+
+
 def host_fingerprint() -> str:
-    """A short stable id of this host: CPU model, usable core count, torch version.
+    """A short stable id of this host: CPU model, usable core count, torch version, and the
+    NVIDIA GPUs the driver lists where there are any (a GPU added or removed is a new host).
 
     >>> len(host_fingerprint())
     16
     """
     key = f"{cpu_model()}|{len(_usable_cores())}|torch {package_version('torch')}"
+    gpus = _nvidia_gpu_models()
+    if gpus:
+        key += f"|gpus {', '.join(gpus)}|onnxruntime {package_version('onnxruntime-gpu')}"
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
@@ -154,257 +183,6 @@ def local_cache_path(cache_dir: str | Path | None = None, *, quick: bool = False
     else:
         folder = Path(cache_dir)
     return folder / f"local-{host_fingerprint()}{'-quick' if quick else ''}.yaml"
-
-
-# --------------------------------------------------------------------------- worker side
-# Everything below runs inside a spawned worker process pinned to its cores. Heavy imports
-# (torch, onnxruntime, numpy) happen there, after pinning and thread settings.
-
-
-def _samples(fn: Callable[[], Any], *, repeats: int, target_s: float,
-             warmup: int = 2) -> list[float]:
-    """Seconds per call of ``fn``: ``repeats`` samples, each averaging enough calls to last
-    about ``target_s``."""
-    for _ in range(warmup):
-        fn()
-    t0 = time.perf_counter()
-    fn()
-    once = max(time.perf_counter() - t0, 1e-9)
-    inner = max(1, int(target_s / once))
-    out: list[float] = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        out.append((time.perf_counter() - t0) / inner)
-    return out
-
-
-def _torch_mm(threads: int, sizes: Sequence[int], repeats: int, target_s: float) -> Any:
-    import torch
-
-    torch.set_num_threads(threads)
-    out = []
-    with torch.inference_mode():
-        for n in sizes:
-            a = torch.randn(n, n)
-            b = torch.randn(n, n)
-            c = torch.empty(n, n)
-            out.append((n, _samples(functools.partial(torch.mm, a, b, out=c),
-                                    repeats=repeats, target_s=target_s)))
-    return {"results": out, "method": "torch.mm fp32",
-            "isa": str(torch.backends.cpu.get_cpu_capability())}
-
-
-def _ort_session(model: Any, threads: int) -> Any:
-    import onnxruntime as ort
-
-    from placewise.onnxrt import new_session
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.log_severity_level = 3
-    return new_session(model.SerializeToString(), so,
-                       providers=["CPUExecutionProvider"])
-
-
-def _ort_matmul_model(n: int, *, integer: bool) -> Any:
-    from onnx import TensorProto, helper
-
-    a_t = TensorProto.UINT8 if integer else TensorProto.FLOAT
-    b_t = TensorProto.INT8 if integer else TensorProto.FLOAT
-    y_t = TensorProto.INT32 if integer else TensorProto.FLOAT
-    node = helper.make_node("MatMulInteger" if integer else "MatMul", ["A", "B"], ["Y"])
-    graph = helper.make_graph(
-        [node], "probe_matmul",
-        [helper.make_tensor_value_info("A", a_t, [n, n]),
-         helper.make_tensor_value_info("B", b_t, [n, n])],
-        [helper.make_tensor_value_info("Y", y_t, [n, n])])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-
-
-def _ort_mm(threads: int, sizes: Sequence[int], repeats: int, target_s: float,
-            integer: bool) -> Any:
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    try:
-        out = []
-        for n in sizes:
-            sess = _ort_session(_ort_matmul_model(n, integer=integer), threads)
-            feeds: dict[str, Any]
-            if integer:
-                feeds = {"A": rng.integers(0, 256, (n, n), dtype=np.uint8),
-                         "B": rng.integers(-128, 128, (n, n), dtype=np.int8)}
-            else:
-                feeds = {"A": rng.standard_normal((n, n), dtype=np.float32),
-                         "B": rng.standard_normal((n, n), dtype=np.float32)}
-            out.append((n, _samples(functools.partial(sess.run, None, feeds),
-                                    repeats=repeats, target_s=target_s)))
-        method = ("onnxruntime MatMulInteger uint8 x int8 -> int32" if integer
-                  else "onnxruntime MatMul fp32")
-        return {"results": out, "method": method, "backend": "onnxruntime"}
-    except ImportError:
-        if not integer:
-            return _torch_mm(threads, sizes, repeats, target_s) | {"backend": "torch"}
-        import torch
-
-        torch.set_num_threads(threads)
-        out = []
-        for n in sizes:
-            a = torch.randint(-128, 128, (n, n), dtype=torch.int8)
-            b = torch.randint(-128, 128, (n, n), dtype=torch.int8)
-            out.append((n, _samples(functools.partial(torch._int_mm, a, b),
-                                    repeats=repeats, target_s=target_s)))
-        return {"results": out, "method": "torch._int_mm int8 x int8 -> int32 "
-                                           "(onnxruntime unavailable)", "backend": "torch"}
-
-
-def _torch_dispatch(threads: int, repeats: int, target_s: float) -> Any:
-    import torch
-
-    torch.set_num_threads(threads)
-    x = torch.ones(1)
-    z = torch.empty(1)
-    with torch.inference_mode():
-        s = _samples(lambda: torch.add(x, x, out=z), repeats=repeats, target_s=target_s,
-                     warmup=100)
-    return {"samples": s, "method": "torch.add on 1-element fp32 tensors"}
-
-
-def _ort_dispatch(threads: int, repeats: int, target_s: float) -> Any:
-    import numpy as np
-
-    try:
-        from onnx import TensorProto, helper
-    except ImportError:
-        return _torch_dispatch(threads, repeats, target_s)
-    graph = helper.make_graph(
-        [helper.make_node("Add", ["X", "X"], ["Y"])], "probe_dispatch",
-        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1])],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1])])
-    try:
-        sess = _ort_session(helper.make_model(
-            graph, opset_imports=[helper.make_opsetid("", 13)]), threads)
-    except ImportError:
-        return _torch_dispatch(threads, repeats, target_s)
-    feeds = {"X": np.ones(1, dtype=np.float32)}
-    s = _samples(lambda: sess.run(None, feeds), repeats=repeats, target_s=target_s,
-                 warmup=100)
-    return {"samples": s, "method": "onnxruntime InferenceSession.run of a 1-element Add"}
-
-
-def _copy_arrays(nbytes: int) -> tuple[Any, Any]:
-    import numpy as np
-
-    src = np.ones(nbytes // 8, dtype=np.float64)
-    dst = np.zeros_like(src)
-    return src, dst
-
-
-def _copy_bw(nbytes: int, repeats: int) -> Any:
-    import numpy as np
-
-    src, dst = _copy_arrays(nbytes)
-    return {"samples": _samples(lambda: np.copyto(dst, src), repeats=repeats, target_s=0.0)}
-
-
-def _copy_window(nbytes: int, start_at: float, duration_s: float) -> Any:
-    """Copy repeatedly from ``start_at`` (time.monotonic, shared by all processes) for
-    ``duration_s``; several workers doing this at once measure the shared bandwidth."""
-    import numpy as np
-
-    src, dst = _copy_arrays(nbytes)
-    np.copyto(dst, src)
-    while time.monotonic() < start_at - 0.002:
-        time.sleep(0.001)
-    while time.monotonic() < start_at:
-        pass
-    samples: list[float] = []
-    end = start_at + duration_s
-    while time.monotonic() < end or len(samples) < 3:
-        t0 = time.perf_counter()
-        np.copyto(dst, src)
-        samples.append(time.perf_counter() - t0)
-    return {"samples": samples}
-
-
-def _link(peer: Connection | None, role: str, shm_name: str, sizes: Sequence[int],
-          repeats_small: int, repeats_large: int) -> Any:
-    """One end of a shared-memory ping-pong. The sender writes ``size`` bytes into the shared
-    block and notifies; the receiver copies them out and acknowledges. The sender times each
-    round trip."""
-    from multiprocessing import shared_memory
-
-    import numpy as np
-
-    if peer is None:
-        raise RuntimeError("this worker has no peer connection")
-    shm = shared_memory.SharedMemory(name=shm_name)
-    results: list[tuple[int, list[float]]] = []
-    try:
-        block = np.ndarray((shm.size,), dtype=np.uint8, buffer=shm.buf)
-        local = np.ones(max(max(sizes), 1), dtype=np.uint8)
-        for size in sizes:
-            reps = repeats_small if size < 2**20 else repeats_large
-            warm = 20 if size < 2**20 else 2
-            samples: list[float] = []
-            for r in range(warm + reps):
-                if role == "send":
-                    t0 = time.perf_counter()
-                    if size:
-                        np.copyto(block[:size], local[:size])
-                    peer.send_bytes(b"s")
-                    peer.recv_bytes()
-                    if r >= warm:
-                        samples.append(time.perf_counter() - t0)
-                else:
-                    peer.recv_bytes()
-                    if size:
-                        np.copyto(local[:size], block[:size])
-                    peer.send_bytes(b"a")
-            results.append((size, samples))
-        del block, local
-    finally:
-        shm.close()
-    return {"results": results if role == "send" else []}
-
-
-def _worker_main(conn: Connection, cores: list[int], threads: int,
-                 peer: Connection | None, preload: tuple[str, ...]) -> None:
-    """Entry point of a spawned measurement worker: pin, import what it will measure with,
-    say "ready", then serve requests until 'stop'."""
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ[var] = str(threads)
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, cores)
-    for module in preload:  # so that no worker is still importing while another measures
-        with contextlib.suppress(ImportError):
-            importlib.import_module(module)
-    conn.send(("ok", "ready"))
-    ops: dict[str, Callable[..., Any]] = {
-        "torch_mm": _torch_mm, "ort_mm": _ort_mm, "torch_dispatch": _torch_dispatch,
-        "ort_dispatch": _ort_dispatch, "copy_bw": _copy_bw, "copy_window": _copy_window,
-    }
-    while True:
-        try:
-            op, kwargs = conn.recv()
-        except EOFError:
-            return
-        if op == "stop":
-            return
-        try:
-            if op == "link":
-                result = _link(peer, **kwargs)
-            elif op in ("torch_mm", "ort_mm", "torch_dispatch", "ort_dispatch"):
-                result = ops[op](threads, **kwargs)
-            else:
-                result = ops[op](**kwargs)
-            conn.send(("ok", result))
-        except Exception as exc:  # reported to the parent, which raises
-            conn.send(("error", f"{type(exc).__name__}: {exc}"))
 
 
 # --------------------------------------------------------------------------- parent side
@@ -472,31 +250,6 @@ def _stop(workers: Sequence[_Worker]) -> None:
         w.conn.close()
 
 
-@dataclass(frozen=True, slots=True)
-class _Stat:
-    """A measured figure: the median, how many samples, their spread, what was measured."""
-
-    value: float
-    count: int
-    spread: float
-    what: str
-
-    def source(self, date: str) -> str:
-        return (f"{PROBE_SOURCE_PREFIX} {date} (median of {self.count}, spread "
-                f"{self.spread * 100:.1f}%): {self.what}")
-
-
-def _stat_of(values: Sequence[float], what: str) -> _Stat:
-    """Median and spread, (p90 - p10) / median: robust to the odd descheduled sample."""
-    med = statistics.median(values)
-    if len(values) > 1:
-        deciles = statistics.quantiles(values, n=10, method="inclusive")
-        spread = (deciles[-1] - deciles[0]) / med if med > 0 else 0.0
-    else:
-        spread = 0.0
-    return _Stat(med, len(values), spread, what)
-
-
 def _best_rate(result: Any, label: str) -> _Stat:
     """Best of the per-size median rates of a matmul sweep (2 n^3 operations per call)."""
     best: _Stat | None = None
@@ -556,6 +309,33 @@ class _Plan:
     link_repeats_large: int
 
 
+def _measure_gpus(ctx: Any, found: CudaFound, core: int, quick: bool,
+                  workers: list[_Worker], say: Callable[[str], None]
+                  ) -> tuple[dict[int, GpuMeasured], dict[int, str]]:
+    """Measure each GPU ``found`` lists, one after another in a worker of their own (pinned
+    to ``core``, appended to ``workers`` so the caller stops it); a GPU whose measurement
+    fails is left out, with the reason."""
+    if not found.gpus or found.measure_with is None:
+        return {}, {}
+    preload = ("numpy", "torch") if found.measure_with == "torch" else \
+        ("numpy", "onnx", "onnxruntime")
+    wg = _start(ctx, "gpu", [core], 1, None, preload)
+    workers.append(wg)
+    wg.receive("start-up")
+    measured: dict[int, GpuMeasured] = {}
+    failed: dict[int, str] = {}
+    for g in found.gpus:
+        say(f"gpu{g.index} ({g.name}): memory, launches, host copies "
+            f"({found.measure_with})")
+        try:
+            raw = wg.call("cuda_measure", f"gpu{g.index}", index=g.index,
+                          api=found.measure_with, quick=quick)
+            measured[g.index] = cuda_measure.measured_from_raw(raw)
+        except (PlacewiseError, KeyError, ValueError, ZeroDivisionError) as exc:
+            failed[g.index] = f"its measurement failed: {exc}"
+    return measured, failed
+
+
 def _plan(quick: bool) -> _Plan:
     copy_bytes = min(max(64 * 2**20, 2 * _l3_bytes()), 2**30)
     if quick:
@@ -565,8 +345,25 @@ def _plan(quick: bool) -> _Plan:
                  (0, 2**20, 16 * 2**20, 64 * 2**20), 300, 9)
 
 
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    """A probe's machine, what it found of CUDA (``cuda.report``: one line, "no CUDA device
+    (...)" where none), and one note per GPU (added, or left out and why)."""
+
+    machine: Machine
+    cuda: CudaFound
+    gpu_notes: tuple[str, ...] = ()
+
+
 def probe(*, progress: Progress | None = None, quick: bool = False) -> Machine:
-    """Measure this machine and return it as a ``Machine`` (see the module docstring).
+    """This machine as a ``Machine``: ``probe_result(...).machine``."""
+    return probe_result(progress=progress, quick=quick).machine
+
+
+def probe_result(*, progress: Progress | None = None, quick: bool = False) -> ProbeResult:
+    """Measure this machine and return it as a ``Machine`` (see the module docstring), with
+    what was found of CUDA: each GPU becomes a ``gpu`` device (``placewise.hardware.cuda``),
+    measured by ``cuda_measure`` in a worker of its own; without one the spec is the CPUs'.
 
     ``progress(message, fraction)`` is called before each step and with 1.0 at the end.
     ``quick`` uses fewer repeats and smaller sizes (for tests; a few seconds to measure).
@@ -582,7 +379,7 @@ def probe(*, progress: Progress | None = None, quick: bool = False) -> Machine:
     dual = c1 != c0
     date = _dt.datetime.now(_dt.UTC).date().isoformat()
     load_before = _load_average()
-    steps = 9 if dual else 8
+    steps = 10 if dual else 9
     step = 0
 
     def tick(message: str) -> None:
@@ -651,6 +448,10 @@ def probe(*, progress: Progress | None = None, quick: bool = False) -> Machine:
         w1.send("link", role="recv", **link)
         r_link = w0.receive("link copy")
         w1.receive("link copy")
+        tick("CUDA devices")
+        found = found_from_raw(w0.call("cuda_detect", "CUDA devices"))
+        measured, failed = _measure_gpus(ctx, found, c0, quick, workers,
+                                         lambda msg: report(msg, (step - 0.5) / steps))
         tick("assembling the machine spec")
     finally:
         _stop(workers)
@@ -743,6 +544,7 @@ def probe(*, progress: Progress | None = None, quick: bool = False) -> Machine:
         {"name": "dram-mc", "kind": "memory_controller", "bandwidth_bytes_per_s": both.value,
          "source": both.source(date)}]
     names = [d["name"] for d in devices]
+    gpus = gpu_spec(found, measured, date=date, hosts=names, left_out=failed)
     links = []
     for i, a in enumerate(names):
         for b in names[i + 1:]:
@@ -760,14 +562,22 @@ def probe(*, progress: Progress | None = None, quick: bool = False) -> Machine:
         "additive) behind the memory controller dram-mc. Devices whose `cores` intersect "
         "share those cores and must not compute at the same time. Links are shared-memory "
         "copies between worker processes.")
+    if gpus.devices:
+        tags["gpus"] = ", ".join(f"{d['name']}={d['model']}" for d in gpus.devices)
+        tags["cuda"] = found.report
+        description += (f" GPUs ({', '.join(d['name'] for d in gpus.devices)}): CUDA devices "
+                        f"with backend cuda, plannable and exportable (no CUDA backend runs "
+                        f"them in this build); each reaches every CPU device over its one "
+                        f"host link.")
     data = {"schema_version": 1, "name": "local", "description": description, "tags": tags,
-            "devices": devices, "shared_resources": shared, "links": links}
+            "devices": devices + gpus.devices, "shared_resources": shared,
+            "links": links + gpus.links}
     try:
         machine = Machine.model_validate(data)
     except Exception as exc:  # a measurement produced an impossible number
         raise PlacewiseError(f"hw probe: measured spec does not validate: {exc}") from None
     report("done", 1.0)
-    return machine
+    return ProbeResult(machine, found, tuple(gpus.notes))
 
 
 # --------------------------------------------------------------------------- cache
@@ -801,6 +611,15 @@ def load_local(cache_dir: str | Path | None = None, refresh: bool = False, *,
         if cached is not None and cached.tags.get("fingerprint") == host_fingerprint():
             return cached
     machine = probe(progress=progress, quick=quick)
+    save_local(machine, cache_dir, quick=quick)
+    return machine
+
+
+def save_local(machine: Machine, cache_dir: str | Path | None = None, *,
+               quick: bool = False) -> None:
+    """Write ``machine`` as this host's ``--hw local`` cache (what ``load_local`` reads); a
+    cache that cannot be written is not an error."""
+    path = local_cache_path(cache_dir, quick=quick)
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".local-", suffix=".yaml.tmp", dir=path.parent)
@@ -812,4 +631,3 @@ def load_local(cache_dir: str | Path | None = None, refresh: bool = False, *,
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
-    return machine

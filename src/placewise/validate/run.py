@@ -77,9 +77,18 @@ def check_runnable(plan: Plan, machine: Machine, file: str | None) -> None:
     """Refuse, before anything is loaded or run, a plan the independent checker
     (``placewise.check``) finds broken on ``machine``: a device the machine lacks, a kernel
     its backends do not have (int8 outside ``graph.ir.INT8_KINDS``), an impossible
-    schedule. The first error is the message, support errors first."""
+    schedule; a device used by the plan that no backend of this build runs (a probed GPU:
+    ``runtime.backends.backend_gap``) comes before all of them. The first error is the
+    message, support errors first."""
     from placewise.check import Check, Severity, check_plan
+    from placewise.runtime.backends import backend_gap
 
+    for name in plan.devices_used():
+        if name in machine.device_names:
+            gap = backend_gap(machine.device(name))
+            if gap is not None:
+                raise InputError(f"the plan cannot run here: {gap}", file=file,
+                                 place=f"device {name!r}")
     errors = [f for f in check_plan(plan, machine=machine, file=file)
               if f.severity is Severity.ERROR]
     if not errors:
