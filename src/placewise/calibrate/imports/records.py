@@ -116,9 +116,16 @@ class MeasuredRegion:
     module_path: str = ""
     seq: int = -1  # order of first appearance in the run (torch traces align by it)
     launch_s: tuple[float, ...] = ()  # host-side launch time per run where the tool splits it
+    # first and last source node of a subgraph the tool names only by its ends (TensorRT's
+    # "{ForeignNode[a...b]}"): the region covers the ops between them; () otherwise
+    span: tuple[str, ...] = ()
+    # the tool's mean over the runs where the one sample kept is its median (trtexec)
+    mean_s: float | None = None
 
     def __post_init__(self) -> None:
         _check_samples(self.samples_s, what=f"region {self.label!r}")
+        if self.mean_s is not None:
+            _check_samples((self.mean_s,), what=f"region {self.label!r} (its mean)")
 
     @property
     def median_s(self) -> float:
@@ -185,6 +192,9 @@ class ImportedProfile:
     batch: int | None = None
     precision: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # False where the tool keeps a summary (trtexec: average and median over ``runs``), not
+    # one time per run: the samples then hold no spread, and none may be read from them
+    spread_recorded: bool = True
 
     def __post_init__(self) -> None:
         if self.runs < 1:
