@@ -32,12 +32,14 @@ from pydantic import (
 )
 
 from placewise.errors import SpecError
+from placewise.hardware.efficiency import DeviceEfficiency
 from placewise.graph.ir import OpKind
 from placewise.io import MAX_YAML_BYTES, load_yaml, parse_yaml
 from placewise.units import DType
 
 __all__ = [
     "Device",
+    "DeviceEfficiency",
     "DeviceKind",
     "DevicePower",
     "Link",
@@ -223,6 +225,9 @@ class Device(_Strict):
     cores: list[Annotated[int, Field(ge=0, le=1 << 20)]] | None = None  # local devices: the OS CPU ids this device is pinned to
     backend: str | None = None  # local devices: the runtime backend ("torch", "onnxruntime")
     power: DevicePower | None = None  # None: no power figures (energy not available)
+    # fitted efficiency assumptions (``placewise.hardware.efficiency``); None: the cost
+    # model's built-in assumptions, stated beside every cost
+    efficiency: DeviceEfficiency | None = None
 
     @field_validator("peak_flops_per_s", mode="before")
     @classmethod
