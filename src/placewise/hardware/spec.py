@@ -439,6 +439,17 @@ class Machine(_Strict):
             return []
         return self._path(src, dst)
 
+    def without_efficiency(self) -> Machine:
+        """This machine with every device's ``efficiency`` block removed: the cost model's
+        built-in assumptions (what a spec without the block gets).
+
+        >>> m = load_machine("h100-sxm-server")
+        >>> [d.efficiency is None for d in m.without_efficiency().devices]
+        [True, True, True]
+        """
+        return self.model_copy(update={"devices": [
+            d.model_copy(update={"efficiency": None}) for d in self.devices]})
+
     def fingerprint(self) -> str:
         """sha256 of the spec without its description and power figures (power does not
         change a plan; a power mode that changes peaks changes them, hence this)."""
