@@ -32,8 +32,8 @@ from pydantic import (
 )
 
 from placewise.errors import SpecError
-from placewise.hardware.efficiency import DeviceEfficiency
 from placewise.graph.ir import OpKind
+from placewise.hardware.efficiency import DeviceEfficiency
 from placewise.io import MAX_YAML_BYTES, load_yaml, parse_yaml
 from placewise.units import DType
 
