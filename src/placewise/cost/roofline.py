@@ -37,6 +37,15 @@ How an op's time is built (one kernel unless said otherwise):
   It is charged per crossing tensor and per hop: a cut crossed by k tensors pays k halves
   on each side (an upper side where a runtime batches them into one synchronisation).
 
+A device whose spec has an ``efficiency`` block (``placewise.hardware.efficiency``: fitted
+to published kernel measurements, each number with its source) is costed by it instead of
+the constants above: a contraction covered by one of its curves runs at
+``peak_fraction x W / (W + half_work_flops)`` of the peak (W the flops of one kernel step;
+the curve's half-work is the kernel's fixed time, so that kernel pays no separate launch),
+every other kernel pays the block's ``kernel_s`` instead of ``launch_overhead_s``, and
+memory-bound kernels reach its ``memory_fraction`` of the bandwidth. What the block leaves
+out keeps the built-in rule; a spec without it (``local`` included) is costed as before.
+
 A local device (one with a runtime ``backend``) has int8 kernels only for
 ``graph.ir.INT8_KINDS``: an int8 question about any other kind there is ``UnsupportedError``
 (``local_kernel_gap``), so search never plans a kernel the executor lacks.
