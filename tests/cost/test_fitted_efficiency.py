@@ -160,3 +160,19 @@ def test_the_accelerator_presets_carry_fitted_blocks() -> None:
         e = load_machine(name).device(dev).efficiency
         assert e is not None and e.curve_for(OpKind.CONV, DType.INT8) is not None
         assert e.kernel_s is not None and e.kernel_s > 0
+
+
+def test_hw_show_lists_the_fitted_blocks_and_json_carries_their_sources() -> None:
+    def show(*args: str) -> str:
+        r = subprocess.run([sys.executable, "-m", "placewise.cli", "hw", "show",
+                            "a100-pcie-server", *args], capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    text = show()
+    assert "efficiency" in text and "built-in assumptions" in text  # the CPU keeps them
+    data = yaml.safe_load(show("--json"))
+    gpu = next(d for d in data["devices"] if d["name"] == "gpu")
+    assert gpu["efficiency"]["kernel_source"].strip()
+    assert all(c["source"].strip() for c in gpu["efficiency"]["contraction"])
