@@ -21,7 +21,9 @@ from placewise.graph.ir import Attrs, Graph, Op, OpKind, Role, TaskHint, Tensor
 from placewise.hardware.spec import Machine, list_presets, load_machine
 from placewise.units import DType, Layout
 
-H100 = load_machine("h100-sxm-server")
+#: the built-in assumptions (the rules a spec without an efficiency block gets); the
+#: preset's fitted block is tested in tests/cost/test_fitted_efficiency.py
+H100 = load_machine("h100-sxm-server").without_efficiency()
 
 
 def _t(name: str, shape: tuple[int, ...], role: Role = Role.ACTIVATION,
@@ -333,7 +335,7 @@ def test_region_of_given_times_costs_their_sum() -> None:
     assert fused.total_s == pytest.approx(2 * one.total_s - launch, rel=1e-9)
 
 
-ORIN = load_machine("jetson-agx-orin")
+ORIN = load_machine("jetson-agx-orin").without_efficiency()
 
 
 def conv_graph(c_in: int, c_out: int, hw: int, group: int, k: int = 3) -> Graph:

@@ -278,6 +278,7 @@ def _render_machine(m: Any) -> None:
                         f"{format_bytes(t.bandwidth_bytes_per_s)}/s" for t in d.memory)
         rows.append([d.name, d.kind.value, peaks, mem, f"{d.launch_overhead_s * 1e6:.1f} us"])
     out.print(_table("devices", ["device", "kind", "peak", "memory", "launch"], rows))
+    _render_efficiency(m)
     if m.links:
         out.print(_table("links", ["link", "between", "bandwidth", "latency", "resource"], [
             [ln.name, " <-> ".join(ln.endpoints), f"{format_bytes(ln.bandwidth_bytes_per_s)}/s",
@@ -287,6 +288,25 @@ def _render_machine(m: Any) -> None:
             [r.name, r.kind, f"{format_bytes(r.bandwidth_bytes_per_s)}/s"]
             for r in m.shared_resources]))
     _render_power(m)
+
+
+def _render_efficiency(m: Any) -> None:
+    """Each device's fitted efficiency assumptions (``hw show``; sources in ``--json``),
+    or that it keeps the cost model's built-in ones."""
+    rows = []
+    for d in m.devices:
+        e = d.efficiency
+        if e is None:
+            rows.append([d.name, "built-in assumptions", "", ""])
+            continue
+        curves = "; ".join(f"{'/'.join(t.value for t in c.dtypes)} {c.peak_fraction:.3g} x W/"
+                           f"(W + {format_flops(c.half_work_flops)}FLOP)" for c in e.contraction)
+        rows.append([d.name, curves or "built-in",
+                     "" if e.kernel_s is None else f"{e.kernel_s * 1e6:.2f} us",
+                     "" if e.memory_fraction is None else f"{e.memory_fraction:.3g}"])
+    if any(d.efficiency is not None for d in m.devices):
+        out.print(_table("efficiency (fitted to published kernel measurements; sources: --json)",
+                         ["device", "contraction curve", "kernel", "memory"], rows))
 
 
 def _render_power(m: Any) -> None:

@@ -37,6 +37,15 @@ How an op's time is built (one kernel unless said otherwise):
   It is charged per crossing tensor and per hop: a cut crossed by k tensors pays k halves
   on each side (an upper side where a runtime batches them into one synchronisation).
 
+A device whose spec has an ``efficiency`` block (``placewise.hardware.efficiency``: fitted
+to published kernel measurements, each number with its source) is costed by it instead of
+the constants above: a contraction covered by one of its curves runs at
+``peak_fraction x W / (W + half_work_flops)`` of the peak (W the flops of one kernel step;
+the curve's half-work is the kernel's fixed time, so that kernel pays no separate launch),
+every other kernel pays the block's ``kernel_s`` instead of ``launch_overhead_s``, and
+memory-bound kernels reach its ``memory_fraction`` of the bandwidth. What the block leaves
+out keeps the built-in rule; a spec without it (``local`` included) is costed as before.
+
 A local device (one with a runtime ``backend``) has int8 kernels only for
 ``graph.ir.INT8_KINDS``: an int8 question about any other kind there is ``UnsupportedError``
 (``local_kernel_gap``), so search never plans a kernel the executor lacks.
@@ -77,6 +86,7 @@ from placewise.cost.model import (
 )
 from placewise.errors import UnsupportedError
 from placewise.graph.ir import CONTROL_FLOW_KINDS, INT8_KINDS, Graph, Op, OpKind, Tensor
+from placewise.hardware.efficiency import ContractionCurve
 from placewise.hardware.spec import Device, DeviceKind, Machine
 from placewise.units import DType
 
@@ -89,7 +99,9 @@ __all__ = [
     "OpWork",
     "RooflineModel",
     "contraction_efficiency",
+    "fitted_curve",
     "gemm_dims",
+    "kernel_time_s",
     "local_kernel_gap",
     "op_efficiency",
     "op_work",
@@ -352,9 +364,42 @@ def _is_gpu_like(dev: Device) -> bool:
     return dev.kind is not DeviceKind.CPU
 
 
-def contraction_efficiency(dev: Device, dims: GemmDims, dtype: DType) -> tuple[float, float]:
-    """(efficiency, parallel efficiency) of a GEMM of ``dims`` on ``dev``."""
+def fitted_curve(dev: Device, kind: OpKind, dtype: DType) -> ContractionCurve | None:
+    """The device's fitted contraction curve for ``kind`` at ``dtype`` (its spec's
+    ``efficiency`` block), or None: the built-in tile rule applies."""
+    if dev.efficiency is None:
+        return None
+    return dev.efficiency.curve_for(kind, dtype)
+
+
+def kernel_time_s(dev: Device) -> tuple[float, str]:
+    """(seconds, source) of one kernel's fixed time on ``dev`` inside an op or fused
+    region: the efficiency block's ``kernel_s`` where given, else ``launch_overhead_s``.
+
+    >>> from placewise.hardware.spec import load_machine
+    >>> kernel_time_s(load_machine("a100-pcie-server").device("cpu"))[0]
+    2e-06
+    """
+    eff = dev.efficiency
+    if eff is not None and eff.kernel_s is not None:
+        return eff.kernel_s, str(eff.kernel_source)
+    return dev.launch_overhead_s, dev.launch_source
+
+
+def contraction_efficiency(dev: Device, dims: GemmDims, dtype: DType,
+                           kind: OpKind = OpKind.MATMUL) -> tuple[float, float]:
+    """(efficiency, parallel efficiency) of a GEMM of ``dims`` on ``dev``: the device's
+    fitted curve for ``kind`` at ``dtype`` when its spec has one (efficiency against the
+    flops of one kernel step), else the built-in tile rule."""
     units = max(1, dev.compute_units)
+    curve = fitted_curve(dev, kind, dtype)
+    if curve is not None:
+        work = 2.0 * dims.batch * dims.m * dims.n * dims.k
+        par = 1.0
+        if _is_gpu_like(dev):  # the share of units a tiled kernel fills (bottleneck class)
+            tiles = dims.batch * math.ceil(dims.m / _GPU_TILE) * math.ceil(dims.n / _GPU_TILE)
+            par = tiles / (math.ceil(tiles / units) * units)
+        return curve.efficiency(work), par
     if _is_gpu_like(dev):
         tile = _GPU_TILE
         tm, tn = math.ceil(dims.m / tile), math.ceil(dims.n / tile)
@@ -385,6 +430,33 @@ def contraction_efficiency(dev: Device, dims: GemmDims, dtype: DType) -> tuple[f
 #: cores: a quarter of Orin's fp16 tensor peak is its fp16 CUDA-core rate) and a third on
 #: CPUs (FMA lanes busy, loads and the K=9 reduction not hidden).
 _DIRECT_CONV_EFF = {True: 0.25, False: 1 / 3}
+
+
+#: the rule of a contraction costed by its device's fitted curve (``op_efficiency``)
+_CURVE_RULE = "fitted curve"
+
+
+def _launches(dev: Device, kernels: int, rule: str) -> int:
+    """Kernels that pay the fixed per-kernel time: none for a contraction costed by a
+    fitted curve (the curve's half-work is that kernel's fixed time)."""
+    return 0 if rule == _CURVE_RULE else kernels
+
+
+def _efficiency_notes(dev: Device, kind: OpKind, dtype: DType, rule: str,
+                      kernel_src: str) -> dict[str, float | str]:
+    """What ``op_cost`` states of where its efficiency and kernel time came from."""
+    notes: dict[str, float | str] = dict(_RULE_NOTES.get(rule, {}))
+    if dev.efficiency is None:  # the built-in assumptions, as every cost stated them
+        return notes
+    curve = fitted_curve(dev, kind, dtype) if rule == _CURVE_RULE else None
+    if curve is not None:
+        notes["efficiency_rule"] = (f"fitted curve: {curve.peak_fraction:.3g} x W / (W + "
+                                    f"{curve.half_work_flops:.3g}) of peak; {curve.source}")
+    else:
+        notes["kernel_time"] = kernel_src
+    if dev.efficiency.memory_fraction is not None:
+        notes["memory_fraction_source"] = str(dev.efficiency.memory_source)
+    return notes
 
 
 #: what ``op_cost`` states beside an efficiency rule that is an assumption of its own
@@ -419,17 +491,19 @@ def op_efficiency(dev: Device, graph: Graph, op: Op, dtype: DType
     dims = gemm_dims(graph, op) if op.kind in _CONTRACTIONS else None
     if dims is None:
         return _VECTOR_EFF, 1.0, "vector"
-    eff, par = contraction_efficiency(dev, dims, dtype)
+    eff, par = contraction_efficiency(dev, dims, dtype, op.kind)
+    rule = _CURVE_RULE if fitted_curve(dev, op.kind, dtype) is not None else "tiled gemm"
     if op.kind in _GROUPED_KINDS and dims.batch > 1:
         direct = _DIRECT_CONV_EFF[_is_gpu_like(dev)]
         if direct > eff:
             return direct, 1.0, "direct grouped conv"
-    return eff, par, "tiled gemm"
+    return eff, par, rule
 
 
 def _memory_fraction(dev: Device, kind: OpKind | None, elems: int) -> float:
     gpu = _is_gpu_like(dev)
-    frac = _MEM_FRACTION[gpu]
+    fitted = dev.efficiency.memory_fraction if dev.efficiency is not None else None
+    frac = _MEM_FRACTION[gpu] if fitted is None else fitted
     if kind in IRREGULAR_KINDS:
         frac *= _IRREGULAR_FRACTION
     units = max(1, dev.compute_units)
@@ -556,7 +630,7 @@ class RooflineModel(NoRuntimeTerms):
         frac = _memory_fraction(dev, op.kind, elems)
         compute_s = work.flops / (peak * eff) if work.flops > 0 else 0.0
         memory_s = work.bytes / (bw * frac) if work.bytes > 0 else 0.0
-        launch_s = dev.launch_overhead_s * work.kernels
+        launch_s = _launches(dev, work.kernels, rule) * kernel_time_s(dev)[0]
         return _Parts(compute_s, memory_s, launch_s, eff, par, peak, bw, frac, work.bytes,
                       work.flops, work.kernels, work.counted, rule)
 
@@ -612,13 +686,14 @@ class RooflineModel(NoRuntimeTerms):
             return Cost.of({}, bottleneck=Bottleneck.NONE, source=Source.ROOFLINE,
                            assumptions={"model": "roofline",
                                         "note": "view or metadata op: no kernel, no bytes"})
+        kernel_s, kernel_src = kernel_time_s(dev)
         cost = self._cost_from(
-            [p], launches=p.kernels, launch_s=dev.launch_overhead_s,
+            [p], launches=_launches(dev, p.kernels, p.rule), launch_s=kernel_s,
             assumptions={"peak_flops_per_s": p.peak, "efficiency": p.efficiency,
                          "parallel_efficiency": p.parallel_eff, "bytes": float(p.nbytes),
                          "flops": p.flops, "bandwidth_bytes_per_s": p.bandwidth,
                          "memory_fraction": p.mem_fraction, "dtype": dtype.value,
-                         **_RULE_NOTES.get(p.rule, {})},
+                         **_efficiency_notes(dev, op.kind, dtype, p.rule, kernel_src)},
             memory_bytes=p.nbytes, scratch_bytes=op.scratch_bytes)
         return control_flow_interval(op, cost) if op.kind in CONTROL_FLOW_KINDS else cost
 
@@ -694,14 +769,17 @@ class RooflineModel(NoRuntimeTerms):
             total_bytes += nbytes
             scaled.append(_Parts(p.compute_s, p.memory_s * share, 0.0, p.efficiency,
                                  p.parallel_eff, p.peak, p.bandwidth, p.mem_fraction, nbytes,
-                                 p.flops, p.kernels, p.counted))
+                                 p.flops, p.kernels, p.counted, p.rule))
         if not any_kernel:
             return Cost.of({}, bottleneck=Bottleneck.NONE, source=Source.ROOFLINE,
                            assumptions={"model": "roofline", "note": "region of views"})
-        # recurrent ops keep their per-step launches even inside a region
+        # recurrent ops keep their per-step launches even inside a region; a region led by
+        # a contraction costed by a fitted curve has its fixed time in that curve
         launches = max(1, max((p.kernels for p in scaled), default=1))
+        if any(p.rule == _CURVE_RULE for p in scaled):
+            launches = 0
         return self._cost_from(
-            scaled, launches=launches, launch_s=dev.launch_overhead_s,
+            scaled, launches=launches, launch_s=kernel_time_s(dev)[0],
             assumptions={"peak_flops_per_s": dev.peak(dtype), "bytes": float(total_bytes),
                          "flops": sum(p.flops for p in scaled),
                          "bandwidth_bytes_per_s": dev.main_memory.bandwidth_bytes_per_s,
@@ -772,7 +850,7 @@ class RooflineModel(NoRuntimeTerms):
         if src.layout is not dst.layout:
             frac *= _LAYOUT_FRACTION
         kernel_s = nbytes / (bw * frac)
-        launch = dev.launch_overhead_s
+        launch = kernel_time_s(dev)[0]
         lo, hi = INTERVAL_STREAM
         return Cost.of({Term.CONVERSION: kernel_s, Term.LAUNCH: launch},
                        bottleneck=Bottleneck.LAUNCH if launch > kernel_s else Bottleneck.MEMORY,

@@ -33,11 +33,13 @@ from pydantic import (
 
 from placewise.errors import SpecError
 from placewise.graph.ir import OpKind
+from placewise.hardware.efficiency import DeviceEfficiency
 from placewise.io import MAX_YAML_BYTES, load_yaml, parse_yaml
 from placewise.units import DType
 
 __all__ = [
     "Device",
+    "DeviceEfficiency",
     "DeviceKind",
     "DevicePower",
     "Link",
@@ -223,6 +225,9 @@ class Device(_Strict):
     cores: list[Annotated[int, Field(ge=0, le=1 << 20)]] | None = None  # local devices: the OS CPU ids this device is pinned to
     backend: str | None = None  # local devices: the runtime backend ("torch", "onnxruntime")
     power: DevicePower | None = None  # None: no power figures (energy not available)
+    # fitted efficiency assumptions (``placewise.hardware.efficiency``); None: the cost
+    # model's built-in assumptions, stated beside every cost
+    efficiency: DeviceEfficiency | None = None
 
     @field_validator("peak_flops_per_s", mode="before")
     @classmethod
@@ -433,6 +438,17 @@ class Machine(_Strict):
         if src == dst:
             return []
         return self._path(src, dst)
+
+    def without_efficiency(self) -> Machine:
+        """This machine with every device's ``efficiency`` block removed: the cost model's
+        built-in assumptions (what a spec without the block gets).
+
+        >>> m = load_machine("h100-sxm-server")
+        >>> [d.efficiency is None for d in m.without_efficiency().devices]
+        [True, True, True]
+        """
+        return self.model_copy(update={"devices": [
+            d.model_copy(update={"efficiency": None}) for d in self.devices]})
 
     def fingerprint(self) -> str:
         """sha256 of the spec without its description and power figures (power does not
