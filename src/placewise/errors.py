@@ -12,9 +12,9 @@ __all__ = [
     "Infeasible",
     "InputError",
     "MemoryInfeasible",
-    "ProfileError",
     "ModelFormatError",
     "PlacewiseError",
+    "ProfileError",
     "SpecError",
     "UnsupportedError",
 ]

@@ -86,6 +86,7 @@ from placewise.cost.calibration import (
     DeviceRecord,
     Failure,
     Fit,
+    ImportRecord,
     LinkMeasurement,
     Measurement,
     StepOverhead,
@@ -120,6 +121,7 @@ __all__ = [
     "DeviceRecord",
     "Failure",
     "Fit",
+    "ImportRecord",
     "LinkMeasurement",
     "Measurement",
     "StepOverhead",
@@ -348,6 +350,11 @@ class CalibratedModel:
                 self._corun_class[(cr.device, cr.busy, cr.key, cr.dtype)] = cr
         self._corun_pairs = {(cr.device, cr.busy) for cr in calibration.corun}
         self._fp = calibration.fingerprint()
+        # a calibration imported from on-target profiles: its devices were measured by
+        # their own runtime (no executor step), and what nobody measured keeps the
+        # roofline, regions included
+        self._imported = {d.name for d in calibration.devices} if calibration.imports \
+            else set()
         self._adj_region: dict[tuple[str, str, str], Adjustment] = {}
         self._adj_launch: dict[str, Adjustment] = {}
         self._adj_request: dict[str, Adjustment] = {}
@@ -605,7 +612,10 @@ class CalibratedModel:
             if d is None:
                 continue
             if d.n == 0:
-                notes["dispatch"] = "dispatch not measured (calibration predates it): 0 s"
+                notes["dispatch"] = (
+                    "none: measured by the target's own runtime (imported profile)"
+                    if dev in self._imported else
+                    "dispatch not measured (calibration predates it): 0 s")
                 continue
             add += d.median_s
             low += d.p10_s
@@ -773,6 +783,12 @@ class CalibratedModel:
         if device not in self._devices:
             return _note(self.roofline.region_cost(graph, ops, device, dtype), "calibration",
                          f"none for device {device!r}: roofline")
+        if device in self._imported and not any(
+                (device, op_key(graph, op, dtype)[0]) in self._meas for op in ops
+                if op.kind is not OpKind.TASK):
+            return _note(self.roofline.region_cost(graph, ops, device, dtype), "calibration",
+                         f"imported profiles measured none of these ops on {device!r}: "
+                         f"roofline")
         costs = [self._op_cost(graph, op, device, dtype) for op in ops]
         if not costs:
             return Cost.zero()

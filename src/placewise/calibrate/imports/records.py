@@ -48,7 +48,7 @@ def quantiles(samples: Sequence[float]) -> tuple[float, float, float]:
     if not samples:
         raise ValueError("no samples")
     a = np.asarray(samples, dtype=float)
-    p10, p50, p90 = np.quantile(a, [0.1, 0.5, 0.9])
+    p10, _p50, p90 = np.quantile(a, [0.1, 0.5, 0.9])
     return float(p10), float(statistics.median(samples)), float(p90)
 
 
@@ -182,6 +182,10 @@ class ImportedProfile:
     runs: int = 1
     warmup_dropped: int = 0
     run_samples_s: tuple[float, ...] = ()
+    # the timed regions' and transfers' seconds summed in each of those runs (aligned with
+    # ``run_samples_s``; empty: the tool does not say): the run's time less this is the
+    # framework's own per-run overhead
+    run_nodes_s: tuple[float, ...] = ()
     batch: int | None = None
     precision: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -193,3 +197,6 @@ class ImportedProfile:
             raise ProfileError("no timed node, layer or kernel", file=self.source.file)
         if self.run_samples_s:
             _check_samples(self.run_samples_s, what="the run")
+        if self.run_nodes_s and len(self.run_nodes_s) != len(self.run_samples_s):
+            raise ProfileError(f"{len(self.run_nodes_s)} node sums for "
+                               f"{len(self.run_samples_s)} runs", file=self.source.file)
