@@ -213,7 +213,7 @@ def test_refuses_another_batch_and_precision(resnet: tuple[Path, Path]) -> None:
     model, path = resnet
     with pytest.raises(ProfileError, match="profiled at batch 1, asked batch 2"):
         _import(model, path, local_like(), batch=2)
-    with pytest.raises(ProfileError, match="computes in fp32.*asked precision is fp16"):
+    with pytest.raises(ProfileError, match=r"computes in fp32.*asked precision is fp16"):
         _import(model, path, local_like(), precision="fp16")
 
 
@@ -233,7 +233,7 @@ def test_refuses_truncated_and_hostile_files(resnet: tuple[Path, Path], tmp_path
          "NaN"),
         ("[" * 100 + "]" * 100, "nested more than"),
         ('{"traceEvents": []}', "expected a JSON list of trace events"),
-        (json.dumps(events[:3] + [5] + events[3:]), "event 3: expected an object"),
+        (json.dumps([*events[:3], 5, *events[3:]]), "event 3: expected an object"),
         ("[]", "no Session 'model_run' event"),
     ]
     huge = [dict(e) for e in events]
