@@ -87,12 +87,13 @@ def main() -> None:
     args = ap.parse_args()
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.corpus import fetch
+
     from placewise.calibrate.imports.build import import_calibration
     from placewise.calibrate.imports.onnxruntime import read_onnxruntime
     from placewise.graph.onnx_import import read_onnx
     from placewise.hardware.spec import load_machine
     from placewise.planning import load_graph
-    from tests.corpus import fetch
 
     model = fetch("rapidocr-cls-v2")
     machine = load_machine(HW)
