@@ -261,3 +261,83 @@ def test_loaded_back_from_disk(resnet: tuple[Path, Path], tmp_path: Path) -> Non
     cal, _rep, _g = _import(model, path, local_like())
     out = cal.save(tmp_path / "cal.json")
     assert load_calibration(out).imports[0].file == str(path)
+
+
+# ---- the builder on records a GPU profile's reader hands on (no GPU on this machine) ------
+
+
+def _as_gpu(prof: ImportedProfile, *, subgraph: bool = False) -> ImportedProfile:
+    """The real CPU profile's records with the engine a CUDA or TensorRT provider would
+    report, plus host<->device copies of three sizes (what ``MemcpyFromHost`` /
+    ``MemcpyToHost`` nodes become): the builder's handling of them, on records."""
+    from placewise.calibrate.imports.records import MeasuredRegion, MeasuredTransfer
+
+    engine = "TensorrtExecutionProvider" if subgraph else "CUDAExecutionProvider"
+    regions = tuple(dataclasses.replace(r, engine=engine) for r in prof.regions)
+    if subgraph:  # one compiled subgraph standing for every node
+        regions = (MeasuredRegion(label="TRTKernel_graph_main_graph_1_0", op_type="TRTKernel",
+                                  nodes=(), engine=engine,
+                                  samples_s=tuple(sum(x) for x in zip(
+                                      *(r.samples_s for r in prof.regions), strict=True))),)
+    copies = tuple(MeasuredTransfer(f"copy{i}", "copy", *ends, nbytes=n,
+                                    samples_s=(2e-6 + n * 1e-10,) * prof.runs, engine=engine)
+                   for i, (ends, n) in enumerate([(("host", "device"), 12288),
+                                                  (("host", "device"), 49152),
+                                                  (("host", "device"), 196608),
+                                                  (("device", "host"), 40)]))
+    return dataclasses.replace(prof, regions=regions, transfers=copies)
+
+
+def test_copies_become_a_link_and_the_host_keeps_the_roofline(resnet: tuple[Path, Path]
+                                                              ) -> None:
+    model, path = resnet
+    orin = load_machine("jetson-agx-orin")
+    cal, rep, graph = _import(model, _as_gpu(read_onnxruntime(path)), orin)
+    assert rep.device == "gpu" and rep.copies == 4
+    assert rep.links == ("cpu->gpu",)  # device->host: one size, too few to fit
+    (lk,) = cal.links
+    assert lk.latency_s == pytest.approx(2e-6, rel=1e-3)
+    assert lk.seconds_per_byte == pytest.approx(1e-10, rel=1e-3)
+    assert any("one size timed" in n for n in rep.notes)
+    assert sorted(d.name for d in cal.devices) == ["cpu", "gpu"]
+    cm = load_cost_model(orin, cal)
+    conv = next(op for op in graph.ops if op.kind.value == "conv")
+    assert cm.op_cost(graph, conv, "gpu", DType.FP32).source is Source.PROFILED
+    host = cm.region_cost(graph, [conv], "cpu", DType.FP32)
+    assert host.total_s == pytest.approx(
+        CalibratedModel(orin, Calibration.empty("x")).roofline.region_cost(
+            graph, [conv], "cpu", DType.FP32).total_s)
+
+
+def test_a_compiled_subgraph_is_unattributed_unless_its_nodes_are_given(
+        resnet: tuple[Path, Path]) -> None:
+    model, path = resnet
+    prof = _as_gpu(read_onnxruntime(path), subgraph=True)
+    orin = load_machine("jetson-agx-orin")
+    with pytest.raises(ProfileError, match="1 compiled subgraphs do not name their nodes"):
+        _import(model, prof, orin)
+    real = read_onnxruntime(path)
+    nodes = [r.label for r in real.regions] + [t.label for t in real.transfers]
+    cal, rep, graph = _import(model, prof, orin,
+                              region_nodes={"TRTKernel_graph_main_graph_1_0": nodes})
+    assert rep.matched_nodes == 1 and rep.split_nodes == 1
+    assert rep.ops_covered == len(graph.ops)
+    total = sum(prof.regions[0].samples_s) / len(prof.regions[0].samples_s)
+    # the subgraph's time, shared by roofline time: the keys' medians add up to about it
+    per_op = {op.name: next(m.median_s for m in cal.measurements
+                            if m.key == op_key(graph, op, DType.FP32)[0]) for op in graph.ops}
+    assert 0.3 * total < sum(per_op.values()) < 3 * total
+
+
+def test_several_profiles_pool_their_samples(resnet: tuple[Path, Path]) -> None:
+    model, path = resnet
+    graph = load_graph(str(model), None, 1)
+    one = read_onnxruntime(path)
+    cal, rep = import_calibration([one, one], graph, local_like(), onnx_model=read_onnx(model),
+                                  model_ref=str(model), batch=1)
+    single, _ = import_calibration([one], graph, local_like(), onnx_model=read_onnx(model),
+                                   model_ref=str(model), batch=1)
+    assert len(cal.imports) == 2 and rep.profiled_nodes == 2 * len(one.regions)
+    n1 = {m.key: m.n for m in single.measurements}
+    assert all(m.n == 2 * n1[m.key] for m in cal.measurements)
+    assert cal.devices[0].run_call.n == 2 * single.devices[0].run_call.n
