@@ -341,3 +341,21 @@ def test_several_profiles_pool_their_samples(resnet: tuple[Path, Path]) -> None:
     n1 = {m.key: m.n for m in single.measurements}
     assert all(m.n == 2 * n1[m.key] for m in cal.measurements)
     assert cal.devices[0].run_call.n == 2 * single.devices[0].run_call.n
+
+
+def test_partitions_on_the_imported_device_pay_its_run_overhead(resnet: tuple[Path, Path]
+                                                                ) -> None:
+    from placewise.cost.model import Representation, Term
+
+    model, path = resnet
+    m = local_like()
+    cal, _rep, graph = _import(model, path, m)
+    rc = cal.devices[0].run_call
+    cm = load_cost_model(m, cal)
+    x = graph.tensor(graph.ops[0].inputs[0])
+    into = cm.transfer_cost(x, Representation(DType.FP32), "cpu0", "cpu1")
+    assert dict(into.assumptions)["run_call_s"] == rc.median_s
+    assert into.term(Term.LAUNCH) >= rc.median_s
+    req = cm.request_cost("cpu1", ["cpu1"])
+    assert req is not None and req.term(Term.LAUNCH) == rc.median_s
+    assert cm.request_cost("cpu0", ["cpu1"]) is None  # not calibrated

@@ -519,6 +519,15 @@ class CalibratedModel:
         plan's) shares the host's cores, the hand-off measured so. None when not
         measured."""
         rec = self._records.get(host)
+        if rec is not None and rec.request.n == 0 and host in self._imported and \
+                rec.run_call.n and host in devices:
+            rc = rec.run_call  # imported: the host's first partition's session.run overhead
+            return Cost(((Term.LAUNCH, rc.median_s),) if rc.median_s > 0 else (), rc.p10_s,
+                        rc.p90_s, Bottleneck.LAUNCH, Source.PROFILED,
+                        (("calibration", self._fp), ("interval", "measured p10..p90"),
+                         ("model", "the run overhead of the host's first partition, timed "
+                                   "by the imported profiles"),
+                         ("run_call_s", rc.median_s)))
         if rec is None or rec.request.n == 0:
             return None
         req = rec.request
@@ -823,9 +832,11 @@ class CalibratedModel:
         # over a measured link into a device whose run call was measured, the partition
         # the transfer starts is that run call (``_with_run_call``); elsewhere the
         # roofline's per-partition figure (the spec's, or its stated default)
+        # (an imported device's run call is the per-run overhead its profiles timed, paid
+        # by every partition there whatever the link)
         rec = self._records.get(dst)
-        measured = (src, dst) in self._links and rec is not None and rec.run_call.n > 0 \
-            and rec.run_call.median_s > 0
+        measured = ((src, dst) in self._links or dst in self._imported) and rec is not None \
+            and rec.run_call.n > 0 and rec.run_call.median_s > 0
         cost = self.roofline.transfer_cost(tensor, rep, src, dst, partition_cut=not measured)
         if src == dst:
             return cost
@@ -861,6 +872,8 @@ class CalibratedModel:
                 total * math.exp(lk.resid_q10), total * math.exp(lk.resid_q90),
                 Bottleneck.LINK, Source.CALIBRATED, tuple(sorted(a.items())),
                 memory_bytes=nbytes), dst)
+        if measured:  # into an imported device over a link nobody measured
+            cost = self._with_run_call(cost, dst)
         return self._with_dispatch(cost, (src, dst))
 
     def _raw_conversion_cost(self, tensor: Tensor, src: Representation, dst: Representation,
