@@ -91,7 +91,7 @@ def main() -> None:
 
     from placewise.calibrate.imports.build import import_calibration
     from placewise.calibrate.imports.onnxruntime import read_onnxruntime
-    from placewise.graph.onnx_import import read_onnx
+    from placewise.graph.onnx_import import read_onnx_as_is
     from placewise.hardware.spec import load_machine
     from placewise.planning import load_graph
 
@@ -103,7 +103,7 @@ def main() -> None:
         prof, n_events, runs = _profile(model, folder, args.events)
         size = prof.stat().st_size
         graph = load_graph(str(model), SHAPE)
-        proto = read_onnx(model)
+        proto = read_onnx_as_is(model)
         timings: dict[str, tuple[list[float], list[float]]] = {
             k: ([], []) for k in ("read", "import", "command")}
         report = None

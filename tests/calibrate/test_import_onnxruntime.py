@@ -19,7 +19,7 @@ from placewise.cost.load import load_cost_model
 from placewise.cost.model import Source
 from placewise.errors import ProfileError
 from placewise.graph.ir import Graph
-from placewise.graph.onnx_import import read_onnx
+from placewise.graph.onnx_import import read_onnx_as_is
 from placewise.graph.zoo import export_onnx
 from placewise.hardware.spec import Machine, load_machine
 from placewise.planning import load_graph
@@ -58,7 +58,7 @@ def _import(model: Path, profile: Path | ImportedProfile, machine: Machine, *,
             **kw: Any) -> tuple[Calibration, ImportReport, Graph]:
     graph = load_graph(str(model), shapes, batch if shapes is None else None)
     prof = profile if isinstance(profile, ImportedProfile) else read_onnxruntime(profile)
-    cal, rep = import_calibration([prof], graph, machine, onnx_model=read_onnx(model),
+    cal, rep = import_calibration([prof], graph, machine, onnx_model=read_onnx_as_is(model),
                                   model_ref=str(model), batch=batch, **kw)
     return cal, rep, graph
 
@@ -333,9 +333,9 @@ def test_several_profiles_pool_their_samples(resnet: tuple[Path, Path]) -> None:
     model, path = resnet
     graph = load_graph(str(model), None, 1)
     one = read_onnxruntime(path)
-    cal, rep = import_calibration([one, one], graph, local_like(), onnx_model=read_onnx(model),
+    cal, rep = import_calibration([one, one], graph, local_like(), onnx_model=read_onnx_as_is(model),
                                   model_ref=str(model), batch=1)
-    single, _ = import_calibration([one], graph, local_like(), onnx_model=read_onnx(model),
+    single, _ = import_calibration([one], graph, local_like(), onnx_model=read_onnx_as_is(model),
                                    model_ref=str(model), batch=1)
     assert len(cal.imports) == 2 and rep.profiled_nodes == 2 * len(one.regions)
     n1 = {m.key: m.n for m in single.measurements}

@@ -133,9 +133,9 @@ def calibrate_import(
     graph = _load_graph(model, shape, batch, value)
     onnx_model = None
     if model.lower().endswith(".onnx"):
-        from placewise.graph.onnx_import import read_onnx
+        from placewise.graph.onnx_import import read_onnx_as_is
 
-        onnx_model = read_onnx(model)
+        onnx_model = read_onnx_as_is(model)
     machine = resolve_machine(hw)
     cal, report = import_calibration(read, graph, machine, device=device, batch=batch,
                                      precision=precision, onnx_model=onnx_model,
