@@ -179,6 +179,22 @@ def test_a_third_party_file_with_unnamed_nodes(cls_model: tuple[Path, Path]) -> 
     assert len(cal.measurements) > 50
 
 
+def test_a_statically_quantized_file_of_an_old_opset(tmp_path: Path) -> None:
+    """QDQ int8 (opset 11, which placewise upgrades to read it): onnxruntime's optimized
+    graph is rebuilt from the file as it is, so the layout nodes it adds are found."""
+    from tests.corpus import CorpusUnavailable, fetch
+
+    try:
+        model = fetch("rapidocr-cls-qdq")
+    except CorpusUnavailable as exc:  # pragma: no cover - no network
+        pytest.skip(f"corpus unavailable: {exc}")
+    prof = take_profile(model, tmp_path, runs=3, shapes=CLS_SHAPE)
+    cal, rep, graph = _import(model, prof, local_like(), batch=None, shapes=CLS_SHAPE)
+    assert rep.matched_nodes == rep.profiled_nodes and not rep.unmatched
+    assert rep.ops_covered == len(graph.ops)
+    assert any(m.kind == "conv" for m in cal.measurements)
+
+
 def test_preset_machine_device_choice_and_plan_cost_model(resnet: tuple[Path, Path]) -> None:
     model, path = resnet
     orin = load_machine("jetson-agx-orin")
