@@ -122,6 +122,9 @@ def calibrate_import(
     check_output_path(out_file, place="--out")
     if batch is not None and batch <= 0:
         raise ProfileError(f"batch must be a positive integer, got {batch}", place="--batch")
+    if len(tool_version) > 200 or not tool_version.isprintable():
+        raise ProfileError("expected a short printable version (at most 200 characters)",
+                           place="--tool-version")
     paths = [os.fspath(p) for p in profiles]
     formats = [detect_format(p) for p in paths]
     if layer_info is not None and "trtexec" not in formats:

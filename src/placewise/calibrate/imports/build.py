@@ -264,15 +264,14 @@ def _check_shapes(matched: Sequence[tuple[MeasuredRegion, list[str]]], graph: Gr
             other.append((r, got, peers[0]))
     if same >= len(batch_diff) + len(other):
         return
-    asked = f"batch {batch}" if batch is not None else "the graph's shapes"
     if len(batch_diff) > len(other):
         r, got, want = batch_diff[0]
         seen = Counter(g[0] for _r, g, _w in batch_diff).most_common(1)[0][0]
         raise ProfileError(
-            f"profiled at batch {seen}, asked {asked} (node {r.label!r} output "
-            f"{list(got)}, the graph has {list(want)}; {len(batch_diff)} of "
-            f"{same + len(batch_diff) + len(other)} nodes differ so): give --batch {seen}",
-            file=file)
+            f"profiled at batch {seen}, asked batch {batch if batch is not None else want[0]} "
+            f"(node {r.label!r} output {list(got)}, the graph has {list(want)}; "
+            f"{len(batch_diff)} of {same + len(batch_diff) + len(other)} nodes differ so): "
+            f"bind batch {seen} (--batch {seen}, or in --shape)", file=file)
     r, got, want = other[0]
     raise ProfileError(
         f"profiled at other input shapes than the graph's (node {r.label!r} output "
