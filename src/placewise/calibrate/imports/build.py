@@ -445,12 +445,14 @@ def _one_profile(prof: ImportedProfile, ctx: _Context, pool: _Pool,
     _check_shapes(matched, ctx.graph, batch, file)
     _check_precision(matched, ctx.graph, ctx.asked, ctx.model_dtype, file)
     parts: dict[str, list[list[float]]] = {}
+    split = 0
     for r, ops in matched:
         cls = engine_class(r.engine)
         if cls and cls != kind and kind != "accelerator":
             other.append(r.label)
             continue
-        pool.split_nodes += _add_split(parts, ctx, r.samples_s, ops)
+        split += _add_split(parts, ctx, r.samples_s, ops)
+    pool.split_nodes += split
     for t in prof.transfers:
         _transfer(pool, ctx, t, parts)
     covered = set(parts)
@@ -466,8 +468,23 @@ def _one_profile(prof: ImportedProfile, ctx: _Context, pool: _Pool,
         profiled_nodes=len(prof.regions), matched_nodes=len(matched),
         ops_covered=len(covered),
         extra_files=[f"{f} {h}" for f, h in src.extra_files],
-        notes=[*prof.notes][:100])
+        notes=[*prof.notes, *_notes(split, unattributed, unmatched, other)][:100])
     return rec, (unattributed, unmatched, other)
+
+
+def _notes(split: int, unattributed: Sequence[str], unmatched: Sequence[str],
+           other: Sequence[str]) -> list[str]:
+    notes = []
+    if split:
+        notes.append(f"{split} nodes covering several ops: each op got a share of their "
+                     f"time in proportion to its roofline time")
+    if unattributed:
+        notes.append(f"{len(unattributed)} regions name no source node: unattributed")
+    if unmatched:
+        notes.append(f"{len(unmatched)} nodes name no op of the model: left out")
+    if other:
+        notes.append(f"{len(other)} nodes ran on another kind of device: left out")
+    return notes
 
 
 def _add_split(parts: dict[str, list[list[float]]], ctx: _Context, samples: Sequence[float],
