@@ -375,3 +375,15 @@ def test_partitions_on_the_imported_device_pay_its_run_overhead(resnet: tuple[Pa
     req = cm.request_cost("cpu1", ["cpu1"])
     assert req is not None and req.term(Term.LAUNCH) == rc.median_s
     assert cm.request_cost("cpu0", ["cpu1"]) is None  # not calibrated
+
+
+def test_torch_regions_match_by_module_path() -> None:
+    """What a torch trace's reader hands on (a module path and an aten op, no node name)
+    matches the ops of that module in a torch graph."""
+    from placewise.calibrate.imports.build import _Matcher
+
+    graph = load_graph("zoo:mlp?layers=2", None, 1)
+    m = _Matcher.make(graph, None)
+    assert m.ops_of_module("2", "aten::linear") == ["linear_1"]
+    assert m.ops_of_module("2", "aten::addmm") == ["linear_1"]  # the module's ops
+    assert m.ops_of_module("no.such.module", "aten::linear") == []

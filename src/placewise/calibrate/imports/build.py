@@ -9,8 +9,9 @@ on-target profiles (``ImportedProfile``) and writes a ``Calibration`` for one de
   default session does, ``runtime.ort_profile.optimized_nodes``) gets the ops whose work
   it does (``node_owners``: fused and NCHWc nodes, their layout reorders); any other node
   the op of that name (``Op.provenance.source`` or ``Op.name``); a region that names no
-  node (a ``TRTKernel_graph_*`` subgraph, a DLA ``{ForeignNode[...]}``) is unattributed
-  unless ``region_nodes`` gives its nodes;
+  node but a module path (a torch trace) the ops of that module its framework op names
+  (else all of them); a region that names neither (a ``TRTKernel_graph_*`` subgraph, a
+  DLA ``{ForeignNode[...]}``) is unattributed unless ``region_nodes`` gives its nodes;
 - **splitting**: a region covering several ops gives each a share of every sample in
   proportion to the op's roofline time on the device (equal shares where the roofline
   has none); the report counts such regions;
@@ -198,11 +199,12 @@ def _engines(profiles: Sequence[ImportedProfile]) -> str:
 
 @dataclass(slots=True)
 class _Matcher:
-    """Source node name -> op names of ``graph``."""
+    """Source node name (or torch module path) -> op names of ``graph``."""
 
     graph: Graph
     optimized: dict[str, list[str]]
     by_name: dict[str, str]
+    by_module: dict[str, list[Op]] = field(default_factory=dict)
 
     @classmethod
     def make(cls, graph: Graph, onnx_model: Any) -> _Matcher:
@@ -225,7 +227,31 @@ class _Matcher:
                         by_name.setdefault(name, pw)
             nodes = optimized_nodes(onnx_model)
             optimized = {k: v for k, v in node_owners(nodes, graph.ops).items() if v}
-        return cls(graph, optimized, by_name)
+        by_module: dict[str, list[Op]] = {}
+        for op in graph.ops:
+            if op.provenance.module_path:
+                by_module.setdefault(op.provenance.module_path, []).append(op)
+        return cls(graph, optimized, by_name, by_module)
+
+    def ops_of_module(self, path: str, op_type: str) -> list[str]:
+        """The ops of module ``path`` (a torch graph's provenance) that the framework op
+        ``op_type`` names (``aten::linear`` is ``aten.linear.default``), else all of them.
+
+        >>> _Matcher.op_name("aten::linear"), _Matcher.op_name("aten.linear.default")
+        ('linear', 'linear')
+        """
+        ops = self.by_module.get(path, [])
+        want = self.op_name(op_type)
+        same = [op.name for op in ops if want and self.op_name(op.provenance.source_op) == want]
+        return same or [op.name for op in ops]
+
+    @staticmethod
+    def op_name(text: str) -> str:
+        """``aten::linear`` / ``aten.linear.default`` / ``onnx::Gemm`` -> the bare name."""
+        t = text.replace("::", ".")
+        for prefix in ("aten.", "onnx.", "torch.", "quantized."):
+            t = t.removeprefix(prefix)
+        return t.split(".")[0].lower()
 
     def ops_of(self, nodes: Sequence[str]) -> list[str]:
         out: list[str] = []
@@ -429,11 +455,12 @@ def _one_profile(prof: ImportedProfile, ctx: _Context, pool: _Pool,
     named = 0
     for r in prof.regions:
         nodes = tuple(region_nodes.get(r.label, ())) or r.nodes
-        if not nodes:
+        if not nodes and not r.module_path:
             unattributed.append(r.label)
             continue
         named += 1
-        ops = ctx.matcher.ops_of(nodes)
+        ops = ctx.matcher.ops_of(nodes) if nodes else \
+            ctx.matcher.ops_of_module(r.module_path, r.op_type)
         if not ops:
             unmatched.append(r.label)
             continue
