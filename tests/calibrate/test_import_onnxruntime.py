@@ -74,8 +74,9 @@ def test_reader_keeps_runs_after_warmup_and_classifies_nodes(resnet: tuple[Path,
     assert prof.source.sha256 == file_sha256(path)
     assert prof.source.device == "CPUExecutionProvider"
     assert len(prof.run_samples_s) == len(prof.run_nodes_s) == prof.runs
-    assert all(run >= nodes for run, nodes in zip(prof.run_samples_s, prof.run_nodes_s,
-                                                  strict=True))
+    assert len(prof.run_executor_s) == prof.runs  # SequentialExecutor::Execute
+    assert all(run >= ex >= nodes for run, ex, nodes in zip(
+        prof.run_samples_s, prof.run_executor_s, prof.run_nodes_s, strict=True))
     assert all(len(r.samples_s) == prof.runs for r in prof.regions)
     assert all(r.nodes == (r.label,) and r.engine == "CPUExecutionProvider"
                for r in prof.regions)
@@ -136,8 +137,9 @@ def test_resnet_profile_covers_every_op_with_keys_and_provenance(
     assert (imp.tool, imp.device, imp.sha256) == ("onnxruntime", "cpu1", file_sha256(path))
     assert imp.profiled_nodes == rep.profiled_nodes and imp.ops_covered == len(graph.ops)
     assert imp.warmup_dropped >= 1 and imp.runs == RUNS - imp.warmup_dropped
-    rc = cal.devices[0].run_call
+    rc = cal.devices[0].run_call  # the session's time outside its executor
     assert rc.n == imp.runs and rc.p10_s <= rc.median_s <= rc.p90_s and rc.median_s > 0
+    assert rep.node_gaps_s is not None and rep.run_overhead_s == rc.median_s
     # the file round-trips, and the cost model accepts it for this machine
     again = Calibration.from_json(json.loads(json.dumps(cal.to_json())), file="<mem>")
     assert again.fingerprint() == cal.fingerprint()

@@ -180,7 +180,10 @@ def _render(doc: dict[str, Any]) -> None:
               f"reformats {doc['reformats']} ({doc['reformats_attributed']} joined the ops "
               f"they serve, {doc['conversions']} conversion keys); run overhead "
               + (f"{format_seconds(over)} (n={doc['run_overhead_n']})" if over is not None
-                 else "not timed"), markup=False)
+                 else "not timed")
+              + (f"; between nodes {format_seconds(doc['node_gaps_s'])} (the profiler's "
+                 f"own cost included: not charged)" if doc["node_gaps_s"] is not None
+                 else ""), markup=False)
     for note in doc["notes"]:
         out.print(f"  {note}", markup=False)
     for p in doc["profiles"]:

@@ -116,8 +116,8 @@ class OrtRuns:
     """A profile's runs in time order: each ``model_run``'s duration (``run_s``), the
     seconds of each node's kernel events inside it, summed (``node_s``, one mapping per
     run; a node that did not run has no entry), the nodes (``nodes``, in order of first
-    appearance) and what was left aside: fence events (``fences``) and kernel events in no
-    ``model_run`` (``outside``)."""
+    appearance), the executor's share of each run (``exec_s``) and what was left aside:
+    fence events (``fences``) and kernel events in no ``model_run`` (``outside``)."""
 
     run_s: tuple[float, ...]
     node_s: tuple[Mapping[str, float], ...]
@@ -125,6 +125,9 @@ class OrtRuns:
     fences: int = 0
     outside: int = 0
     events: int = 0
+    # the executor's time in each run (``SequentialExecutor::Execute``: the nodes and the
+    # gaps between them; 0.0 where the profile has no such event)
+    exec_s: tuple[float, ...] = ()
 
     def node_kernels(self) -> dict[str, str]:
         """Node name -> ``OpType(node)@provider``."""
@@ -198,6 +201,7 @@ def read_events(events: Any, *, file: str | None = None) -> OrtRuns:
         raise _fail(f"holds {len(events)} events (placewise reads at most {MAX_EVENTS})",
                     file)
     runs: list[tuple[float, float, int]] = []
+    execs: list[tuple[float, float]] = []
     kernels: list[tuple[float, float, str, int]] = []
     nodes: dict[str, OrtNode] = {}
     fences = 0
@@ -208,6 +212,8 @@ def read_events(events: Any, *, file: str | None = None) -> OrtRuns:
         if cat == "Session" and name == "model_run":
             ts = _number(e, "ts", file, i)
             runs.append((ts, ts + _number(e, "dur", file, i), i))
+        elif cat == "Session" and isinstance(name, str) and name.endswith("Executor::Execute"):
+            execs.append((_number(e, "ts", file, i), _number(e, "dur", file, i)))
         elif cat == "Node":
             if not isinstance(name, str) or len(name) > 10_000:
                 raise _fail(f"a Node event's name is {_show(name)}, expected a string",
@@ -235,8 +241,13 @@ def read_events(events: Any, *, file: str | None = None) -> OrtRuns:
             continue
         acc = per_run[k]
         acc[node] = acc.get(node, 0.0) + dur / 1e6
+    exec_s = [0.0] * len(runs)
+    for ts, dur in execs:
+        k = bisect.bisect_right(starts, ts) - 1
+        if k >= 0 and ts <= runs[k][1]:
+            exec_s[k] += dur / 1e6
     return OrtRuns(tuple((hi - lo) / 1e6 for lo, hi, _ in runs), tuple(per_run), nodes,
-                   fences, outside, len(events))
+                   fences, outside, len(events), tuple(exec_s))
 
 
 # ---- the optimized graph --------------------------------------------------------------------

@@ -20,7 +20,11 @@ on-target profiles (``ImportedProfile``) and writes a ``Calibration`` for one de
   else the model's); ops with the same key pool their samples (median, p10, p90, n);
   ``backend`` says ``import:<tool>``. No fits are written: ops nobody measured keep the
   roofline (``CalibratedModel`` treats a calibration with ``imports`` so);
-- **overhead**: each run's time less its nodes' times is the device's ``run_call``;
+- **overhead**: each run's time outside the framework's executor (onnxruntime's
+  ``model_run`` less its ``SequentialExecutor::Execute``; where the profile does not time
+  the executor, the run less its nodes' times) is the device's ``run_call``. The time
+  between nodes inside the executor is reported (``node_gaps_s``), not charged: it holds
+  the profiler's own per-node cost, which an unprofiled run does not pay;
 - **copies** between host and device memory become a ``LinkMeasurement`` where at least
   two sizes were timed; **reformats** whose formats are representations
   (``fp32/nchw``) become conversion measurements; onnxruntime's layout reorders join the
@@ -128,6 +132,7 @@ class ImportReport:
     conversions: int
     run_overhead_s: float | None
     run_overhead_n: int
+    node_gaps_s: float | None
     precision: str
     notes: tuple[str, ...] = field(default_factory=tuple)
 
@@ -142,7 +147,8 @@ class ImportReport:
             "copies": self.copies, "links": list(self.links), "reformats": self.reformats,
             "reformats_attributed": self.reformats_attributed,
             "conversions": self.conversions, "run_overhead_s": self.run_overhead_s,
-            "run_overhead_n": self.run_overhead_n, "precision": self.precision,
+            "run_overhead_n": self.run_overhead_n, "node_gaps_s": self.node_gaps_s,
+            "precision": self.precision,
             "notes": list(self.notes)}
 
 
@@ -352,6 +358,8 @@ class _Pool:
     conversions: dict[str, tuple[str, DType, list[float], str]] = field(default_factory=dict)
     copies: dict[tuple[str, str], list[tuple[int, float]]] = field(default_factory=dict)
     overhead_s: list[float] = field(default_factory=list)
+    overhead_how: set[str] = field(default_factory=set)
+    gaps_s: list[float] = field(default_factory=list)  # executor time between nodes
     covered: set[str] = field(default_factory=set)
     split_nodes: int = 0
     reformats: int = 0
@@ -484,9 +492,17 @@ def _one_profile(prof: ImportedProfile, ctx: _Context, pool: _Pool,
         _transfer(pool, ctx, t, parts)
     covered = set(parts)
     _flush(pool, ctx, parts, prof.source.tool)
-    if prof.run_nodes_s:
+    if prof.run_executor_s:  # outside the executor: the profiler's per-node cost left out
+        pool.overhead_s += [max(run - ex, 0.0) for run, ex
+                            in zip(prof.run_samples_s, prof.run_executor_s, strict=True)]
+        pool.overhead_how.add("the run less its executor's time")
+        if prof.run_nodes_s:
+            pool.gaps_s += [max(ex - nodes, 0.0) for ex, nodes
+                            in zip(prof.run_executor_s, prof.run_nodes_s, strict=True)]
+    elif prof.run_nodes_s:
         pool.overhead_s += [max(run - nodes, 0.0) for run, nodes
                             in zip(prof.run_samples_s, prof.run_nodes_s, strict=True)]
+        pool.overhead_how.add("the run less its nodes' times")
     src = prof.source
     rec = ImportRecord(
         tool=src.tool, tool_version=src.tool_version, file=src.file, sha256=src.sha256,
@@ -681,8 +697,8 @@ def _assemble(ctx: _Context, pool: _Pool, profiles: Sequence[ImportedProfile],
     from placewise.cost.calibrated import device_record
 
     rec = device_record(ctx.dev)
-    method = ("the model_run's time less its nodes' kernel times, per kept run "
-              "(imported profile)")
+    method = (f"per kept run of the imported profiles: {' or '.join(sorted(pool.overhead_how))}"
+              f" (the session's own cost per run)")
     over: StepOverhead | None = None
     if pool.overhead_s:
         p10, med, p90 = quantiles(pool.overhead_s)
@@ -715,4 +731,5 @@ def _assemble(ctx: _Context, pool: _Pool, profiles: Sequence[ImportedProfile],
         "conversions": len(pool.conversions),
         "run_overhead_s": over.median_s if over is not None else None,
         "run_overhead_n": over.n if over is not None else 0,
+        "node_gaps_s": quantiles(pool.gaps_s)[1] if pool.gaps_s else None,
         "precision": ",".join(sorted(precisions)), "notes": tuple(notes)}

@@ -170,6 +170,7 @@ def read_onnxruntime(path: str | os.PathLike[str], *, tool_version: str = "",
         regions=tuple(regions), transfers=tuple(transfers), runs=len(runs.run_s) - drop,
         warmup_dropped=drop, run_samples_s=tuple(runs.run_s[drop:]),
         run_nodes_s=tuple(sum(acc.values()) for acc in runs.node_s[drop:]),
+        run_executor_s=tuple(runs.exec_s[drop:]) if all(runs.exec_s[drop:]) else (),
         batch=None, precision=precisions.pop() if len(precisions) == 1 else "",
         notes=tuple(notes))
 

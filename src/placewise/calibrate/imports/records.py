@@ -186,6 +186,11 @@ class ImportedProfile:
     # ``run_samples_s``; empty: the tool does not say): the run's time less this is the
     # framework's own per-run overhead
     run_nodes_s: tuple[float, ...] = ()
+    # the framework's executor time in each of those runs (the nodes and the gaps between
+    # them, e.g. onnxruntime's ``SequentialExecutor::Execute``; empty: not timed): the run
+    # less this is the per-run overhead outside the executor, which does not hold the
+    # profiler's own per-node cost
+    run_executor_s: tuple[float, ...] = ()
     batch: int | None = None
     precision: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -197,6 +202,8 @@ class ImportedProfile:
             raise ProfileError("no timed node, layer or kernel", file=self.source.file)
         if self.run_samples_s:
             _check_samples(self.run_samples_s, what="the run")
-        if self.run_nodes_s and len(self.run_nodes_s) != len(self.run_samples_s):
-            raise ProfileError(f"{len(self.run_nodes_s)} node sums for "
-                               f"{len(self.run_samples_s)} runs", file=self.source.file)
+        for what, xs in (("node sums", self.run_nodes_s),
+                         ("executor times", self.run_executor_s)):
+            if xs and len(xs) != len(self.run_samples_s):
+                raise ProfileError(f"{len(xs)} {what} for {len(self.run_samples_s)} runs",
+                                   file=self.source.file)
