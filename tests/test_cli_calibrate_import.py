@@ -112,6 +112,8 @@ def test_refusals_write_nothing(profiled: tuple[Path, Path, Path], tmp_path: Pat
          [str(unknown), "not a profile placewise reads"]),
         (["calibrate", "import", str(folder / "absent.json"), "--model", str(model),
           *common], ["absent.json", "no such file"]),
+        (["calibrate", "import", str(prof), "--model", "zoo:resnet", *common],
+         ["--model", "give that .onnx file"]),
     ]
     for (_cmd, needles), proc in zip(cases, run_together(*(c for c, _n in cases)),
                                      strict=True):

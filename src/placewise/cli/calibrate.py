@@ -127,6 +127,9 @@ def calibrate_import(
                            place="--tool-version")
     paths = [os.fspath(p) for p in profiles]
     formats = [detect_format(p) for p in paths]
+    if "onnxruntime" in formats and not model.lower().endswith(".onnx"):
+        raise ProfileError("an onnxruntime profile names the nodes of the ONNX file it ran: "
+                           "give that .onnx file as --model", place="--model")
     if layer_info is not None and "trtexec" not in formats:
         raise ProfileError("--layer-info is for trtexec profiles; none was given",
                            place="--layer-info")
