@@ -26,7 +26,6 @@ import datetime as _dt
 import os
 import re
 from collections import Counter
-from typing import Any
 
 from placewise.calibrate.imports.records import (
     ImportedProfile,
@@ -39,7 +38,7 @@ from placewise.errors import ProfileError
 from placewise.io import load_json
 from placewise.runtime.ort_profile import ORT_DTYPES, OrtNode, OrtRuns, read_events
 
-__all__ = ["SUBGRAPH_PREFIXES", "is_onnxruntime_profile", "read_onnxruntime", "warmup_runs"]
+__all__ = ["SUBGRAPH_PREFIXES", "read_onnxruntime", "warmup_runs"]
 
 #: node names of compiled subgraphs that stand for many ONNX nodes (TensorRT, OpenVINO, QNN,
 #: CoreML, NNAPI, VitisAI, DirectML/MIGraphX fused partitions)
@@ -54,13 +53,6 @@ WARMUP_RATIO = 1.5
 _NAME_DATE = re.compile(r"_(\d{4}-\d{2}-\d{2})_(\d{2})-(\d{2})-(\d{2})(?:_\d+)?\.json$")
 #: the largest onnxruntime profile read (256 MiB of JSON: about a million events)
 MAX_PROFILE_BYTES = 256 * 1024 * 1024
-
-
-def is_onnxruntime_profile(data: Any) -> bool:
-    """Whether parsed JSON looks like onnxruntime's profile: a list of trace events with
-    a ``Session`` or ``Node`` category among its first ones."""
-    return isinstance(data, list) and any(
-        isinstance(e, dict) and e.get("cat") in ("Session", "Node") for e in data[:50])
 
 
 def warmup_runs(run_s: tuple[float, ...] | list[float]) -> int:
