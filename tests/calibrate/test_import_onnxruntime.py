@@ -389,3 +389,25 @@ def test_torch_regions_match_by_module_path() -> None:
     assert m.ops_of_module("2", "aten::linear") == ["linear_1"]
     assert m.ops_of_module("2", "aten::addmm") == ["linear_1"]  # the module's ops
     assert m.ops_of_module("no.such.module", "aten::linear") == []
+
+
+def test_dumped_tensorrt_subgraphs_name_their_nodes(resnet: tuple[Path, Path],
+                                                    tmp_path: Path) -> None:
+    """``trt_dump_subgraphs`` writes each TensorRT subgraph as an ONNX file named after its
+    ``TRTKernel_graph_*`` node: here the whole model is one subgraph (what the provider
+    does when TensorRT takes every node)."""
+    import shutil
+
+    from placewise.calibrate.imports.onnxruntime import subgraph_nodes
+
+    model, path = resnet
+    label = "TRTKernel_graph_main_graph_1_0"
+    shutil.copyfile(model, tmp_path / f"{label}.onnx")
+    (tmp_path / f"{label}1.onnx").write_bytes(b"not this one")  # ..._0 is not ..._01
+    got = subgraph_nodes(tmp_path, [label, "TRTKernel_graph_other_2_0"])
+    assert list(got) == [label] and len(got[label]) == len(read_onnx_as_is(model).graph.node)
+    prof = _as_gpu(read_onnxruntime(path), subgraph=True)
+    _cal, rep, graph = _import(model, prof, load_machine("jetson-agx-orin"), region_nodes=got)
+    assert rep.matched_nodes == 1 and rep.ops_covered == len(graph.ops)
+    with pytest.raises(ProfileError, match="not a folder"):
+        subgraph_nodes(tmp_path / "absent", [label])

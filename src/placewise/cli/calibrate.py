@@ -112,6 +112,7 @@ def calibrate_import(
     value: Annotated[list[str] | None, typer.Option("--value", help="Give an input a value: NAME=NUMBER or NAME=N1,N2,...")] = None,
     precision: Annotated[str | None, typer.Option("--precision", help="The precision the profiles computed in (checked; default the model's own): fp32, fp16, bf16, int8")] = None,
     layer_info: Annotated[Path | None, typer.Option("--layer-info", help="trtexec --exportLayerInfo JSON beside a trtexec profile")] = None,
+    subgraphs: Annotated[Path | None, typer.Option("--subgraphs", help="Folder of the subgraphs onnxruntime's TensorRT provider dumped (trt_dump_subgraphs): the ONNX nodes of each TRTKernel_graph_* node")] = None,
     tool_version: Annotated[str, typer.Option("--tool-version", help="The profiling tool's version, where the file does not record it (onnxruntime)")] = "",
     as_json: JsonOpt = False,
 ) -> None:
@@ -143,9 +144,15 @@ def calibrate_import(
 
         onnx_model = read_onnx_as_is(model)
     machine = resolve_machine(hw)
+    region_nodes: dict[str, tuple[str, ...]] = {}
+    if subgraphs is not None:
+        from placewise.calibrate.imports.onnxruntime import subgraph_nodes
+
+        labels = [r.label for p in read for r in p.regions if not r.nodes]
+        region_nodes = subgraph_nodes(subgraphs, labels)
     cal, report = import_calibration(read, graph, machine, device=device, batch=batch,
                                      precision=precision, onnx_model=onnx_model,
-                                     model_ref=model)
+                                     model_ref=model, region_nodes=region_nodes)
     cal.save(out_file)
     doc = {"out": str(out_file), "model": model, "machine": machine.name,
            "calibration_fingerprint": cal.fingerprint(), **report.to_json()}

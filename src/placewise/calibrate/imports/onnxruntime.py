@@ -26,6 +26,7 @@ import datetime as _dt
 import os
 import re
 from collections import Counter
+from collections.abc import Sequence
 
 from placewise.calibrate.imports.records import (
     ImportedProfile,
@@ -38,7 +39,7 @@ from placewise.errors import ProfileError
 from placewise.io import load_json
 from placewise.runtime.ort_profile import ORT_DTYPES, OrtNode, OrtRuns, read_events
 
-__all__ = ["SUBGRAPH_PREFIXES", "read_onnxruntime", "warmup_runs"]
+__all__ = ["SUBGRAPH_PREFIXES", "read_onnxruntime", "subgraph_nodes", "warmup_runs"]
 
 #: node names of compiled subgraphs that stand for many ONNX nodes (TensorRT, OpenVINO, QNN,
 #: CoreML, NNAPI, VitisAI, DirectML/MIGraphX fused partitions)
@@ -198,3 +199,28 @@ def _notes(runs: OrtRuns, drop: int, regions: list[MeasuredRegion]) -> list[str]
                      f"{'...' if len(sub) > 3 else ''}) cover ONNX nodes the profile does "
                      f"not name: unattributed unless their nodes are given")
     return notes
+
+
+def subgraph_nodes(folder: str | os.PathLike[str], labels: Sequence[str]
+                   ) -> dict[str, tuple[str, ...]]:
+    """The ONNX nodes of compiled subgraphs (``TRTKernel_graph_*``) from the subgraph files
+    the TensorRT execution provider dumps (``trt_dump_subgraphs``): for each of
+    ``labels``, the ``.onnx`` file in ``folder`` whose name holds it (the longest such
+    name: ``..._1`` is not ``..._10``), its node names. Labels without a file are left
+    out. Files are read through the input boundary (``read_onnx_as_is``)."""
+    from placewise.graph.onnx_import import read_onnx_as_is
+
+    root = os.fspath(folder)
+    if not os.path.isdir(root):
+        raise ProfileError("not a folder", file=root, place="--subgraphs")
+    files = sorted(f for f in os.listdir(root) if f.endswith(".onnx"))
+    out: dict[str, tuple[str, ...]] = {}
+    for label in labels:
+        hits = [f for f in files if re.search(re.escape(label) + r"(?!\d)", f)]
+        if not hits:
+            continue
+        model = read_onnx_as_is(os.path.join(root, min(hits, key=len)))
+        names = tuple(n.name for n in model.graph.node if n.name)
+        if names:
+            out[label] = names
+    return out
