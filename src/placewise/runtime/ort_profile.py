@@ -128,6 +128,8 @@ class OrtRuns:
     # the executor's time in each run (``SequentialExecutor::Execute``: the nodes and the
     # gaps between them; 0.0 where the profile has no such event)
     exec_s: tuple[float, ...] = ()
+    # device-side kernel events (``cat`` ``"Kernel"``: CUDA/ROCm profiling), not read
+    device_kernels: int = 0
 
     def node_kernels(self) -> dict[str, str]:
         """Node name -> ``OpType(node)@provider``."""
@@ -204,7 +206,7 @@ def read_events(events: Any, *, file: str | None = None) -> OrtRuns:
     execs: list[tuple[float, float]] = []
     kernels: list[tuple[float, float, str, int]] = []
     nodes: dict[str, OrtNode] = {}
-    fences = 0
+    fences = device_kernels = 0
     for i, e in enumerate(events):
         if not isinstance(e, dict):
             raise _fail(f"expected an object, got {_show(e)}", file, i)
@@ -226,6 +228,8 @@ def read_events(events: Any, *, file: str | None = None) -> OrtRuns:
                     nodes[node] = _node(node, e.get("args"), file, i)
             elif name.endswith(_FENCES):
                 fences += 1
+        elif cat == "Kernel":
+            device_kernels += 1
     runs.sort()
     for (lo, hi, i), (lo2, _hi2, j) in itertools.pairwise(runs):
         if lo2 < hi:
@@ -247,7 +251,7 @@ def read_events(events: Any, *, file: str | None = None) -> OrtRuns:
         if k >= 0 and ts <= runs[k][1]:
             exec_s[k] += dur / 1e6
     return OrtRuns(tuple((hi - lo) / 1e6 for lo, hi, _ in runs), tuple(per_run), nodes,
-                   fences, outside, len(events), tuple(exec_s))
+                   fences, outside, len(events), tuple(exec_s), device_kernels)
 
 
 # ---- the optimized graph --------------------------------------------------------------------

@@ -46,6 +46,9 @@ __all__ = ["SUBGRAPH_PREFIXES", "read_onnxruntime", "subgraph_nodes", "warmup_ru
 SUBGRAPH_PREFIXES = ("TRTKernel_graph_", "OpenVINO-EP-subgraph_", "OpenVINOExecutionProvider_",
                      "QNN_", "QNNExecutionProvider_", "CoreML_", "NNAPI_", "VitisAI",
                      "MIGraphX_", "DmlFusedNode_", "TensorrtExecutionProvider_")
+#: providers whose kernels run asynchronously to the node that launches them
+_ASYNC = ("CUDAExecutionProvider", "ROCMExecutionProvider", "MIGraphXExecutionProvider",
+          "DmlExecutionProvider", "WebGpuExecutionProvider")
 _COPIES = {"MemcpyToHost": ("device", "host"), "MemcpyFromHost": ("host", "device")}
 _REFORMATS = {"ReorderInput": ("NCHW", "NCHWc"), "ReorderOutput": ("NCHWc", "NCHW")}
 #: a run is warm-up while it takes this many times the median of the later runs
@@ -193,6 +196,13 @@ def _notes(runs: OrtRuns, drop: int, regions: list[MeasuredRegion]) -> list[str]
         notes.append(f"{runs.fences} fence events ignored (they time no kernel)")
     if runs.outside:
         notes.append(f"{runs.outside} kernel events outside every model_run ignored")
+    asynchronous = sorted({r.engine for r in regions if r.engine in _ASYNC})
+    if asynchronous:
+        notes.append(f"{', '.join(asynchronous)} nodes: onnxruntime times the host side of "
+                     f"each node (launching its kernels); the device's own time shows where "
+                     f"the host waits for it (copies back, synchronisation)"
+                     + (f"; {runs.device_kernels} device kernel events not read"
+                        if runs.device_kernels else ""))
     sub = [r.label for r in regions if not r.nodes]
     if sub:
         notes.append(f"{len(sub)} compiled subgraph node(s) ({', '.join(sub[:3])}"
