@@ -500,6 +500,22 @@ def _one_profile(prof: ImportedProfile, ctx: _Context, pool: _Pool,
         _transfer(pool, ctx, t, parts)
     covered = set(parts)
     _flush(pool, ctx, parts, prof.source.tool)
+    _add_overhead(pool, prof)
+    src = prof.source
+    rec = ImportRecord(
+        tool=src.tool, tool_version=src.tool_version, file=src.file, sha256=src.sha256,
+        date=src.date, date_from=src.date_from, device=ctx.dev.name, engine=src.device,
+        runs=prof.runs, warmup_dropped=prof.warmup_dropped,
+        profiled_nodes=len(prof.regions), matched_nodes=len(matched),
+        ops_covered=len(covered),
+        extra_files=[f"{f} {h}" for f, h in src.extra_files],
+        notes=[*prof.notes, *_notes(split, unattributed, unmatched, other)][:100])
+    return rec, (unattributed, unmatched, other)
+
+
+def _add_overhead(pool: _Pool, prof: ImportedProfile) -> None:
+    """Each run's time outside the framework's executor (else less its nodes' times) into
+    ``pool``; the executor's time between nodes apart."""
     if prof.run_executor_s:  # outside the executor: the profiler's per-node cost left out
         pool.overhead_s += [max(run - ex, 0.0) for run, ex
                             in zip(prof.run_samples_s, prof.run_executor_s, strict=True)]
@@ -511,16 +527,6 @@ def _one_profile(prof: ImportedProfile, ctx: _Context, pool: _Pool,
         pool.overhead_s += [max(run - nodes, 0.0) for run, nodes
                             in zip(prof.run_samples_s, prof.run_nodes_s, strict=True)]
         pool.overhead_how.add("the run less its nodes' times")
-    src = prof.source
-    rec = ImportRecord(
-        tool=src.tool, tool_version=src.tool_version, file=src.file, sha256=src.sha256,
-        date=src.date, date_from=src.date_from, device=ctx.dev.name, engine=src.device,
-        runs=prof.runs, warmup_dropped=prof.warmup_dropped,
-        profiled_nodes=len(prof.regions), matched_nodes=len(matched),
-        ops_covered=len(covered),
-        extra_files=[f"{f} {h}" for f, h in src.extra_files],
-        notes=[*prof.notes, *_notes(split, unattributed, unmatched, other)][:100])
-    return rec, (unattributed, unmatched, other)
 
 
 def _notes(split: int, unattributed: Sequence[str], unmatched: Sequence[str],
