@@ -485,6 +485,9 @@ def _one_profile(prof: ImportedProfile, ctx: _Context, pool: _Pool,
         raise ProfileError(f"{len(matched)} of {named} profiled nodes name an op of "
                            f"{model_ref or ctx.graph.name}: a profile of another model?",
                            file=file)
+    if prof.batch is not None and batch is not None and prof.batch != batch:
+        raise ProfileError(f"profiled at batch {prof.batch} (the file says), asked batch "
+                           f"{batch}", file=file)
     _check_shapes(matched, ctx.graph, batch, file)
     _check_precision(matched, ctx.graph, ctx.asked, ctx.model_dtype, file)
     parts: dict[str, list[list[float]]] = {}
