@@ -231,6 +231,9 @@ def test_refuses_another_batch_and_precision(resnet: tuple[Path, Path]) -> None:
     model, path = resnet
     with pytest.raises(ProfileError, match="profiled at batch 1, asked batch 2"):
         _import(model, path, local_like(), batch=2)
+    said = dataclasses.replace(read_onnxruntime(path), batch=4)  # a file that states it
+    with pytest.raises(ProfileError, match=r"batch 4 \(the file says\), asked batch 1"):
+        _import(model, said, local_like(), batch=1)
     with pytest.raises(ProfileError, match=r"computes in fp32.*asked precision is fp16"):
         _import(model, path, local_like(), precision="fp16")
 
