@@ -89,6 +89,23 @@ def test_reader_keeps_runs_after_warmup_and_classifies_nodes(resnet: tuple[Path,
     assert read_onnxruntime(path).source.tool_version == ""  # the file does not say
 
 
+def test_the_profilers_own_per_node_cost_is_taken_off(resnet: tuple[Path, Path]) -> None:
+    """The least time of a node that does no work (the ResNet's Reshape) comes off every
+    CPU node, never below zero; ``keep`` keeps the times as timed."""
+    _model, path = resnet
+    kept = read_onnxruntime(path, profiler_cost="keep")
+    got = read_onnxruntime(path)
+    views = [r for r in kept.regions if r.op_type == "Reshape"]
+    floor = min(r.median_s for r in views)
+    assert got.per_node_cost_s == floor > 0 and kept.per_node_cost_s == 0
+    assert any("profiler's own cost per node" in n for n in got.notes)
+    for a, b in zip(kept.regions, got.regions, strict=True):
+        assert b.samples_s == tuple(max(x - floor, 0.0) for x in a.samples_s)
+    nodes = len(kept.regions) + len(kept.transfers)
+    assert all(a - nodes * floor - 1e-12 <= b < a
+               for a, b in zip(kept.run_nodes_s, got.run_nodes_s, strict=True))
+
+
 def test_runs_are_the_sum_of_their_kernel_events(resnet: tuple[Path, Path]) -> None:
     """Differential: the one parser against a plain reading of the same events."""
     _model, path = resnet

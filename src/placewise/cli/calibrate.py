@@ -75,7 +75,8 @@ def _peek(path: str) -> str:
     return head.decode("utf-8", "replace").lstrip("\ufeff \t\r\n")
 
 
-def _read(path: str, fmt: str, *, tool_version: str, layer_info: Path | None) -> Any:
+def _read(path: str, fmt: str, *, tool_version: str, layer_info: Path | None,
+          profiler_cost: str = "remove") -> Any:
     """The profile read by its format's reader (imported only when needed)."""
     module, func, what = READERS[fmt]
     try:
@@ -92,6 +93,8 @@ def _read(path: str, fmt: str, *, tool_version: str, layer_info: Path | None) ->
     kwargs: dict[str, Any] = {}
     if "tool_version" in params and tool_version:
         kwargs["tool_version"] = tool_version
+    if "profiler_cost" in params:
+        kwargs["profiler_cost"] = profiler_cost
     if layer_info is not None:
         if "layer_info" not in params:
             raise ProfileError(f"--layer-info is for trtexec profiles, {path} is an {what}",
@@ -113,6 +116,7 @@ def calibrate_import(
     precision: Annotated[str | None, typer.Option("--precision", help="The precision the profiles computed in (checked; default the model's own): fp32, fp16, bf16, int8")] = None,
     layer_info: Annotated[Path | None, typer.Option("--layer-info", help="trtexec --exportLayerInfo JSON beside a trtexec profile")] = None,
     subgraphs: Annotated[Path | None, typer.Option("--subgraphs", help="Folder of the subgraphs onnxruntime's TensorRT provider dumped (trt_dump_subgraphs): the ONNX nodes of each TRTKernel_graph_* node")] = None,
+    profiler_cost: Annotated[str, typer.Option("--profiler-cost", help="remove: take onnxruntime's own per-node profiling cost (the time of a node that does no work) off CPU nodes; keep: the times as timed")] = "remove",
     tool_version: Annotated[str, typer.Option("--tool-version", help="The profiling tool's version, where the file does not record it (onnxruntime)")] = "",
     as_json: JsonOpt = False,
 ) -> None:
@@ -134,8 +138,12 @@ def calibrate_import(
     if layer_info is not None and "trtexec" not in formats:
         raise ProfileError("--layer-info is for trtexec profiles; none was given",
                            place="--layer-info")
+    if profiler_cost not in ("remove", "keep"):
+        raise ProfileError(f"expected remove or keep, got {profiler_cost!r}",
+                           place="--profiler-cost")
     read = [_read(p, f, tool_version=tool_version,  # before loading the model
-                  layer_info=layer_info if f == "trtexec" else None)
+                  layer_info=layer_info if f == "trtexec" else None,
+                  profiler_cost=profiler_cost)
             for p, f in zip(paths, formats, strict=True)]
     graph = _load_graph(model, shape, batch, value)
     onnx_model = None

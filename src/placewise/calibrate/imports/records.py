@@ -194,6 +194,9 @@ class ImportedProfile:
     batch: int | None = None
     precision: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # seconds the reader took off each node's samples as the tool's own per-node cost
+    # (the notes say how it was told; 0: none)
+    per_node_cost_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.runs < 1:
