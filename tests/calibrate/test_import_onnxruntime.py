@@ -89,6 +89,17 @@ def test_reader_keeps_runs_after_warmup_and_classifies_nodes(resnet: tuple[Path,
     assert read_onnxruntime(path).source.tool_version == ""  # the file does not say
 
 
+def test_threads_of_a_profile_against_the_device(resnet: tuple[Path, Path],
+                                                 tmp_path: Path) -> None:
+    model, _p = resnet
+    two = take_profile(model, tmp_path, runs=3, threads=2)
+    prof = read_onnxruntime(two)
+    assert prof.threads == 2
+    _cal, rep, _g = _import(model, prof, local_like())  # cpu1 has one core
+    assert any("ran its kernels on 2 thread(s), device 'cpu1' has 1 core" in n
+               for n in rep.records[0].notes)
+
+
 def test_the_profilers_own_per_node_cost_is_taken_off(resnet: tuple[Path, Path]) -> None:
     """The least time of a node that does no work (the ResNet's Reshape) comes off every
     CPU node, never below zero; ``keep`` keeps the times as timed."""

@@ -92,6 +92,7 @@ class OrtNode:
     in_types: tuple[TypeShape, ...] = ()
     out_types: tuple[TypeShape, ...] = ()
     first_event: int = -1
+    threads: int = 0  # threads its kernel ran on (``thread_scheduling_stats``; 0: not said)
 
     @property
     def kernel(self) -> str:
@@ -187,7 +188,19 @@ def _node(name: str, args: Any, file: str | None, i: int) -> OrtNode:
     return OrtNode(name, op, prov, _type_shapes(args.get("input_type_shape"),
                                                 "input_type_shape", file, i),
                    _type_shapes(args.get("output_type_shape"), "output_type_shape", file, i),
-                   i)
+                   i, _threads(args.get("thread_scheduling_stats")))
+
+
+def _threads(stats: Any) -> int:
+    """Threads a kernel ran on: the caller's and its pool's ``sub_threads`` (0: not said).
+
+    >>> _threads({"main_thread": {"Run": 43}, "sub_threads": {"1403": {"num_run": 1}}})
+    2
+    """
+    if not isinstance(stats, dict) or not isinstance(stats.get("main_thread"), dict):
+        return 0
+    sub = stats.get("sub_threads")
+    return 1 + (len(sub) if isinstance(sub, dict) else 0)
 
 
 def read_events(events: Any, *, file: str | None = None) -> OrtRuns:

@@ -512,7 +512,8 @@ def _one_profile(prof: ImportedProfile, ctx: _Context, pool: _Pool,
         profiled_nodes=len(prof.regions), matched_nodes=len(matched),
         ops_covered=len(covered),
         extra_files=[f"{f} {h}" for f, h in src.extra_files],
-        notes=[*prof.notes, *_notes(split, unattributed, unmatched, other)][:100])
+        notes=[*prof.notes, *_notes(split, unattributed, unmatched, other, prof.threads,
+                                    ctx.dev)][:100])
     return rec, (unattributed, unmatched, other)
 
 
@@ -533,8 +534,12 @@ def _add_overhead(pool: _Pool, prof: ImportedProfile) -> None:
 
 
 def _notes(split: int, unattributed: Sequence[str], unmatched: Sequence[str],
-           other: Sequence[str]) -> list[str]:
+           other: Sequence[str], threads: int = 0, dev: Device | None = None) -> list[str]:
     notes = []
+    cores = len(dev.cores) if dev is not None and dev.cores is not None else 0
+    if dev is not None and threads and cores and threads != cores:
+        notes.append(f"the profile ran its kernels on {threads} thread(s), device "
+                     f"{dev.name!r} has {cores} core(s): its times may not hold there")
     if split:
         notes.append(f"{split} nodes covering several ops: each op got a share of their "
                      f"time in proportion to its roofline time")

@@ -196,7 +196,8 @@ def read_onnxruntime(path: str | os.PathLike[str], *, tool_version: str = "",
         run_nodes_s=tuple(sum(acc.values()) for acc in kept),
         run_executor_s=tuple(runs.exec_s[drop:]) if all(runs.exec_s[drop:]) else (),
         batch=None, precision=precisions.pop() if len(precisions) == 1 else "",
-        notes=tuple(notes), per_node_cost_s=floor[0] if floor is not None else 0.0)
+        notes=tuple(notes), per_node_cost_s=floor[0] if floor is not None else 0.0,
+        threads=max((n.threads for n in runs.nodes.values()), default=0))
 
 
 def _on_cpu(node: OrtNode) -> bool:
@@ -253,6 +254,9 @@ def _measured(runs: OrtRuns, kept: list[dict[str, float]]
 def _notes(runs: OrtRuns, drop: int, regions: list[MeasuredRegion]) -> list[str]:
     notes = [f"{len(runs.run_s)} runs, {drop} dropped as warm-up"
              + ("" if drop else " (a single run: its time includes first-run work)")]
+    threads = max((n.threads for n in runs.nodes.values()), default=0)
+    if threads:
+        notes.append(f"kernels ran on up to {threads} thread(s) (thread_scheduling_stats)")
     if runs.fences:
         notes.append(f"{runs.fences} fence events ignored (they time no kernel)")
     if runs.outside:

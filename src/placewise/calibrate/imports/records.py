@@ -197,6 +197,8 @@ class ImportedProfile:
     # seconds the reader took off each node's samples as the tool's own per-node cost
     # (the notes say how it was told; 0: none)
     per_node_cost_s: float = 0.0
+    # threads the measured kernels ran on, at most (0: the file does not say)
+    threads: int = 0
 
     def __post_init__(self) -> None:
         if self.runs < 1:
