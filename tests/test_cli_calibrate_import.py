@@ -91,6 +91,9 @@ def test_refusals_write_nothing(profiled: tuple[Path, Path, Path], tmp_path: Pat
     deep.write_text('[{"cat": "Node", "name": "n", "args": ' + "[" * 200 + "]" * 200 + "}]")
     unknown = tmp_path / "unknown.json"
     unknown.write_text('{"hello": 1}')
+    layers = tmp_path / "layers.json"  # the layout trtexec --exportLayerInfo writes
+    layers.write_text('{"Layers": [{"Name": "conv", "LayerType": "CaskConvolution"}], '
+                      '"Bindings": ["x", "y"]}')
     out = tmp_path / "never.json"
     common = ["--hw", "local", "--out", str(out)]
     cases = [
@@ -114,6 +117,8 @@ def test_refusals_write_nothing(profiled: tuple[Path, Path, Path], tmp_path: Pat
           *common], ["absent.json", "no such file"]),
         (["calibrate", "import", str(prof), "--model", "zoo:resnet", *common],
          ["--model", "give that .onnx file"]),
+        (["calibrate", "import", str(layers), "--model", str(model), *common],
+         [str(layers), "give it as --layer-info"]),
     ]
     for (_cmd, needles), proc in zip(cases, run_together(*(c for c, _n in cases)),
                                      strict=True):

@@ -59,6 +59,9 @@ def detect_format(path: str) -> str:
             return "onnxruntime"
     if text.startswith("{") and '"traceEvents"' in text:
         return "torch.profiler"
+    if text.startswith("{") and '"Layers"' in text:
+        raise ProfileError("a trtexec --exportLayerInfo file, not a profile: give it as "
+                           "--layer-info beside its --exportProfile file", file=path)
     raise ProfileError("not a profile placewise reads (onnxruntime's profiling JSON, trtexec "
                        "--exportProfile, a torch.profiler Chrome trace)", file=path)
 
