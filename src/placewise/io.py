@@ -339,22 +339,58 @@ def _parse_float(text: str) -> float | _BadNumber:
 def parse_json(text: str | bytes, *, file: str | None, error: ErrorType = InputError,
                max_depth: int = MAX_DEPTH) -> Any:
     """JSON text -> Python data, with a nesting limit checked before parsing and finite
-    numbers (no ``NaN``, ``Infinity``, ``1e999`` or integers beyond the float range)."""
+    numbers (no ``NaN``, ``Infinity``, ``1e999`` or integers beyond the float range),
+    none beyond ``MAX_ABS`` (``check_numbers`` names the place of the first such number;
+    it walks the data only when the parser met one).
+
+    >>> parse_json('{"a": [1, 2.5]}', file="f.json")
+    {'a': [1, 2.5]}
+    >>> parse_json('{"a": [1, 1e300]}', file="f.json")
+    Traceback (most recent call last):
+    ...
+    placewise.errors.InputError: f.json: a[1]: number 1e+300 is too large (placewise reads numbers up to 1e+100)
+    """
     if isinstance(text, bytes):
         text = _decode(text, file=file or "<json>", error=error)
     if _json_depth(text) > max_depth:
         raise error(f"nested more than {max_depth} levels deep (placewise reads at most "
                     f"{max_depth})", file=file)
+    bad: list[_BadNumber] = []  # the number hooks note every refusal while parsing
+
+    def parse_int(text: str) -> int | _BadNumber:
+        if len(text) < 20:  # at most 19 digits: far below MAX_ABS
+            return int(text)
+        v = _parse_int(text)
+        if isinstance(v, _BadNumber) or abs(v) > MAX_ABS:
+            v = v if isinstance(v, _BadNumber) else _BadNumber(
+                "", f"the integer {_int_text(v)} is too large (placewise reads numbers up "
+                    f"to {MAX_ABS:g})")
+            bad.append(v)
+        return v
+
+    def parse_float(text: str) -> float | _BadNumber:
+        f = float(text)
+        if abs(f) <= MAX_ABS:  # finite and in range (NaN compares false)
+            return f
+        v = _parse_float(text)
+        bad.append(v if isinstance(v, _BadNumber) else _BadNumber(""))
+        return v
+
+    def parse_constant(text: str) -> _BadNumber:
+        bad.append(_BadNumber(text))
+        return bad[-1]
+
     try:
-        data = json.loads(text, parse_int=_parse_int, parse_float=_parse_float,
-                          parse_constant=_BadNumber)
+        data = json.loads(text, parse_int=parse_int, parse_float=parse_float,
+                          parse_constant=parse_constant)
     except json.JSONDecodeError as exc:
         raise error(f"not valid JSON: {exc.msg}", file=file,
                     place=f"line {exc.lineno} column {exc.colno}") from None
     except (ValueError, RecursionError, MemoryError) as exc:
         raise error(f"not valid JSON: {type(exc).__name__}: {_short(str(exc))}",
                     file=file) from None
-    check_numbers(data, file=file, error=error, max_depth=max_depth)
+    if bad:  # walk the data to name the place (nesting was checked before parsing)
+        check_numbers(data, file=file, error=error, max_depth=max_depth)
     return data
 
 

@@ -98,6 +98,6 @@ def test_node_owners_follows_reorders_and_fusions() -> None:
              ("out", ["t1"], ["a"]),  # ReorderOutput: serves the add
              ("gemm", ["a", "w2"], ["t2"]),  # internal name, reshaped after
              ("shape", ["t2"], ["y"])]
-    got = node_owners(nodes, P)
+    got = node_owners(nodes, P.ops)
     assert got == {"in": ["add", "conv", "relu"], "r_nchwc": ["conv", "relu"], "a_nchwc": ["add"],
                    "out": ["add"], "gemm": ["mm"], "shape": ["mm"]}

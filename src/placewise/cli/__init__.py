@@ -1061,6 +1061,7 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+from placewise.cli import calibrate as _calibrate  # noqa: E402, F401
 from placewise.cli import loop as _loop  # noqa: E402, F401
 from placewise.cli import promote as _promote  # noqa: E402, F401
 from placewise.cli import recalibrate as _recalibrate  # noqa: E402, F401

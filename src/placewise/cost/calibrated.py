@@ -86,6 +86,7 @@ from placewise.cost.calibration import (
     DeviceRecord,
     Failure,
     Fit,
+    ImportRecord,
     LinkMeasurement,
     Measurement,
     StepOverhead,
@@ -120,6 +121,7 @@ __all__ = [
     "DeviceRecord",
     "Failure",
     "Fit",
+    "ImportRecord",
     "LinkMeasurement",
     "Measurement",
     "StepOverhead",
@@ -348,6 +350,11 @@ class CalibratedModel:
                 self._corun_class[(cr.device, cr.busy, cr.key, cr.dtype)] = cr
         self._corun_pairs = {(cr.device, cr.busy) for cr in calibration.corun}
         self._fp = calibration.fingerprint()
+        # a calibration imported from on-target profiles: its devices were measured by
+        # their own runtime (no executor step), and what nobody measured keeps the
+        # roofline, regions included
+        self._imported = {d.name for d in calibration.devices} if calibration.imports \
+            else set()
         self._adj_region: dict[tuple[str, str, str], Adjustment] = {}
         self._adj_launch: dict[str, Adjustment] = {}
         self._adj_request: dict[str, Adjustment] = {}
@@ -512,6 +519,15 @@ class CalibratedModel:
         plan's) shares the host's cores, the hand-off measured so. None when not
         measured."""
         rec = self._records.get(host)
+        if rec is not None and rec.request.n == 0 and host in self._imported and \
+                rec.run_call.n and host in devices:
+            rc = rec.run_call  # imported: the host's first partition's session.run overhead
+            return Cost(((Term.LAUNCH, rc.median_s),) if rc.median_s > 0 else (), rc.p10_s,
+                        rc.p90_s, Bottleneck.LAUNCH, Source.PROFILED,
+                        (("calibration", self._fp), ("interval", "measured p10..p90"),
+                         ("model", "the run overhead of the host's first partition, timed "
+                                   "by the imported profiles"),
+                         ("run_call_s", rc.median_s)))
         if rec is None or rec.request.n == 0:
             return None
         req = rec.request
@@ -605,7 +621,10 @@ class CalibratedModel:
             if d is None:
                 continue
             if d.n == 0:
-                notes["dispatch"] = "dispatch not measured (calibration predates it): 0 s"
+                notes["dispatch"] = (
+                    "none: measured by the target's own runtime (imported profile)"
+                    if dev in self._imported else
+                    "dispatch not measured (calibration predates it): 0 s")
                 continue
             add += d.median_s
             low += d.p10_s
@@ -773,6 +792,12 @@ class CalibratedModel:
         if device not in self._devices:
             return _note(self.roofline.region_cost(graph, ops, device, dtype), "calibration",
                          f"none for device {device!r}: roofline")
+        if device in self._imported and not any(
+                (device, op_key(graph, op, dtype)[0]) in self._meas for op in ops
+                if op.kind is not OpKind.TASK):
+            return _note(self.roofline.region_cost(graph, ops, device, dtype), "calibration",
+                         f"imported profiles measured none of these ops on {device!r}: "
+                         f"roofline")
         costs = [self._op_cost(graph, op, device, dtype) for op in ops]
         if not costs:
             return Cost.zero()
@@ -813,9 +838,11 @@ class CalibratedModel:
         # over a measured link into a device whose run call was measured, the partition
         # the transfer starts is that run call (``_with_run_call``); elsewhere the
         # roofline's per-partition figure (the spec's, or its stated default)
+        # (an imported device's run call is the per-run overhead its profiles timed, paid
+        # by every partition there whatever the link)
         rec = self._records.get(dst)
-        measured = (src, dst) in self._links and rec is not None and rec.run_call.n > 0 \
-            and rec.run_call.median_s > 0
+        measured = ((src, dst) in self._links or dst in self._imported) and rec is not None \
+            and rec.run_call.n > 0 and rec.run_call.median_s > 0
         cost = self.roofline.transfer_cost(tensor, rep, src, dst, partition_cut=not measured)
         if src == dst:
             return cost
@@ -851,6 +878,8 @@ class CalibratedModel:
                 total * math.exp(lk.resid_q10), total * math.exp(lk.resid_q90),
                 Bottleneck.LINK, Source.CALIBRATED, tuple(sorted(a.items())),
                 memory_bytes=nbytes), dst)
+        if measured:  # into an imported device over a link nobody measured
+            cost = self._with_run_call(cost, dst)
         return self._with_dispatch(cost, (src, dst))
 
     def _raw_conversion_cost(self, tensor: Tensor, src: Representation, dst: Representation,

@@ -37,6 +37,7 @@ __all__ = [
     "DeviceRecord",
     "Failure",
     "Fit",
+    "ImportRecord",
     "LinkMeasurement",
     "Measurement",
     "StepOverhead",
@@ -429,8 +430,36 @@ class Adjustment(_Strict):
         return self
 
 
+class ImportRecord(_Strict):
+    """A profile taken on the target by its own tool (``placewise calibrate import``,
+    ``placewise.calibrate.imports``): which tool and version (``""``: the file does not
+    say and the user did not either), the file and its sha256, when it was taken and how
+    that is known, the machine's device its measurements are keyed on and the engine the
+    file says ran them (an execution provider, ``GPU``, ``DLA``), the runs kept and the
+    warm-up runs dropped, how many of its timed nodes (layers, ops) there were, how many
+    named an op of the model, and how many of the model's ops they cover."""
+
+    tool: str = Field(min_length=1, max_length=100)
+    tool_version: str = Field(default="", max_length=200)
+    file: str = Field(min_length=1, max_length=4_096)
+    sha256: str = Field(min_length=1, max_length=200)
+    date: str = Field(default="", max_length=100)
+    date_from: str = Field(default="", max_length=200)
+    device: str
+    engine: str = Field(default="", max_length=1_000)
+    runs: int = Field(default=1, ge=0)
+    warmup_dropped: int = Field(default=0, ge=0)
+    profiled_nodes: int = Field(ge=0)
+    matched_nodes: int = Field(ge=0)
+    ops_covered: int = Field(ge=0)
+    extra_files: list[str] = Field(default_factory=list, max_length=16)  # "path sha256:..."
+    notes: list[str] = Field(default_factory=list, max_length=100)
+
+
 class Calibration(_Strict):
-    """What ``placewise profile`` measured, and the fits made from it.
+    """What ``placewise profile`` measured, and the fits made from it; or what profiles
+    taken on the target measured (``imports``, ``placewise calibrate import``: no fits, so
+    that ops nobody measured keep the roofline).
 
     ``parent``/``revision``/``adjustments``: a calibration that ``placewise recalibrate``
     wrote from another (``parent``: that one's fingerprint; ``revision``: its revision + 1)
@@ -460,6 +489,9 @@ class Calibration(_Strict):
     parent: str = Field(default="", max_length=200)
     revision: int = Field(default=0, ge=0)
     adjustments: list[Adjustment] = Field(default_factory=list)
+    # the on-target profiles its measurements were imported from (``calibrate import``;
+    # absent: measured here by ``placewise profile``)
+    imports: list[ImportRecord] = Field(default_factory=list, max_length=10_000)
 
     @field_validator("format")
     @classmethod
@@ -504,6 +536,10 @@ class Calibration(_Strict):
                 if d not in names:
                     raise ValueError(f"corun[{i}] names device {d!r}, which is not among "
                                      f"devices {sorted(names)}")
+        for i, imp in enumerate(self.imports):
+            if imp.device not in names:
+                raise ValueError(f"imports[{i}] names device {imp.device!r}, which is not "
+                                 f"among devices {sorted(names)}")
         keys = [(a.kind, a.key) for a in self.adjustments]
         if len(set(keys)) != len(keys):
             raise ValueError("adjustments repeat a key")
@@ -517,9 +553,11 @@ class Calibration(_Strict):
 
     def to_json(self) -> dict[str, Any]:
         d = self.model_dump(mode="json")
-        for k, default in (("parent", ""), ("revision", 0), ("adjustments", [])):
+        for k, default in (("parent", ""), ("revision", 0), ("adjustments", []),
+                           ("imports", [])):
             if d.get(k) == default:
-                del d[k]  # files (and fingerprints) from before recalibration stay as they were
+                del d[k]  # files (and fingerprints) from before recalibration and imports
+                # stay as they were
         return d
 
     @classmethod

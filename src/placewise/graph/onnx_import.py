@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from placewise.graph.onnx_shapes import PrepareInfo
 
 __all__ = ["MIN_OPSET", "graph_of_prepared", "load_onnx", "load_onnx_source", "onnx_dtype",
-           "read_onnx"]
+           "read_onnx", "read_onnx_as_is"]
 
 # external tensors up to this size are read in (shape inference may need their values);
 # larger ones are only checked, never loaded: their dims and dtype are in the model proto
@@ -533,12 +533,21 @@ def read_onnx(path: str | os.PathLike[str]) -> ModelProto:
     return _read_onnx(os.fspath(path))[0]
 
 
-def _read_onnx(file: str) -> tuple[ModelProto, int | None]:
-    """``read_onnx`` and the opset the file had when it was upgraded (else None)."""
+def read_onnx_as_is(path: str | os.PathLike[str]) -> ModelProto:
+    """The ONNX model at ``path`` with its external data, checked as ``read_onnx`` checks
+    it but changed in nothing (no opset upgrade, no dims freed): the model another
+    runtime ran, e.g. to rebuild the graph onnxruntime optimized from it."""
+    file = os.fspath(path)
     model = _read_model(file)
     _check_strings(model, file)  # before any name is used in a message
     _resolve_external(model, file)
     _check_tensor_data(model, file)
+    return model
+
+
+def _read_onnx(file: str) -> tuple[ModelProto, int | None]:
+    """``read_onnx`` and the opset the file had when it was upgraded (else None)."""
+    model = read_onnx_as_is(file)
     free_anonymous_dims(model)
     return upgrade_opset(model, file)
 

@@ -189,12 +189,26 @@ class ImportedProfile:
     runs: int = 1
     warmup_dropped: int = 0
     run_samples_s: tuple[float, ...] = ()
+    # the timed regions' and transfers' seconds summed in each of those runs (aligned with
+    # ``run_samples_s``; empty: the tool does not say): the run's time less this is the
+    # framework's own per-run overhead
+    run_nodes_s: tuple[float, ...] = ()
+    # the framework's executor time in each of those runs (the nodes and the gaps between
+    # them, e.g. onnxruntime's ``SequentialExecutor::Execute``; empty: not timed): the run
+    # less this is the per-run overhead outside the executor, which does not hold the
+    # profiler's own per-node cost
+    run_executor_s: tuple[float, ...] = ()
     batch: int | None = None
     precision: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
     # False where the tool keeps a summary (trtexec: average and median over ``runs``), not
     # one time per run: the samples then hold no spread, and none may be read from them
     spread_recorded: bool = True
+    # seconds the reader took off each node's samples as the tool's own per-node cost
+    # (the notes say how it was told; 0: none)
+    per_node_cost_s: float = 0.0
+    # threads the measured kernels ran on, at most (0: the file does not say)
+    threads: int = 0
 
     def __post_init__(self) -> None:
         if self.runs < 1:
@@ -203,3 +217,8 @@ class ImportedProfile:
             raise ProfileError("no timed node, layer or kernel", file=self.source.file)
         if self.run_samples_s:
             _check_samples(self.run_samples_s, what="the run")
+        for what, xs in (("node sums", self.run_nodes_s),
+                         ("executor times", self.run_executor_s)):
+            if xs and len(xs) != len(self.run_samples_s):
+                raise ProfileError(f"{len(xs)} {what} for {len(self.run_samples_s)} runs",
+                                   file=self.source.file)

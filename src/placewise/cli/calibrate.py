@@ -1,0 +1,213 @@
+"""``placewise calibrate import``: profiles taken on the target by its own tools, as a
+calibration (the library is ``placewise.calibrate.imports``)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from placewise.cli import (
+    JsonOpt,
+    _load_graph,
+    _print_json,
+    _table,
+    app,
+    out,
+    resolve_machine,
+)
+from placewise.errors import ProfileError
+from placewise.io import check_output_path, read_file_range
+from placewise.units import format_seconds
+
+__all__ = ["calibrate_app", "calibrate_import", "detect_format"]
+
+calibrate_app = typer.Typer(no_args_is_help=True,
+                            help="Calibrations from measurements: profiles taken on the target.")
+app.add_typer(calibrate_app, name="calibrate")
+
+#: format -> (reader module, reader function, what it reads)
+READERS = {
+    "onnxruntime": ("placewise.calibrate.imports.onnxruntime", "read_onnxruntime",
+                    "onnxruntime profile"),
+    "trtexec": ("placewise.calibrate.imports.trtexec", "read_trtexec",
+                "trtexec --exportProfile"),
+    "torch.profiler": ("placewise.calibrate.imports.torch_trace", "read_torch_trace",
+                       "torch.profiler trace"),
+}
+_PEEK_BYTES = 64 * 1024
+
+
+def detect_format(path: str) -> str:
+    """Which tool wrote the profile at ``path``, from its first bytes: onnxruntime (a
+    list of events with ``"cat"``), trtexec (a list starting with ``{"count"`` or with
+    per-layer ``"averageMs"``), torch.profiler (an object with ``"traceEvents"``);
+    ``ProfileError`` otherwise."""
+    if not os.path.lexists(path):
+        raise ProfileError("no such file", file=path)
+    text = _peek(path)
+    if text.startswith("["):
+        body = text[1:].lstrip()
+        if body.startswith("{") and ('"count"' in body[:200] or '"averageMs"' in body
+                                     or '"timeMs"' in body):
+            return "trtexec"
+        if '"cat"' in body or body.startswith("]"):
+            return "onnxruntime"
+    if text.startswith("{") and '"traceEvents"' in text:
+        return "torch.profiler"
+    if text.startswith("{") and '"Layers"' in text:
+        raise ProfileError("a trtexec --exportLayerInfo file, not a profile: give it as "
+                           "--layer-info beside its --exportProfile file", file=path)
+    raise ProfileError("not a profile placewise reads (onnxruntime's profiling JSON, trtexec "
+                       "--exportProfile, a torch.profiler Chrome trace)", file=path)
+
+
+def _peek(path: str) -> str:
+    """The first bytes of the regular file at ``path`` as text (the reader then reads it
+    whole, through the input boundary)."""
+    try:
+        size = os.stat(path).st_size
+    except OSError as exc:
+        raise ProfileError(f"cannot read: {exc.strerror or exc}", file=path) from None
+    head = read_file_range(path, 0, min(size, _PEEK_BYTES), what="profile",
+                           error=ProfileError)
+    return head.decode("utf-8", "replace").lstrip("\ufeff \t\r\n")
+
+
+def _read(path: str, fmt: str, *, tool_version: str, layer_info: Path | None,
+          profiler_cost: str = "remove") -> Any:
+    """The profile read by its format's reader (imported only when needed)."""
+    module, func, what = READERS[fmt]
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name != module:
+            raise
+        raise ProfileError(f"{what} files are not supported yet by this placewise",
+                           file=path) from None
+    reader = getattr(mod, func, None)
+    if reader is None:
+        raise ProfileError(f"{what} files are not supported yet by this placewise", file=path)
+    params = inspect.signature(reader).parameters
+    kwargs: dict[str, Any] = {}
+    if "tool_version" in params and tool_version:
+        kwargs["tool_version"] = tool_version
+    if "profiler_cost" in params:
+        kwargs["profiler_cost"] = profiler_cost
+    if layer_info is not None:
+        if "layer_info" not in params:
+            raise ProfileError(f"--layer-info is for trtexec profiles, {path} is an {what}",
+                               place="--layer-info")
+        kwargs["layer_info"] = layer_info
+    return reader(path, **kwargs)
+
+
+@calibrate_app.command("import")
+def calibrate_import(
+    profiles: Annotated[list[Path], typer.Argument(help="PROFILE files taken on the target: onnxruntime profiling JSON (any execution provider), trtexec --exportProfile, torch.profiler traces")],
+    model: Annotated[str, typer.Option("--model", help="MODEL that was profiled: .onnx (or .pt2, zoo:NAME for torch traces)")],
+    hw: Annotated[str, typer.Option("--hw", help="The target: preset, YAML path, or 'local'")],
+    out_file: Annotated[Path, typer.Option("--out", help="Write the calibration here (JSON)")],
+    device: Annotated[str | None, typer.Option("--device", help="The machine's device the profiles ran on (default: the one device of that kind)")] = None,
+    batch: Annotated[int | None, typer.Option(help="The batch the profiles ran at (checked)")] = None,
+    shape: Annotated[list[str] | None, typer.Option("--shape", help="Bind an input: NAME=DIMS (as profiled)")] = None,
+    value: Annotated[list[str] | None, typer.Option("--value", help="Give an input a value: NAME=NUMBER or NAME=N1,N2,...")] = None,
+    precision: Annotated[str | None, typer.Option("--precision", help="The precision the profiles computed in (checked; default the model's own): fp32, fp16, bf16, int8")] = None,
+    layer_info: Annotated[Path | None, typer.Option("--layer-info", help="trtexec --exportLayerInfo JSON beside a trtexec profile")] = None,
+    subgraphs: Annotated[Path | None, typer.Option("--subgraphs", help="Folder of the subgraphs onnxruntime's TensorRT provider dumped (trt_dump_subgraphs): the ONNX nodes of each TRTKernel_graph_* node")] = None,
+    profiler_cost: Annotated[str, typer.Option("--profiler-cost", help="remove: take onnxruntime's own per-node profiling cost (the time of a node that does no work) off CPU nodes; keep: the times as timed")] = "remove",
+    tool_version: Annotated[str, typer.Option("--tool-version", help="The profiling tool's version, where the file does not record it (onnxruntime)")] = "",
+    as_json: JsonOpt = False,
+) -> None:
+    """Import profiles measured on the target as a calibration: each measured node becomes
+    a calibrated key with its provenance; ops nobody measured keep the roofline."""
+    from placewise.calibrate.imports.build import import_calibration
+
+    check_output_path(out_file, place="--out")
+    if batch is not None and batch <= 0:
+        raise ProfileError(f"batch must be a positive integer, got {batch}", place="--batch")
+    if len(tool_version) > 200 or not tool_version.isprintable():
+        raise ProfileError("expected a short printable version (at most 200 characters)",
+                           place="--tool-version")
+    paths = [os.fspath(p) for p in profiles]
+    formats = [detect_format(p) for p in paths]
+    if "onnxruntime" in formats and not model.lower().endswith(".onnx"):
+        raise ProfileError("an onnxruntime profile names the nodes of the ONNX file it ran: "
+                           "give that .onnx file as --model", place="--model")
+    if layer_info is not None and "trtexec" not in formats:
+        raise ProfileError("--layer-info is for trtexec profiles; none was given",
+                           place="--layer-info")
+    if profiler_cost not in ("remove", "keep"):
+        raise ProfileError(f"expected remove or keep, got {profiler_cost!r}",
+                           place="--profiler-cost")
+    read = [_read(p, f, tool_version=tool_version,  # before loading the model
+                  layer_info=layer_info if f == "trtexec" else None,
+                  profiler_cost=profiler_cost)
+            for p, f in zip(paths, formats, strict=True)]
+    graph = _load_graph(model, shape, batch, value)
+    onnx_model = None
+    if model.lower().endswith(".onnx"):
+        from placewise.graph.onnx_import import read_onnx_as_is
+
+        onnx_model = read_onnx_as_is(model)
+    machine = resolve_machine(hw)
+    region_nodes: dict[str, tuple[str, ...]] = {}
+    if subgraphs is not None:
+        from placewise.calibrate.imports.onnxruntime import subgraph_nodes
+
+        labels = [r.label for p in read for r in p.regions if not r.nodes]
+        region_nodes = subgraph_nodes(subgraphs, labels)
+    cal, report = import_calibration(read, graph, machine, device=device, batch=batch,
+                                     precision=precision, onnx_model=onnx_model,
+                                     model_ref=model, region_nodes=region_nodes)
+    cal.save(out_file)
+    doc = {"out": str(out_file), "model": model, "machine": machine.name,
+           "calibration_fingerprint": cal.fingerprint(), **report.to_json()}
+    if as_json:
+        _print_json(doc)
+        return
+    _render(doc)
+
+
+def _render(doc: dict[str, Any]) -> None:
+    rows = [[os.path.basename(p["file"]), f"{p['tool']} {p['tool_version']}".strip(), p["engine"],
+             f"{p['runs']} (+{p['warmup_dropped']} warm-up)", p["profiled_nodes"],
+             p["matched_nodes"], p["ops_covered"]] for p in doc["profiles"]]
+    out.print(_table(f"imported onto {doc['device']} of {doc['machine']}",
+                     ["profile", "tool", "ran on", "runs", "nodes", "matched", "ops"], rows))
+    out.print(f"{doc['matched_nodes']} of {doc['profiled_nodes']} profiled nodes matched; "
+              f"{doc['ops_covered']} of {doc['graph_ops']} ops covered "
+              f"({100 * doc['measured_share']:.1f}% of the model's roofline time on "
+              f"{doc['device']} now measured); {doc['measurements']} keys "
+              f"({doc['precision'] or '-'}); {doc['split_nodes']} nodes covering several ops "
+              f"split by roofline time", markup=False)
+    if doc["unattributed"]:
+        out.print(f"unattributed (compiled subgraphs that do not name their nodes): "
+                  f"{', '.join(doc['unattributed'][:5])}"
+                  + (" ..." if len(doc["unattributed"]) > 5 else ""), markup=False)
+    if doc["unmatched"]:
+        out.print(f"{len(doc['unmatched'])} nodes name no op of the model: "
+                  f"{', '.join(doc['unmatched'][:5])}"
+                  + (" ..." if len(doc["unmatched"]) > 5 else ""), markup=False)
+    if doc["other_engine"]:
+        out.print(f"{len(doc['other_engine'])} nodes ran on another kind of device: left out",
+                  markup=False)
+    over = doc["run_overhead_s"]
+    out.print(f"copies {doc['copies']} (links fitted: {', '.join(doc['links']) or 'none'}); "
+              f"reformats {doc['reformats']} ({doc['reformats_attributed']} joined the ops "
+              f"they serve, {doc['conversions']} conversion keys); run overhead "
+              + (f"{format_seconds(over)} (n={doc['run_overhead_n']})" if over is not None
+                 else "not timed")
+              + (f"; between nodes {format_seconds(doc['node_gaps_s'])} (the profiler's "
+                 f"own cost included: not charged)" if doc["node_gaps_s"] is not None
+                 else ""), markup=False)
+    for note in doc["notes"]:
+        out.print(f"  {note}", markup=False)
+    for p in doc["profiles"]:
+        for note in p["notes"]:
+            out.print(f"  {os.path.basename(p['file'])}: {note}", markup=False)
+    out.print(f"wrote {doc['out']} ({doc['calibration_fingerprint']})", markup=False)
