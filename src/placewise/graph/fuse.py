@@ -42,12 +42,12 @@ Region names are the name of their first op (unique, stable, readable in plans).
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from placewise.errors import GraphError, InputError
 from placewise.graph.ir import Graph, Op, OpCategory, OpKind, Role
+from placewise.graph.walk import topological_order
 
 __all__ = [
     "PATTERNS",
@@ -182,27 +182,16 @@ def _is_pointwise(op: Op) -> bool:
 def _finish(graph: Graph, groups: list[list[Op]], fingerprint: str | None = None) -> Partition:
     """Regions from op groups, ordered topologically over the region DAG (stable)."""
     gid = {o.name: i for i, grp in enumerate(groups) for o in grp}
-    succ: list[set[int]] = [set() for _ in groups]
-    indeg = [0] * len(groups)
+    preds: list[set[int]] = [set() for _ in groups]
     for i, grp in enumerate(groups):
         for o in grp:
             for s in graph.successors(o):
                 j = gid[s.name]
-                if j != i and j not in succ[i]:
-                    succ[i].add(j)
-                    indeg[j] += 1
+                if j != i:
+                    preds[j].add(i)
     pos = {o.name: i for i, o in enumerate(graph.ops)}
     first_pos = [min(pos[o.name] for o in grp) for grp in groups]
-    ready = [(first_pos[i], i) for i in range(len(groups)) if indeg[i] == 0]
-    heapq.heapify(ready)
-    order: list[int] = []
-    while ready:
-        _, i = heapq.heappop(ready)
-        order.append(i)
-        for j in succ[i]:
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                heapq.heappush(ready, (first_pos[j], j))
+    order = topological_order(preds, first_pos)
     if len(order) != len(groups):  # never: fuse checks every merge
         raise GraphError("internal error: fused regions form a cycle", place=graph.name)
     regions = []

@@ -24,6 +24,7 @@ from enum import Enum
 from typing import Any
 
 from placewise.errors import GraphError
+from placewise.graph.walk import topological_order
 from placewise.units import DType, Layout
 
 __all__ = [
@@ -709,34 +710,19 @@ def _short_dim(d: Dim, limit: int = 24) -> str:
 
 
 def _toposort(ops: list[Op], producer: dict[str, Op], file: str | None) -> list[Op]:
-    """Kahn's algorithm, stable w.r.t. the given order; raises on a cycle naming an op on it."""
+    """``ops`` in the stable topological order (``walk.topological_order``); raises on a
+    cycle naming an op on it."""
     position = {op.name: i for i, op in enumerate(ops)}
-    indeg = {op.name: 0 for op in ops}
-    succ: dict[str, list[str]] = {op.name: [] for op in ops}
-    for op in ops:
-        preds = {producer[t].name for t in op.inputs if t and t in producer}
-        for p in preds:
-            succ[p].append(op.name)
-            indeg[op.name] += 1
-    import heapq
-
-    ready = [(position[n], n) for n, d in indeg.items() if d == 0]
-    heapq.heapify(ready)
-    by_name = {op.name: op for op in ops}
-    out: list[Op] = []
-    while ready:
-        _, n = heapq.heappop(ready)
-        out.append(by_name[n])
-        for s in succ[n]:
-            indeg[s] -= 1
-            if indeg[s] == 0:
-                heapq.heappush(ready, (position[s], s))
-    if len(out) != len(ops):
-        stuck = sorted((n for n, d in indeg.items() if d > 0), key=position.__getitem__)
-        cycle = _find_cycle(stuck, by_name, producer)
+    preds = [{position[producer[t].name] for t in op.inputs if t and t in producer}
+             for op in ops]
+    order = topological_order(preds)
+    if len(order) != len(ops):
+        done = set(order)
+        stuck = [op.name for i, op in enumerate(ops) if i not in done]
+        cycle = _find_cycle(stuck, {op.name: op for op in ops}, producer)
         raise GraphError("the graph has a cycle: " + " -> ".join(cycle), file=file,
                          place=f"op {cycle[0]!r}")
-    return out
+    return [ops[i] for i in order]
 
 
 def _find_cycle(stuck: list[str], by_name: dict[str, Op], producer: dict[str, Op]) -> list[str]:
