@@ -46,7 +46,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from placewise.errors import GraphError, InputError
-from placewise.graph.ir import Graph, Op, OpCategory, OpKind, Role
+from placewise.graph.ir import GEMM_KINDS, Graph, Op, OpCategory, OpKind, Role
 from placewise.graph.walk import topological_order
 
 __all__ = [
@@ -60,8 +60,6 @@ __all__ = [
 
 PATTERNS = ("contraction", "elementwise", "attention")
 
-_CONTRACTIONS = frozenset({OpKind.MATMUL, OpKind.GEMM, OpKind.LINEAR, OpKind.CONV,
-                           OpKind.CONV_TRANSPOSE})
 _VIEWS = frozenset({OpKind.RESHAPE, OpKind.FLATTEN, OpKind.SQUEEZE, OpKind.UNSQUEEZE,
                     OpKind.IDENTITY, OpKind.DROPOUT})
 _ACTIVATIONS = frozenset({OpKind.RELU, OpKind.LEAKY_RELU, OpKind.GELU, OpKind.SILU,
@@ -152,7 +150,7 @@ def _pattern_of(graph: Graph, ops: Sequence[Op]) -> str:
     kinds = {o.kind for o in work}
     if OpKind.SOFTMAX in kinds and OpKind.MATMUL in kinds:
         return "attention-core"
-    if work and work[0].kind in _CONTRACTIONS:
+    if work and work[0].kind in GEMM_KINDS:
         name = "contraction"
         rest = work[1:]
         if rest and rest[0].kind is OpKind.ADD and _has_param_operand(graph, rest[0]):
@@ -317,7 +315,7 @@ def _proposals(graph: Graph, patterns: Iterable[str]) -> list[list[Op]]:
     for op in graph.ops:
         if op.name in m.claimed:
             continue
-        if op.kind in _CONTRACTIONS and "contraction" in pats:
+        if op.kind in GEMM_KINDS and "contraction" in pats:
             grp = m.chain(op)
         elif _is_pointwise(op) and "elementwise" in pats:
             grp = m.chain(op)
