@@ -85,7 +85,15 @@ from placewise.cost.model import (
     Term,
 )
 from placewise.errors import UnsupportedError
-from placewise.graph.ir import CONTROL_FLOW_KINDS, INT8_KINDS, Graph, Op, OpKind, Tensor
+from placewise.graph.ir import (
+    CONTRACTION_KINDS,
+    CONTROL_FLOW_KINDS,
+    INT8_KINDS,
+    Graph,
+    Op,
+    OpKind,
+    Tensor,
+)
 from placewise.hardware.efficiency import ContractionCurve
 from placewise.hardware.spec import Device, DeviceKind, Machine
 from placewise.units import DType
@@ -120,9 +128,6 @@ INTERVAL_STREAM = (0.8, 1.5)
 #: ops whose memory access is data-dependent: they reach a lower fraction of bandwidth
 IRREGULAR_KINDS = frozenset({OpKind.GATHER, OpKind.EMBEDDING, OpKind.SCATTER, OpKind.TOPK,
                              OpKind.ARGMAX, OpKind.CUMSUM})
-_CONTRACTIONS = frozenset({OpKind.MATMUL, OpKind.GEMM, OpKind.LINEAR, OpKind.CONV,
-                           OpKind.CONV_TRANSPOSE, OpKind.ATTENTION, OpKind.LSTM, OpKind.GRU,
-                           OpKind.EINSUM})
 # kinds whose ``group`` attribute splits them into per-channel-group contractions
 _GROUPED_KINDS = frozenset({OpKind.CONV, OpKind.CONV_TRANSPOSE})
 # kinds that never launch a kernel: pure metadata
@@ -219,7 +224,7 @@ def gemm_dims(graph: Graph, op: Op) -> GemmDims | None:
     >>> gemm_dims(g, g.op("l"))
     GemmDims(batch=1, m=128, n=64, k=32, steps=1)
     """
-    if op.kind not in _CONTRACTIONS:
+    if op.kind not in CONTRACTION_KINDS:
         return None
     if not graph.owns(op):
         return _gemm_dims(graph, op)
@@ -488,7 +493,7 @@ def op_efficiency(dev: Device, graph: Graph, op: Op, dtype: DType
     >>> op_efficiency(gpu, g, g.op("dw"), DType.FP32)
     (0.25, 1.0, 'direct grouped conv')
     """
-    dims = gemm_dims(graph, op) if op.kind in _CONTRACTIONS else None
+    dims = gemm_dims(graph, op) if op.kind in CONTRACTION_KINDS else None
     if dims is None:
         return _VECTOR_EFF, 1.0, "vector"
     eff, par = contraction_efficiency(dev, dims, dtype, op.kind)

@@ -42,12 +42,12 @@ Region names are the name of their first op (unique, stable, readable in plans).
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from placewise.errors import GraphError, InputError
-from placewise.graph.ir import Graph, Op, OpCategory, OpKind, Role
+from placewise.graph.ir import GEMM_KINDS, Graph, Op, OpCategory, OpKind, Role
+from placewise.graph.walk import topological_order
 
 __all__ = [
     "PATTERNS",
@@ -60,8 +60,6 @@ __all__ = [
 
 PATTERNS = ("contraction", "elementwise", "attention")
 
-_CONTRACTIONS = frozenset({OpKind.MATMUL, OpKind.GEMM, OpKind.LINEAR, OpKind.CONV,
-                           OpKind.CONV_TRANSPOSE})
 _VIEWS = frozenset({OpKind.RESHAPE, OpKind.FLATTEN, OpKind.SQUEEZE, OpKind.UNSQUEEZE,
                     OpKind.IDENTITY, OpKind.DROPOUT})
 _ACTIVATIONS = frozenset({OpKind.RELU, OpKind.LEAKY_RELU, OpKind.GELU, OpKind.SILU,
@@ -152,7 +150,7 @@ def _pattern_of(graph: Graph, ops: Sequence[Op]) -> str:
     kinds = {o.kind for o in work}
     if OpKind.SOFTMAX in kinds and OpKind.MATMUL in kinds:
         return "attention-core"
-    if work and work[0].kind in _CONTRACTIONS:
+    if work and work[0].kind in GEMM_KINDS:
         name = "contraction"
         rest = work[1:]
         if rest and rest[0].kind is OpKind.ADD and _has_param_operand(graph, rest[0]):
@@ -182,27 +180,16 @@ def _is_pointwise(op: Op) -> bool:
 def _finish(graph: Graph, groups: list[list[Op]], fingerprint: str | None = None) -> Partition:
     """Regions from op groups, ordered topologically over the region DAG (stable)."""
     gid = {o.name: i for i, grp in enumerate(groups) for o in grp}
-    succ: list[set[int]] = [set() for _ in groups]
-    indeg = [0] * len(groups)
+    preds: list[set[int]] = [set() for _ in groups]
     for i, grp in enumerate(groups):
         for o in grp:
             for s in graph.successors(o):
                 j = gid[s.name]
-                if j != i and j not in succ[i]:
-                    succ[i].add(j)
-                    indeg[j] += 1
+                if j != i:
+                    preds[j].add(i)
     pos = {o.name: i for i, o in enumerate(graph.ops)}
     first_pos = [min(pos[o.name] for o in grp) for grp in groups]
-    ready = [(first_pos[i], i) for i in range(len(groups)) if indeg[i] == 0]
-    heapq.heapify(ready)
-    order: list[int] = []
-    while ready:
-        _, i = heapq.heappop(ready)
-        order.append(i)
-        for j in succ[i]:
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                heapq.heappush(ready, (first_pos[j], j))
+    order = topological_order(preds, first_pos)
     if len(order) != len(groups):  # never: fuse checks every merge
         raise GraphError("internal error: fused regions form a cycle", place=graph.name)
     regions = []
@@ -328,7 +315,7 @@ def _proposals(graph: Graph, patterns: Iterable[str]) -> list[list[Op]]:
     for op in graph.ops:
         if op.name in m.claimed:
             continue
-        if op.kind in _CONTRACTIONS and "contraction" in pats:
+        if op.kind in GEMM_KINDS and "contraction" in pats:
             grp = m.chain(op)
         elif _is_pointwise(op) and "elementwise" in pats:
             grp = m.chain(op)

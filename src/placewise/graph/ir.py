@@ -24,10 +24,13 @@ from enum import Enum
 from typing import Any
 
 from placewise.errors import GraphError
+from placewise.graph.walk import topological_order
 from placewise.units import DType, Layout
 
 __all__ = [
+    "CONTRACTION_KINDS",
     "CONTROL_FLOW_KINDS",
+    "GEMM_KINDS",
     "INT8_KINDS",
     "AttrValue",
     "Attrs",
@@ -249,9 +252,25 @@ class OpKind(Enum):
         return _CATEGORY.get(self, OpCategory.OTHER)
 
 
+#: the contractions (category ``CONTRACTION``): products summed over a shared dimension --
+#: matrix products, convolutions, attention, recurrent cells, einsum. The roofline costs
+#: them through their GEMM view (``cost.roofline.gemm_dims``) on the device's contraction
+#: curve, which covers these kinds when it names none (``hardware.efficiency``).
+CONTRACTION_KINDS: frozenset[OpKind] = frozenset({
+    OpKind.MATMUL, OpKind.GEMM, OpKind.LINEAR, OpKind.CONV, OpKind.CONV_TRANSPOSE,
+    OpKind.ATTENTION, OpKind.LSTM, OpKind.GRU, OpKind.EINSUM})
+
+#: the contractions that are one GEMM-shaped kernel: a matrix product or a convolution of
+#: an input with one weight-like operand. Such a kernel's epilogue absorbs a bias and an
+#: activation, so fusion starts a ``contraction`` region at one (``graph.fuse``), and its
+#: output is a projection, so a float output made by one may be logits
+#: (``precision.metrics.looks_like_logits``). Attention, LSTM, GRU (several products with
+#: their own nonlinearities inside) and einsum (a general index contraction) are not.
+GEMM_KINDS: frozenset[OpKind] = frozenset({
+    OpKind.MATMUL, OpKind.GEMM, OpKind.LINEAR, OpKind.CONV, OpKind.CONV_TRANSPOSE})
+
 _CATEGORY: dict[OpKind, OpCategory] = {}
-for _k in (OpKind.MATMUL, OpKind.GEMM, OpKind.LINEAR, OpKind.CONV, OpKind.CONV_TRANSPOSE,
-           OpKind.ATTENTION, OpKind.LSTM, OpKind.GRU, OpKind.EINSUM):
+for _k in CONTRACTION_KINDS:
     _CATEGORY[_k] = OpCategory.CONTRACTION
 for _k in (OpKind.LAYER_NORM, OpKind.RMS_NORM, OpKind.BATCH_NORM, OpKind.GROUP_NORM,
            OpKind.INSTANCE_NORM, OpKind.SOFTMAX, OpKind.LOG_SOFTMAX):
@@ -279,14 +298,15 @@ for _k in (OpKind.RESHAPE, OpKind.FLATTEN, OpKind.SQUEEZE, OpKind.UNSQUEEZE, OpK
 for _k in (OpKind.QUANTIZE, OpKind.DEQUANTIZE, OpKind.CAST, OpKind.LAYOUT_CONVERT):
     _CATEGORY[_k] = OpCategory.CONVERSION
 
-#: op kinds that have an int8 kernel on placewise's local backends (onnxruntime dynamic
-#: quantization: ``MatMulInteger`` / ``ConvInteger``). A local device (one with a runtime
-#: ``backend``) computes a vertex in int8 only when every op of it is one of these: the cost
-#: models, the plan checker, profiling and the executor all read this set.
 #: control flow kept as one op: its cost is the summed work of its subgraph (attributes on
 #: ``OpKind``); an ``If`` whose condition is known is inlined by the importer instead
 CONTROL_FLOW_KINDS: frozenset[OpKind] = frozenset({OpKind.IF, OpKind.LOOP, OpKind.SCAN})
 
+#: op kinds that have an int8 kernel on placewise's local backends (onnxruntime dynamic
+#: quantization: ``MatMulInteger`` / ``ConvInteger``; ``graph.onnx_kinds.INT8_ONNX_OP_TYPES``
+#: spells them in ONNX). A local device (one with a runtime ``backend``) computes a vertex
+#: in int8 only when every op of it is one of these: the cost models, the plan checker,
+#: profiling and the executor all read this set.
 INT8_KINDS: frozenset[OpKind] = frozenset({OpKind.LINEAR, OpKind.MATMUL, OpKind.GEMM,
                                            OpKind.CONV})
 
@@ -709,34 +729,19 @@ def _short_dim(d: Dim, limit: int = 24) -> str:
 
 
 def _toposort(ops: list[Op], producer: dict[str, Op], file: str | None) -> list[Op]:
-    """Kahn's algorithm, stable w.r.t. the given order; raises on a cycle naming an op on it."""
+    """``ops`` in the stable topological order (``walk.topological_order``); raises on a
+    cycle naming an op on it."""
     position = {op.name: i for i, op in enumerate(ops)}
-    indeg = {op.name: 0 for op in ops}
-    succ: dict[str, list[str]] = {op.name: [] for op in ops}
-    for op in ops:
-        preds = {producer[t].name for t in op.inputs if t and t in producer}
-        for p in preds:
-            succ[p].append(op.name)
-            indeg[op.name] += 1
-    import heapq
-
-    ready = [(position[n], n) for n, d in indeg.items() if d == 0]
-    heapq.heapify(ready)
-    by_name = {op.name: op for op in ops}
-    out: list[Op] = []
-    while ready:
-        _, n = heapq.heappop(ready)
-        out.append(by_name[n])
-        for s in succ[n]:
-            indeg[s] -= 1
-            if indeg[s] == 0:
-                heapq.heappush(ready, (position[s], s))
-    if len(out) != len(ops):
-        stuck = sorted((n for n, d in indeg.items() if d > 0), key=position.__getitem__)
-        cycle = _find_cycle(stuck, by_name, producer)
+    preds = [{position[producer[t].name] for t in op.inputs if t and t in producer}
+             for op in ops]
+    order = topological_order(preds)
+    if len(order) != len(ops):
+        done = set(order)
+        stuck = [op.name for i, op in enumerate(ops) if i not in done]
+        cycle = _find_cycle(stuck, {op.name: op for op in ops}, producer)
         raise GraphError("the graph has a cycle: " + " -> ".join(cycle), file=file,
                          place=f"op {cycle[0]!r}")
-    return out
+    return [ops[i] for i in order]
 
 
 def _find_cycle(stuck: list[str], by_name: dict[str, Op], producer: dict[str, Op]) -> list[str]:

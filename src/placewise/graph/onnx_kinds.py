@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import numpy as np
     from onnx import NodeProto, TensorProto
 
-__all__ = ["onnx_dtype"]
+__all__ = ["INT8_ONNX_OP_TYPES", "onnx_dtype"]
 
 # ---- dtypes ----------------------------------------------------------------------------------
 
@@ -130,6 +130,13 @@ _KINDS: dict[str, OpKind] = {
     # control flow kept as one op (its attributes: graph.onnx_control.control_attrs)
     "If": OpKind.IF, "Loop": OpKind.LOOP, "Scan": OpKind.SCAN,
 }
+
+#: ``graph.ir.INT8_KINDS`` as float ONNX spells them: the op types an int8 vertex quantizes
+#: (onnxruntime's dynamic quantization makes them MatMulInteger / ConvInteger; a LINEAR
+#: exports as MatMul or Gemm, and Gemm becomes MatMul first). The compiler quantizes these
+#: (``runtime.compile``) and the emulation quantizes the same (``precision.emulate``);
+#: Gather and the other types onnxruntime would quantize by default stay float.
+INT8_ONNX_OP_TYPES: tuple[str, ...] = ("MatMul", "Gemm", "Conv")
 
 # a few widely used non-default-domain ops whose meaning matches a kind exactly
 _MS = "com.microsoft"

@@ -37,15 +37,11 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from placewise.graph.ir import OpKind
+from placewise.graph.ir import CONTRACTION_KINDS, OpKind
 from placewise.units import DType
 
-__all__ = ["CONTRACTION_KINDS", "ContractionCurve", "DeviceEfficiency"]
+__all__ = ["ContractionCurve", "DeviceEfficiency"]
 
-#: the kinds a contraction curve covers when it names none (the roofline's contractions)
-CONTRACTION_KINDS = frozenset({OpKind.MATMUL, OpKind.GEMM, OpKind.LINEAR, OpKind.CONV,
-                               OpKind.CONV_TRANSPOSE, OpKind.ATTENTION, OpKind.LSTM,
-                               OpKind.GRU, OpKind.EINSUM})
 
 Fraction = Annotated[float, Field(gt=0, le=1)]
 #: a kernel's fixed time: at most one second (longer is a typo for a per-kernel figure)

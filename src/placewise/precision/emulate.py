@@ -90,6 +90,7 @@ import numpy as np
 
 from placewise.errors import InputError, UnsupportedError
 from placewise.graph.ir import INT8_KINDS, Graph, Op
+from placewise.graph.onnx_kinds import INT8_ONNX_OP_TYPES
 from placewise.precision.rewrite import BaseModel, Edit
 from placewise.units import DType
 
@@ -110,7 +111,6 @@ SCHEMES: Mapping[DType, str] = MappingProxyType({
                  "even), computed in fp32 (fp32 accumulate)"),
 })
 
-_CONTRACTION_TYPES = ("MatMul", "Gemm", "Conv")
 _OPT_LEVEL = "ORT_DISABLE_ALL"
 #: the most bytes of fp32 reference values kept to run only what a rewrite changes
 CACHE_MAX_BYTES = 512 * 2**20
@@ -231,7 +231,7 @@ def _int8_slots(base: BaseModel, op: Op, nodes: tuple[int, ...]
     why = "it has no MatMul, Gemm or Conv node"
     for i in nodes:
         n = base.nodes[i]
-        if n.op_type not in _CONTRACTION_TYPES or n.domain not in ("", "ai.onnx") \
+        if n.op_type not in INT8_ONNX_OP_TYPES or n.domain not in ("", "ai.onnx") \
                 or len(n.input) < 2:
             continue
         if n.op_type == "Gemm":

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from placewise.errors import PlacewiseError
-from placewise.graph.ir import Graph, OpKind
+from placewise.graph.ir import GEMM_KINDS, Graph
 
 if TYPE_CHECKING:
     from placewise.validate.records import OutputQuality
@@ -44,8 +44,6 @@ __all__ = ["METRICS", "Comparison", "compare", "looks_like_logits", "output_qual
 #: the metric names, as budgets and plan files spell them
 METRICS = ("rel_l2", "cosine", "max_abs", "top1")
 
-_CONTRACTIONS = frozenset({OpKind.LINEAR, OpKind.GEMM, OpKind.MATMUL, OpKind.CONV,
-                           OpKind.CONV_TRANSPOSE})
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,4 +194,4 @@ def looks_like_logits(graph: Graph, name: str) -> bool:
     if not isinstance(last, int) or last < 2:
         return False
     prod = graph.producer(name)
-    return prod is not None and prod.kind in _CONTRACTIONS
+    return prod is not None and prod.kind in GEMM_KINDS

@@ -16,7 +16,7 @@ initializers it uses, the source's opset and shape information, checked with
 
 int8 partitions are the fp32 partition quantized by ``onnxruntime.quantization``'s dynamic
 quantization (int8 weights, activations quantized per call) of its MatMul / Gemm / Conv
-nodes only (``QUANTIZED_OP_TYPES``); its float inputs and outputs
+nodes only (``INT8_ONNX_OP_TYPES``); its float inputs and outputs
 stay fp32, and the plan's conversion tasks at its boundary run beside it. Where this
 machine's onnxruntime integer GEMM saturates (``int8_weights_reduced``: x86 CPUs without
 VNNI, whose uint8 x int8 kernel sums pairs of products into int16), the weights are
@@ -36,11 +36,12 @@ from typing import Any
 from placewise.errors import UnsupportedError
 from placewise.graph.ir import Graph
 from placewise.graph.onnx_data import EXTERNAL_DATA_BYTES
+from placewise.graph.onnx_kinds import INT8_ONNX_OP_TYPES
 from placewise.io import quiet
 from placewise.runtime.program import Partition
 from placewise.units import DType
 
-__all__ = ["ONNX_OPSET", "QUANTIZED_OP_TYPES", "compile_partition", "compile_partitions",
+__all__ = ["ONNX_OPSET", "compile_partition", "compile_partitions",
            "int8_weights_reduced", "quantize_dynamic_model", "save_partitions",
            "write_partitions"]
 
@@ -131,13 +132,6 @@ def _check_boundary(model: Any, p: Partition) -> None:
             f"the plan expects inputs {list(p.inputs)} and outputs {list(p.outputs)}")
 
 
-#: the ONNX op types an int8 partition quantizes: the contractions placewise lowers
-#: (``graph.ir.INT8_KINDS``; Gemm becomes MatMul first). Gather (embedding tables) and the
-#: other types onnxruntime would quantize by default stay float, as
-#: ``placewise.precision.emulate`` assumes.
-QUANTIZED_OP_TYPES = ("MatMul", "Gemm", "Conv")
-
-
 @functools.lru_cache(maxsize=1)
 def int8_weights_reduced() -> bool:
     """Whether int8 weights are quantized to 7 bits (``reduce_range``) on this machine:
@@ -173,10 +167,10 @@ def int8_weights_reduced() -> bool:
 
 
 def quantize_dynamic_model(model: Any, what: str, *,
-                           op_types: Sequence[str] | None = QUANTIZED_OP_TYPES) -> Any:
+                           op_types: Sequence[str] | None = INT8_ONNX_OP_TYPES) -> Any:
     """``model`` with onnxruntime dynamic quantization (int8 weights, uint8 activations
     quantized per call: ``MatMulInteger`` / ``ConvInteger`` kernels) of its ``op_types``
-    nodes (``QUANTIZED_OP_TYPES`` by default; None: onnxruntime's own default set; a MatMul
+    nodes (``INT8_ONNX_OP_TYPES`` by default; None: onnxruntime's own default set; a MatMul
     whose B is not an initializer stays float, onnxruntime's ``MatMulConstBOnly`` default),
     its weights at 7 bits where ``int8_weights_reduced()``."""
     import onnx

@@ -53,6 +53,7 @@ import torch
 from placewise.cost.model import Representation
 from placewise.errors import InputError, UnsupportedError
 from placewise.graph.ir import INT8_KINDS, Graph, Op
+from placewise.graph.walk import last_use
 from placewise.io import quiet
 from placewise.units import DType, Layout
 
@@ -429,12 +430,10 @@ class FxProgram:
         for name, value in zip(self.user_inputs, inputs, strict=True):
             env[name] = value
             captured[name] = _summarize_torch(value)
-        last_use: dict[str, str] = {}
-        for n in self.ep.graph.nodes:
-            for i in n.all_input_nodes:
-                last_use[i.name] = n.name
+        nodes = list(self.ep.graph.nodes)
+        last = last_use([[i.name for i in n.all_input_nodes] for n in nodes])
         with torch.inference_mode():
-            for n in self.ep.graph.nodes:
+            for at, n in enumerate(nodes):
                 if n.op == "placeholder":
                     continue
                 if n.op == "output":
@@ -446,7 +445,7 @@ class FxProgram:
                 env[n.name] = out
                 captured[n.name] = _summarize_torch(out)
                 for i in n.all_input_nodes:
-                    if last_use.get(i.name) == n.name and i.name not in self.params:
+                    if last.get(i.name) == at and i.name not in self.params:
                         env.pop(i.name, None)
         return captured
 

@@ -16,7 +16,6 @@ gated. A program without shared cores has no gates.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -27,6 +26,7 @@ from typing import Any
 from placewise.cost.model import Representation
 from placewise.errors import InputError, PlacewiseError
 from placewise.graph.ir import Graph, Op
+from placewise.graph.walk import last_use, topological_order
 from placewise.hardware.spec import Device, Machine
 from placewise.schedule.partitions import Partition, partitions_of
 from placewise.schedule.placement import Problem, held_rep
@@ -460,24 +460,10 @@ def _core_gates(devices: Sequence[Device], tasks: Sequence[ExecTask],
 def _topological(n: int, fixed: Sequence[Sequence[int]],
                  into: Sequence[Sequence[tuple[int, int]]]) -> list[int]:
     """Nodes ``0..n-1`` in a topological order of the edges ``fixed[v]`` (predecessors of
-    ``v``) and ``into[v]`` (``(predecessor, tag)``); shorter than ``n`` on a cycle."""
-    indeg = [len(fixed[v]) + len(into[v]) for v in range(n)]
-    succ: list[list[int]] = [[] for _ in range(n)]
-    for v in range(n):
-        for p in fixed[v]:
-            succ[p].append(v)
-        for p, _tag in into[v]:
-            succ[p].append(v)
-    ready = [v for v in range(n) if indeg[v] == 0]
-    out: list[int] = []
-    while ready:
-        v = ready.pop()
-        out.append(v)
-        for w in succ[v]:
-            indeg[w] -= 1
-            if indeg[w] == 0:
-                ready.append(w)
-    return out
+    ``v``) and ``into[v]`` (``(predecessor, tag)``); shorter than ``n`` on a cycle. Depth
+    first (``walk.topological_order``): the clocks built on it do not depend on the order."""
+    preds = [[*fixed[v], *(p for p, _tag in into[v])] for v in range(n)]
+    return topological_order(preds, depth_first=True)
 
 
 def _with_gates(orders: Mapping[str, list[ExecStep]], gates: Sequence[CoreGate],
@@ -517,26 +503,10 @@ def _local_order(steps: list[ExecStep], device: str, tasks: list[ExecTask]) -> l
                 preds[i].add(w)
     if all(max(p, default=-1) < i for i, p in enumerate(preds)):
         return steps
-    import heapq
-
-    indeg = [len(p) for p in preds]
-    succ: list[list[int]] = [[] for _ in steps]
-    for i, ps in enumerate(preds):
-        for p in ps:
-            succ[p].append(i)
-    ready = [i for i, d in enumerate(indeg) if d == 0]
-    heapq.heapify(ready)
-    out: list[ExecStep] = []
-    while ready:
-        i = heapq.heappop(ready)
-        out.append(steps[i])
-        for j in succ[i]:
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                heapq.heappush(ready, j)
-    if len(out) != len(steps):  # pragma: no cover - the schedule's task graph is a DAG
+    order = topological_order(preds)
+    if len(order) != len(steps):  # pragma: no cover - the schedule's task graph is a DAG
         raise InputError("the steps of a device form a cycle", place=f"device {device!r}")
-    return out
+    return [steps[i] for i in order]
 
 
 def _place_io_out(steps: list[ExecStep], out_keys: tuple[str, ...]) -> list[ExecStep]:
@@ -549,12 +519,7 @@ def _place_io_out(steps: list[ExecStep], out_keys: tuple[str, ...]) -> list[Exec
 
 
 def _with_frees(steps: list[ExecStep]) -> tuple[ExecStep, ...]:
-    last: dict[str, int] = {}
-    for i, s in enumerate(steps):
-        for k in s.writes:
-            last.setdefault(k, i)
-        for k in s.reads:
-            last[k] = i
+    last = last_use([s.reads for s in steps], [s.writes for s in steps])
     frees: dict[int, list[str]] = {}
     for k, i in last.items():
         frees.setdefault(i, []).append(k)
@@ -591,26 +556,13 @@ def _merge(tasks: Sequence[ExecTask], vertices: Mapping[str, ExecVertex],
     for t in tasks:
         k = key(t.index)
         deps_of.setdefault(k, set()).update(key(d) for d in t.deps if key(d) != k)
-    # a stable topological order (Kahn, earliest original position first)
+    # the stable topological order: earliest original position first
     pos = {k: i for i, k in enumerate(keys)}
-    indeg = {k: len(deps_of.get(k, ())) for k in keys}
-    users: dict[tuple[str, int], list[tuple[str, int]]] = {}
-    for k, ds in deps_of.items():
-        for d in ds:
-            users.setdefault(d, []).append(k)
-    ready = [(pos[k], k) for k in keys if indeg[k] == 0]
-    heapq.heapify(ready)
-    order: list[tuple[str, int]] = []
-    while ready:
-        _, k = heapq.heappop(ready)
-        order.append(k)
-        for u in users.get(k, ()):
-            indeg[u] -= 1
-            if indeg[u] == 0:
-                heapq.heappush(ready, (pos[u], u))
-    if len(order) != len(keys):
+    at = topological_order([[pos[d] for d in deps_of.get(k, ())] for k in keys])
+    if len(at) != len(keys):
         raise InputError("the plan's partitions depend on each other in a cycle",
                          place="schedule.tasks")
+    order = [keys[i] for i in at]
     new_index = {k: i for i, k in enumerate(order)}
     merged: list[ExecTask] = []
     new_vertices: dict[str, ExecVertex] = {}

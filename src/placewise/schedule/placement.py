@@ -44,6 +44,7 @@ from typing import Any, Protocol
 from placewise.cost.model import Cost, CostModel, Representation
 from placewise.errors import GraphError, Infeasible, InputError, UnsupportedError
 from placewise.graph.ir import Graph, Op, OpKind, Role, Tensor
+from placewise.graph.walk import topological_order
 from placewise.hardware.spec import DeviceKind, Machine
 from placewise.units import DType
 
@@ -694,26 +695,11 @@ class Problem:
 
 
 def _kahn(position: list[int], preds: list[set[int]], names: list[str]) -> list[int]:
-    import heapq
-
-    n = len(position)
-    indeg = [len(p) for p in preds]
-    succ: list[list[int]] = [[] for _ in range(n)]
-    for i, ps in enumerate(preds):
-        for p in ps:
-            succ[p].append(i)
-    ready = [(position[i], i) for i in range(n) if indeg[i] == 0]
-    heapq.heapify(ready)
-    out: list[int] = []
-    while ready:
-        _, i = heapq.heappop(ready)
-        out.append(i)
-        for s in succ[i]:
-            indeg[s] -= 1
-            if indeg[s] == 0:
-                heapq.heappush(ready, (position[s], s))
-    if len(out) != n:
-        stuck = next(names[i] for i in range(n) if indeg[i] > 0)
+    """The regions in the stable topological order by ``position``; raises on a cycle."""
+    out = topological_order(preds, position)
+    if len(out) != len(preds):
+        done = set(out)
+        stuck = next(names[i] for i in range(len(preds)) if i not in done)
         raise GraphError("the partition's regions form a cycle", place=f"region {stuck!r}")
     return out
 
