@@ -79,7 +79,7 @@ def _peek(path: str) -> str:
 
 
 def _read(path: str, fmt: str, *, tool_version: str, layer_info: Path | None,
-          profiler_cost: str = "remove") -> Any:
+          trtexec_log: Path | None = None, profiler_cost: str = "remove") -> Any:
     """The profile read by its format's reader (imported only when needed)."""
     module, func, what = READERS[fmt]
     try:
@@ -99,10 +99,9 @@ def _read(path: str, fmt: str, *, tool_version: str, layer_info: Path | None,
     if "profiler_cost" in params:
         kwargs["profiler_cost"] = profiler_cost
     if layer_info is not None:
-        if "layer_info" not in params:
-            raise ProfileError(f"--layer-info is for trtexec profiles, {path} is an {what}",
-                               place="--layer-info")
-        kwargs["layer_info"] = layer_info
+        kwargs["layer_info_path"] = layer_info
+    if trtexec_log is not None:
+        kwargs["log_path"] = trtexec_log
     return reader(path, **kwargs)
 
 
@@ -120,6 +119,8 @@ def calibrate_import(
     layer_info: Annotated[Path | None, typer.Option("--layer-info", help="trtexec --exportLayerInfo JSON beside a trtexec profile")] = None,
     subgraphs: Annotated[Path | None, typer.Option("--subgraphs", help="Folder of the subgraphs onnxruntime's TensorRT provider dumped (trt_dump_subgraphs): the ONNX nodes of each TRTKernel_graph_* node")] = None,
     profiler_cost: Annotated[str, typer.Option("--profiler-cost", help="remove: take onnxruntime's own per-node profiling cost (the time of a node that does no work) off CPU nodes; keep: the times as timed")] = "remove",
+    trtexec_log: Annotated[Path | None, typer.Option("--trtexec-log", help="trtexec's console log beside a trtexec profile (its TensorRT version, device, and which layers ran on the DLA)")] = None,
+    into: Annotated[Path | None, typer.Option("--into", help="Add the imported device(s) into this calibration (another device's import, or placewise's own profile of the host) and write the whole to --out")] = None,
     tool_version: Annotated[str, typer.Option("--tool-version", help="The profiling tool's version, where the file does not record it (onnxruntime)")] = "",
     as_json: JsonOpt = False,
 ) -> None:
@@ -138,14 +139,20 @@ def calibrate_import(
     if "onnxruntime" in formats and not model.lower().endswith(".onnx"):
         raise ProfileError("an onnxruntime profile names the nodes of the ONNX file it ran: "
                            "give that .onnx file as --model", place="--model")
-    if layer_info is not None and "trtexec" not in formats:
-        raise ProfileError("--layer-info is for trtexec profiles; none was given",
-                           place="--layer-info")
+    for opt, flag in ((layer_info, "--layer-info"), (trtexec_log, "--trtexec-log")):
+        if opt is not None and "trtexec" not in formats:
+            raise ProfileError(f"{flag} is for trtexec profiles; none was given", place=flag)
+    base = None
+    if into is not None:
+        from placewise.cost.calibration import load_calibration
+
+        base = load_calibration(into)  # refused before the profiles are read
     if profiler_cost not in ("remove", "keep"):
         raise ProfileError(f"expected remove or keep, got {profiler_cost!r}",
                            place="--profiler-cost")
     read = [_read(p, f, tool_version=tool_version,  # before loading the model
                   layer_info=layer_info if f == "trtexec" else None,
+                  trtexec_log=trtexec_log if f == "trtexec" else None,
                   profiler_cost=profiler_cost)
             for p, f in zip(paths, formats, strict=True)]
     graph = _load_graph(model, shape, batch, value)
@@ -154,6 +161,11 @@ def calibrate_import(
         from placewise.graph.onnx_import import read_onnx_as_is
 
         onnx_model = read_onnx_as_is(model)
+    if "torch.profiler" in formats:
+        from placewise.calibrate.imports.torch_trace import align_torch
+
+        read = [align_torch(p, graph) if f == "torch.profiler" else p
+                for p, f in zip(read, formats, strict=True)]
     machine = resolve_machine(hw)
     region_nodes: dict[str, tuple[str, ...]] = {}
     if subgraphs is not None:
@@ -164,6 +176,10 @@ def calibrate_import(
     cal, report = import_calibration(read, graph, machine, device=device, batch=batch,
                                      precision=precision, onnx_model=onnx_model,
                                      model_ref=model, region_nodes=region_nodes)
+    if base is not None:
+        from placewise.calibrate.imports.merge import merge_into
+
+        cal = merge_into(base, cal, file=os.fspath(into))
     cal.save(out_file)
     doc = {"out": str(out_file), "model": model, "machine": machine.name,
            "calibration_fingerprint": cal.fingerprint(), **report.to_json()}

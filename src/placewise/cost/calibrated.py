@@ -353,8 +353,10 @@ class CalibratedModel:
         # a calibration imported from on-target profiles: its devices were measured by
         # their own runtime (no executor step), and what nobody measured keeps the
         # roofline, regions included
-        self._imported = {d.name for d in calibration.devices} if calibration.imports \
-            else set()
+        native = {m.device for m in calibration.measurements
+                  if not m.backend.startswith("import:")} | {c.device for c in calibration.context}
+        self._imported = {d.name for d in calibration.devices if d.name not in native} \
+            if calibration.imports else set()
         self._adj_region: dict[tuple[str, str, str], Adjustment] = {}
         self._adj_launch: dict[str, Adjustment] = {}
         self._adj_request: dict[str, Adjustment] = {}
