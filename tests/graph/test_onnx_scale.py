@@ -28,8 +28,9 @@ from tests.onnx_dag import onnx_dag
 KINDS = {"add": 282, "concat": 58, "conv": 402, "matmul": 288, "mul": 49, "relu": 748,
          "sigmoid": 97, "transpose": 76}
 FINGERPRINT = "sha256:be391f7b55eeb02936abe95230ca8d29f89acd6bffac837b2e95965dc3492c33"
-COST_S = {"cpu": 0.005707747222222217, "gpu0": 0.011620920138904006,
-          "gpu1": 0.011620920138904006}
+# gpu figures: the h100 preset's fitted efficiency block (issue 25), costs the same graph
+COST_S = {"cpu": 0.005707747222222217, "gpu0": 0.013541651875851697,
+          "gpu1": 0.013541651875851697}
 
 
 @pytest.fixture(scope="module")
