@@ -65,13 +65,19 @@ def user_profiles(model: Path, folder: Path, runs: int) -> dict[str, Path]:
     return out
 
 
-def imported_calibration(model: Path, profiles: dict[str, Path], out: Path) -> dict[str, Any]:
+def imported_calibration(model: Path, profiles: dict[str, Path], out: Path,
+                         executor: Path | None = None) -> dict[str, Any]:
+    """Each device's profile imported (``--into`` the file the previous one wrote; the
+    first ``--into`` ``executor``, a calibration of another model whose executor terms the
+    imported devices keep, when given)."""
     reports = {}
     for dev, prof in profiles.items():
         args = ["calibrate", "import", str(prof), "--model", str(model), "--hw", "local",
                 "--device", dev, "--batch", "1", "--out", str(out), "--json"]
         if out.exists():
             args += ["--into", str(out)]
+        elif executor is not None:
+            args += ["--into", str(executor)]
         reports[dev] = json.loads(_ok(run_cli(*args), f"import {dev}"))
     return reports
 
@@ -104,7 +110,7 @@ def validate(plan: Path, requests: int) -> dict[str, Any]:
                                  "--no-baseline", "--json", timeout=1800), "validate"))
     pred = rep["predicted"]["latency_s"]
     p50 = rep["measured"]["latency"]["p50_s"]
-    devices = sorted({v["device"] for v in json.loads(plan.read_text())["placement"].values()})
+    devices = rep["plan"]["devices"]
     return {"predicted_latency_s": pred, "latency_p50_s": p50,
             "latency_error": p50 / pred - 1 if pred else None, "devices": devices,
             "latency_on_cpu_error": rep["error"]["latency_on_cpu"],
@@ -117,24 +123,47 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requests", type=int, default=30)
     ap.add_argument("--runs", type=int, default=30, help="profiled runs per user profile")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "import_vs_native.json"))
+    ap.add_argument("--executor-from", default="",
+                    help="a zoo model whose native calibration lends its executor terms "
+                         "(dispatch, request hand-off, wake-ups, worker links) to the imports")
+    ap.add_argument("--skip-native", action="store_true",
+                    help="only the imported plans (the native ones measured by an earlier run)")
+    ap.add_argument("--work", default="", help="keep files here (calibrations are reused)")
     a = ap.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory(prefix="pw-import-") as tmp:
-        folder = Path(tmp)
+        folder = Path(a.work or tmp)
+        folder.mkdir(parents=True, exist_ok=True)
         for name in a.models:
             model = folder / f"{name}.onnx"
-            _ok(run_cli("zoo", "export", name, "--format", "onnx", "--out", str(model)),
-                "export")
+            if not model.exists():
+                _ok(run_cli("zoo", "export", name, "--format", "onnx", "--out", str(model)),
+                    "export")
             imp_cal = folder / f"{name}-imported.json"
+            imp_cal.unlink(missing_ok=True)
+            executor = None
+            if a.executor_from:
+                executor = folder / f"{a.executor_from}-native.json"
+                if not executor.exists():
+                    base_model = folder / f"{a.executor_from}.onnx"
+                    if not base_model.exists():
+                        _ok(run_cli("zoo", "export", a.executor_from, "--format", "onnx",
+                                    "--out", str(base_model)), "export")
+                    native_calibration(base_model, executor)
             imp = imported_calibration(model, user_profiles(model, folder / name, a.runs),
-                                       imp_cal)
+                                       imp_cal, executor)
             nat_cal = folder / f"{name}-native.json"
-            native_s = native_calibration(model, nat_cal)
+            native_s = None
+            if not a.skip_native and not nat_cal.exists():
+                native_s = native_calibration(model, nat_cal)
             for tag, cal in (("imported", imp_cal), ("native", nat_cal)):
+                if tag == "native" and a.skip_native:
+                    continue
                 for kind, plan in plans(model, cal, folder, f"{name}-{tag}").items():
                     row = {"model": name, "calibration": tag, "plan": kind,
                            **validate(plan, a.requests)}
                     if tag == "imported":
+                        row["executor_from"] = a.executor_from or None
                         row["measured_share"] = {d: r["measured_share"] for d, r in imp.items()}
                     else:
                         row["profile_s"] = native_s

@@ -4,13 +4,18 @@
 whatever ``base`` held for them (measurements, failures, fits, model-order regions, co-run
 ratios, links into or out of them, import records); everything else of ``base`` stays.
 So one file can hold a GPU imported from a trtexec profile beside the host CPU profiled by
-placewise, or several devices each imported from its own profile. Refused
+placewise, or several devices each imported from its own profile.
+
+The terms of placewise's own executor on a device (``DeviceRecord``: its per-step dispatch,
+the request hand-off, the pipelined worker time, the wake-ups), which no target profiler
+can see, are kept from ``base`` where it measured them: a calibration ``placewise profile``
+made on this machine (of any model) lends them to the devices imported into it. Refused
 (``ProfileError``) when the two were made for different machines.
 """
 
 from __future__ import annotations
 
-from placewise.cost.calibration import Calibration
+from placewise.cost.calibration import Calibration, DeviceRecord
 from placewise.errors import ProfileError
 
 __all__ = ["merge_into"]
@@ -32,14 +37,15 @@ def merge_into(base: Calibration, new: Calibration, *, file: str = "<calibration
                            "revision): import into its parent or a fresh file",
                            file=file, place="--into")
     mine = {r.device for r in new.imports}
+    old = {d.name: d for d in base.devices}
     devices = {d.name: d for d in base.devices if d.name not in mine}
     for d in new.devices:
-        if d.name in devices and devices[d.name].identity != d.identity:
+        if d.name in old and old[d.name].identity != d.identity:
             raise ProfileError(f"device {d.name!r} differs between the calibrations "
-                               f"(identity {devices[d.name].identity} vs {d.identity})",
+                               f"(identity {old[d.name].identity} vs {d.identity})",
                                file=file, place="--into")
         if d.name in mine or d.name not in devices:
-            devices[d.name] = d
+            devices[d.name] = _with_executor(d, old.get(d.name))
     new_links = {(lk.src, lk.dst) for lk in new.links}
     models = [m for m in (base.model, new.model) if m]
     return base.model_copy(update={
@@ -56,3 +62,15 @@ def merge_into(base: Calibration, new: Calibration, *, file: str = "<calibration
         + list(new.links),
         "imports": [r for r in base.imports if r.device not in mine] + list(new.imports),
     })
+
+
+_EXECUTOR = ("dispatch", "request", "request_shared", "request_busy", "wake_sleep", "wake_poll")
+
+
+def _with_executor(new: DeviceRecord, old: DeviceRecord | None) -> DeviceRecord:
+    """``new`` with the executor terms ``old`` measured and ``new`` did not."""
+    if old is None:
+        return new
+    keep = {k: getattr(old, k) for k in _EXECUTOR
+            if getattr(old, k).n > 0 and getattr(new, k).n == 0}
+    return new.model_copy(update=keep) if keep else new
