@@ -99,7 +99,9 @@ def test_another_kind_of_device_is_flagged(docs: dict[str, dict[str, object]]) -
                for p in gpu["partitions"])  # type: ignore[union-attr]
     assert any("the profile measured the ops on cpu (cpu)" in n
                for n in gpu["notes"])  # type: ignore[union-attr]
+    assert all(m["flagged"] for m in gpu["misses"])  # type: ignore[union-attr]
     assert not any(p["flagged"] for p in cpu["partitions"])  # type: ignore[union-attr]
+    assert not any(m["flagged"] for m in cpu["misses"])  # type: ignore[union-attr]
     # the same profile, the same ops: the same measured total whatever the plan
     assert gpu["measured_total_s"] == pytest.approx(cpu["measured_total_s"], rel=0.05)
 
@@ -144,3 +146,31 @@ def test_refusals(made: tuple[Path, Path, Path], tmp_path: Path) -> None:
         assert_bad_input(proc, *needles)
         assert proc.stdout == ""  # nothing ran, nothing was printed
     assert not (tmp_path / "t.json").exists()
+
+
+def test_one_matching_for_import_and_validation(made: tuple[Path, Path, Path]) -> None:
+    """``measure_ops`` (what validation compares) and ``import_calibration`` (what plans
+    use) give an op measured alone under its key the same seconds."""
+    from placewise.calibrate.imports.build import import_calibration, measure_ops
+    from placewise.calibrate.imports.read import read_profile
+    from placewise.graph.onnx_import import read_onnx_as_is
+    from placewise.hardware.spec import load_machine
+    from placewise.validate.run import load_planned_source
+
+    folder, model, prof = made
+    graph = load_planned_source(str(model), _plan(folder, "orin"), None).graph
+    assert graph is not None
+    machine = load_machine("jetson-agx-orin")
+    profile = read_profile(prof)
+    kw = {"batch": 1, "onnx_model": read_onnx_as_is(model), "model_ref": str(model)}
+    got = measure_ops([profile], graph, machine, **kw)  # type: ignore[arg-type]
+    cal, report = import_calibration([profile], graph, machine, **kw)  # type: ignore[arg-type]
+    assert got.device == report.device == "cpu"
+    assert len(got.runs_s) == 4 and got.run_overhead_s == report.run_overhead_s
+    assert report.ops_covered <= len(got.op_s) <= len(graph.ops)
+    by_source = {op.provenance.source or op.name: op.name for op in graph.ops}
+    alone = [m for m in cal.measurements if m.n == 4 and m.source_node in by_source]
+    assert alone
+    for m in alone:
+        med, p10, p90 = got.op_s[by_source[m.source_node]]
+        assert (med, p10, p90) == pytest.approx((m.median_s, m.p10_s, m.p90_s))

@@ -84,7 +84,8 @@ def _render(doc: dict[str, Any]) -> None:
     if doc["misses"]:
         out.print(_table("largest misses", ["vertex", "ops", "kind", "module", "device",
                                             "predicted", "measured", "error"],
-                         [[m["vertex"], m["ops"], m["kind"], m["module_path"] or "-",
+                         [[m["vertex"] + (" *" if m["flagged"] else ""), m["ops"], m["kind"],
+                           m["module_path"] or "-",
                            m["device"], _s(m["predicted_s"]), _s(m["measured_s"]),
                            _pct(m["error"])] for m in doc["misses"]]))
     for note in doc["notes"]:

@@ -89,7 +89,8 @@ class CopyRow:
 
 @dataclass(frozen=True, slots=True)
 class Miss:
-    """A vertex whose ops the profile measured: predicted vs measured seconds."""
+    """A vertex whose ops the profile measured: predicted vs measured seconds;
+    ``flagged``: the plan placed it on another kind of device than the profile ran on."""
 
     vertex: str
     ops: int
@@ -98,6 +99,7 @@ class Miss:
     device: str
     predicted_s: float
     measured_s: float
+    flagged: bool
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "miss_s": self.predicted_s - self.measured_s,
@@ -238,7 +240,7 @@ def validate_measured(plan: Plan, profiles: Sequence[ImportedProfile], *,
         run_s=(run[1], run[0], run[2]) if run else None, runs=len(got.runs_s),
         run_overhead_s=got.run_overhead_s,
         measured_total_s=sum(m[0] for m in got.op_s.values()),
-        misses=tuple(_misses(plan, graph, got)), unattributed=got.unattributed,
+        misses=tuple(_misses(plan, graph, got, kind)), unattributed=got.unattributed,
         unmatched=got.unmatched, other_engine=got.other_engine, notes=tuple(notes))
 
 
@@ -288,8 +290,9 @@ def _copies(plan: Plan, got: MeasuredOps) -> list[CopyRow]:
     return rows
 
 
-def _misses(plan: Plan, graph: Graph, got: MeasuredOps) -> list[Miss]:
+def _misses(plan: Plan, graph: Graph, got: MeasuredOps, kind: str) -> list[Miss]:
     """The vertices whose every op was measured, largest |predicted - measured| first."""
+    kinds = _device_kinds(plan)
     out = []
     for t in plan.schedule.tasks:
         if t.kind is not TaskKind.COMPUTE or t.name not in plan.regions:
@@ -302,7 +305,8 @@ def _misses(plan: Plan, graph: Graph, got: MeasuredOps) -> list[Miss]:
             vertex=t.name, ops=len(ops), kind=plan.ops[ops[0]].kind.value,
             module_path=first.provenance.module_path or first.provenance.source,
             device=t.device, predicted_s=t.duration_s,
-            measured_s=sum(got.op_s[o][0] for o in ops)))
+            measured_s=sum(got.op_s[o][0] for o in ops),
+            flagged=kinds.get(t.device, "") != kind))
     out.sort(key=lambda m: -abs(m.predicted_s - m.measured_s))
     return out[:TOP_MISSES]
 
