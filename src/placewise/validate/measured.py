@@ -36,6 +36,7 @@ from placewise.graph.ir import Graph
 from placewise.hardware.spec import Machine
 from placewise.plan_records import Plan
 from placewise.schedule.simulate import TaskKind
+from placewise.units import format_seconds
 
 __all__ = ["MeasuredValidation", "PartitionRow", "validate_measured"]
 
@@ -328,6 +329,12 @@ def _notes(plan: Plan, parts: Sequence[PartitionRow], got: MeasuredOps, kind: st
     if got.other_engine:
         notes.append(f"{len(got.other_engine)} nodes ran on another kind of device than "
                      f"{got.device}: left out")
+    if got.runs_s:
+        run, ops_s = quantiles(got.runs_s)[1], sum(m[0] for m in got.op_s.values())
+        if run > ops_s:
+            notes.append(f"the median run is {format_seconds(run - ops_s)} longer than its measured ops "
+                         f"summed: the run overhead, the executor's time between nodes (the "
+                         f"profiler's own per-node cost among it) and any unattributed region")
     missing = sum(p.ops - p.ops_measured for p in parts)
     if missing:
         notes.append(f"{missing} of {sum(p.ops for p in parts)} planned ops were not "
