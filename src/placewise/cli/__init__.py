@@ -752,13 +752,31 @@ def validate(
     calibration: Annotated[Path | None, typer.Option(help="The calibration the plan was made with (default: the file the plan recorded): refused unless its stable machine tags are this run's")] = None,
     against: Annotated[Path | None, typer.Option("--against", help="An earlier run (validate --json, or a telemetry file) to compare with: refused unless the stable tags agree")] = None,
     allow_mismatch: Annotated[bool, typer.Option("--allow-mismatch", help="Compare runs whose stable tags differ, naming the tags that differ")] = False,
+    measured: Annotated[list[Path] | None, typer.Option("--measured", help="PROFILE taken on the target (onnxruntime, trtexec --exportProfile, torch.profiler): compare the plan with it, running nothing (any machine: presets too)")] = None,
+    layer_info: Annotated[Path | None, typer.Option("--layer-info", help="With --measured: trtexec --exportLayerInfo JSON beside a trtexec profile")] = None,
+    trtexec_log: Annotated[Path | None, typer.Option("--trtexec-log", help="With --measured: trtexec's console log beside a trtexec profile")] = None,
+    subgraphs: Annotated[Path | None, typer.Option("--subgraphs", help="With --measured: folder of the subgraphs onnxruntime's TensorRT provider dumped (trt_dump_subgraphs)")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Run the plan for real on this machine and compare it with its prediction, term by term.
+    """Run the plan for real on this machine and compare it with its prediction, term by term;
+    with --measured, compare it with a profile taken on the target instead (nothing runs).
 
     Exits 1 when the measured output quality breaks the plan's precision budget."""
     from placewise.validate import render_validation, validate_plan
     from placewise.validate.compare import check_calibration_tags, compare_with
+
+    if measured:
+        from placewise.cli.measured import validate_measured_cmd
+
+        validate_measured_cmd(plan_file, measured, layer_info=layer_info,
+                              trtexec_log=trtexec_log, subgraphs=subgraphs, as_json=as_json,
+                              running={"--inputs": inputs, "--profile-nodes": profile_nodes,
+                                       "--telemetry-out": telemetry_out, "--against": against})
+        return
+    for opt, flag in ((layer_info, "--layer-info"), (trtexec_log, "--trtexec-log"),
+                      (subgraphs, "--subgraphs")):
+        if opt is not None:
+            raise InputError(f"{flag} goes with --measured", place=flag)
 
     if requests <= 0:
         raise InputError(f"requests must be a positive integer, got {requests}", place="--requests")

@@ -3,14 +3,13 @@ calibration (the library is ``placewise.calibrate.imports``)."""
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import os
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from placewise.calibrate.imports.read import detect_format, read_profile
 from placewise.cli import (
     JsonOpt,
     _load_graph,
@@ -21,7 +20,7 @@ from placewise.cli import (
     resolve_machine,
 )
 from placewise.errors import ProfileError
-from placewise.io import check_output_path, read_file_range
+from placewise.io import check_output_path
 from placewise.units import format_seconds
 
 __all__ = ["calibrate_app", "calibrate_import", "detect_format"]
@@ -29,81 +28,6 @@ __all__ = ["calibrate_app", "calibrate_import", "detect_format"]
 calibrate_app = typer.Typer(no_args_is_help=True,
                             help="Calibrations from measurements: profiles taken on the target.")
 app.add_typer(calibrate_app, name="calibrate")
-
-#: format -> (reader module, reader function, what it reads)
-READERS = {
-    "onnxruntime": ("placewise.calibrate.imports.onnxruntime", "read_onnxruntime",
-                    "onnxruntime profile"),
-    "trtexec": ("placewise.calibrate.imports.trtexec", "read_trtexec",
-                "trtexec --exportProfile"),
-    "torch.profiler": ("placewise.calibrate.imports.torch_trace", "read_torch_trace",
-                       "torch.profiler trace"),
-}
-_PEEK_BYTES = 64 * 1024
-
-
-def detect_format(path: str) -> str:
-    """Which tool wrote the profile at ``path``, from its first bytes: onnxruntime (a
-    list of events with ``"cat"``), trtexec (a list starting with ``{"count"`` or with
-    per-layer ``"averageMs"``), torch.profiler (an object with ``"traceEvents"``);
-    ``ProfileError`` otherwise."""
-    if not os.path.lexists(path):
-        raise ProfileError("no such file", file=path)
-    text = _peek(path)
-    if text.startswith("["):
-        body = text[1:].lstrip()
-        if body.startswith("{") and ('"count"' in body[:200] or '"averageMs"' in body
-                                     or '"timeMs"' in body):
-            return "trtexec"
-        if '"cat"' in body or body.startswith("]"):
-            return "onnxruntime"
-    if text.startswith("{") and '"traceEvents"' in text:
-        return "torch.profiler"
-    if text.startswith("{") and '"Layers"' in text:
-        raise ProfileError("a trtexec --exportLayerInfo file, not a profile: give it as "
-                           "--layer-info beside its --exportProfile file", file=path)
-    raise ProfileError("not a profile placewise reads (onnxruntime's profiling JSON, trtexec "
-                       "--exportProfile, a torch.profiler Chrome trace)", file=path)
-
-
-def _peek(path: str) -> str:
-    """The first bytes of the regular file at ``path`` as text (the reader then reads it
-    whole, through the input boundary)."""
-    try:
-        size = os.stat(path).st_size
-    except OSError as exc:
-        raise ProfileError(f"cannot read: {exc.strerror or exc}", file=path) from None
-    head = read_file_range(path, 0, min(size, _PEEK_BYTES), what="profile",
-                           error=ProfileError)
-    return head.decode("utf-8", "replace").lstrip("\ufeff \t\r\n")
-
-
-def _read(path: str, fmt: str, *, tool_version: str, layer_info: Path | None,
-          trtexec_log: Path | None = None, profiler_cost: str = "remove") -> Any:
-    """The profile read by its format's reader (imported only when needed)."""
-    module, func, what = READERS[fmt]
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name != module:
-            raise
-        raise ProfileError(f"{what} files are not supported yet by this placewise",
-                           file=path) from None
-    reader = getattr(mod, func, None)
-    if reader is None:
-        raise ProfileError(f"{what} files are not supported yet by this placewise", file=path)
-    params = inspect.signature(reader).parameters
-    kwargs: dict[str, Any] = {}
-    if "tool_version" in params and tool_version:
-        kwargs["tool_version"] = tool_version
-    if "profiler_cost" in params:
-        kwargs["profiler_cost"] = profiler_cost
-    if layer_info is not None:
-        kwargs["layer_info_path"] = layer_info
-    if trtexec_log is not None:
-        kwargs["log_path"] = trtexec_log
-    return reader(path, **kwargs)
-
 
 @calibrate_app.command("import")
 def calibrate_import(
@@ -150,11 +74,9 @@ def calibrate_import(
     if profiler_cost not in ("remove", "keep"):
         raise ProfileError(f"expected remove or keep, got {profiler_cost!r}",
                            place="--profiler-cost")
-    read = [_read(p, f, tool_version=tool_version,  # before loading the model
-                  layer_info=layer_info if f == "trtexec" else None,
-                  trtexec_log=trtexec_log if f == "trtexec" else None,
-                  profiler_cost=profiler_cost)
-            for p, f in zip(paths, formats, strict=True)]
+    read = [read_profile(p, tool_version=tool_version, layer_info=layer_info,  # before the model
+                         trtexec_log=trtexec_log, profiler_cost=profiler_cost)
+            for p in paths]
     graph = _load_graph(model, shape, batch, value)
     onnx_model = None
     if model.lower().endswith(".onnx"):
@@ -179,7 +101,7 @@ def calibrate_import(
     if base is not None:
         from placewise.calibrate.imports.merge import merge_into
 
-        cal = merge_into(base, cal, file=os.fspath(into))
+        cal = merge_into(base, cal, file=str(into))
     cal.save(out_file)
     doc = {"out": str(out_file), "model": model, "machine": machine.name,
            "calibration_fingerprint": cal.fingerprint(), **report.to_json()}

@@ -70,8 +70,10 @@ from placewise.units import DType
 __all__ = [
     "MIN_MATCHED_SHARE",
     "ImportReport",
+    "MeasuredOps",
     "engine_class",
     "import_calibration",
+    "measure_ops",
 ]
 
 #: a profile whose timed nodes name ops of the model less often than this, and cover less
@@ -364,6 +366,9 @@ class _Pool:
     overhead_how: set[str] = field(default_factory=set)
     gaps_s: list[float] = field(default_factory=list)  # executor time between nodes
     covered: set[str] = field(default_factory=set)
+    op_samples: dict[str, list[float]] = field(default_factory=dict)  # op name -> per run
+    runs_s: list[float] = field(default_factory=list)  # each kept run's whole time
+    copy_list: list[MeasuredTransfer] = field(default_factory=list)  # every copy timed
     split_nodes: int = 0
     reformats: int = 0
     reformats_attributed: int = 0
@@ -401,6 +406,77 @@ class _Context:
         return self.weights[op.name]
 
 
+@dataclass(frozen=True, slots=True)
+class MeasuredOps:
+    """What profiles measured of a graph's ops on one device (``measure_ops``).
+
+    ``op_s``: op name -> (median, p10, p90) seconds over the kept runs (a region covering
+    several ops shared by roofline time); ``runs_s``: each kept run's whole time;
+    ``run_overhead_s``: the median per-run time outside the framework's executor (None:
+    not timed); ``copies``: every copy the profiles timed; ``unattributed``: regions that
+    name no node; ``unmatched``: nodes that name no op; ``other_engine``: regions that ran
+    on another kind of device than ``device`` (left out); ``engines``: where the regions
+    ran, as the tools say, with how many regions ran there."""
+
+    device: str
+    op_s: dict[str, tuple[float, float, float]]
+    runs_s: tuple[float, ...]
+    run_overhead_s: float | None
+    copies: tuple[MeasuredTransfer, ...]
+    unattributed: tuple[str, ...]
+    unmatched: tuple[str, ...]
+    other_engine: tuple[str, ...]
+    engines: dict[str, int]
+    records: tuple[ImportRecord, ...]
+
+
+def _match_all(profiles: Sequence[ImportedProfile], graph: Graph, machine: Machine, *,
+               device: str | None, batch: int | None, precision: str | DType | None,
+               onnx_model: Any, model_ref: str,
+               region_nodes: Mapping[str, Sequence[str]] | None
+               ) -> tuple[_Context, _Pool, list[ImportRecord], list[list[str]]]:
+    """Every profile matched to ``graph`` on the chosen device and checked (the rules of
+    the module docstring): the context, the pooled samples, a record per profile, and the
+    regions left out (unattributed, unmatched, on another engine)."""
+    if not profiles:
+        raise ProfileError("no profile given")
+    dev = _choose_device(profiles, machine, device)
+    asked = precision if isinstance(precision, DType) or precision is None else \
+        _parse_dtype(precision)
+    ctx = _Context(graph, machine, dev, asked, _model_dtype(graph),
+                   _Matcher.make(graph, onnx_model))
+    pool = _Pool()
+    records: list[ImportRecord] = []
+    left: list[list[str]] = [[], [], []]
+    for prof in profiles:
+        rec, counts = _one_profile(prof, ctx, pool, region_nodes or {}, batch, model_ref)
+        records.append(rec)
+        for acc, got in zip(left, counts, strict=True):
+            acc += got
+    return ctx, pool, records, left
+
+
+def measure_ops(profiles: Sequence[ImportedProfile], graph: Graph, machine: Machine, *,
+                device: str | None = None, batch: int | None = None,
+                precision: str | DType | None = None, onnx_model: Any = None,
+                model_ref: str = "",
+                region_nodes: Mapping[str, Sequence[str]] | None = None) -> MeasuredOps:
+    """The seconds ``profiles`` measured for each op of ``graph`` on ``device`` (default:
+    the one device of the class they ran on) of ``machine``, matched, split and checked
+    as ``import_calibration`` does (its arguments); ``ProfileError`` for every refusal."""
+    ctx, pool, records, left = _match_all(
+        profiles, graph, machine, device=device, batch=batch, precision=precision,
+        onnx_model=onnx_model, model_ref=model_ref, region_nodes=region_nodes)
+    over = quantiles(pool.overhead_s)[1] if pool.overhead_s else None
+    engines = Counter(r.engine or "?" for p in profiles for r in p.regions)
+    return MeasuredOps(
+        device=ctx.dev.name,
+        op_s={o: _stats(s) for o, s in pool.op_samples.items() if s},
+        runs_s=tuple(pool.runs_s), run_overhead_s=over, copies=tuple(pool.copy_list),
+        unattributed=tuple(left[0]), unmatched=tuple(left[1]), other_engine=tuple(left[2]),
+        engines=dict(engines.most_common()), records=tuple(records))
+
+
 def import_calibration(profiles: Sequence[ImportedProfile], graph: Graph, machine: Machine, *,
                        device: str | None = None, batch: int | None = None,
                        precision: str | DType | None = None, onnx_model: Any = None,
@@ -414,27 +490,10 @@ def import_calibration(profiles: Sequence[ImportedProfile], graph: Graph, machin
     (checked against the profiles); ``region_nodes``: the source nodes of regions whose
     profile does not name them (``TRTKernel_graph_*``). ``ProfileError`` for every
     refusal; nothing is written here."""
-    if not profiles:
-        raise ProfileError("no profile given")
-    dev = _choose_device(profiles, machine, device)
-    asked = precision if isinstance(precision, DType) or precision is None else \
-        _parse_dtype(precision)
-    ctx = _Context(graph, machine, dev, asked, _model_dtype(graph),
-                   _Matcher.make(graph, onnx_model))
-    pool = _Pool()
-    records: list[ImportRecord] = []
-    unattributed: list[str] = []
-    unmatched: list[str] = []
-    other_engine: list[str] = []
-    profiled = matched_total = 0
-    for prof in profiles:
-        rec, counts = _one_profile(prof, ctx, pool, region_nodes or {}, batch, model_ref)
-        records.append(rec)
-        unattributed += counts[0]
-        unmatched += counts[1]
-        other_engine += counts[2]
-        profiled += rec.profiled_nodes
-        matched_total += rec.matched_nodes
+    ctx, pool, records, (unattributed, unmatched, other_engine) = _match_all(
+        profiles, graph, machine, device=device, batch=batch, precision=precision,
+        onnx_model=onnx_model, model_ref=model_ref, region_nodes=region_nodes)
+    dev = ctx.dev
     measurements = _measurements(pool, ctx, profiles)
     if not measurements:
         raise ProfileError(
@@ -444,8 +503,9 @@ def import_calibration(profiles: Sequence[ImportedProfile], graph: Graph, machin
             file=profiles[0].source.file)
     cal, report = _assemble(ctx, pool, profiles, records, measurements, model_ref)
     return cal, ImportReport(
-        device=dev.name, records=tuple(records), profiled_nodes=profiled,
-        matched_nodes=matched_total, unattributed=tuple(unattributed),
+        device=dev.name, records=tuple(records),
+        profiled_nodes=sum(r.profiled_nodes for r in records),
+        matched_nodes=sum(r.matched_nodes for r in records), unattributed=tuple(unattributed),
         unmatched=tuple(unmatched), other_engine=tuple(other_engine),
         graph_ops=len(graph.ops), **report)
 
@@ -504,6 +564,7 @@ def _one_profile(prof: ImportedProfile, ctx: _Context, pool: _Pool,
     covered = set(parts)
     _flush(pool, ctx, parts, prof.source.tool)
     _add_overhead(pool, prof)
+    pool.runs_s += prof.run_samples_s
     src = prof.source
     rec = ImportRecord(
         tool=src.tool, tool_version=src.tool_version, file=src.file, sha256=src.sha256,
@@ -578,6 +639,7 @@ def _flush(pool: _Pool, ctx: _Context, parts: dict[str, list[list[float]]], tool
             samples = [sum(col) for col in zip(*lists, strict=True)]
         else:
             samples = [sum(quantiles(x)[1] for x in lists)]
+        pool.op_samples.setdefault(o, []).extend(samples)
         dtype = ctx.dtype(op)
         try:
             key, _sig = op_key(ctx.graph, op, dtype)
@@ -595,6 +657,7 @@ def _transfer(pool: _Pool, ctx: _Context, t: MeasuredTransfer,
     representations, else left out."""
     if t.kind == "copy":
         pool.copies_timed += 1
+        pool.copy_list.append(t)
         ends = _copy_ends(ctx, t)
         if ends is not None and t.nbytes > 0:
             pool.copies.setdefault(ends, []).extend((t.nbytes, s) for s in t.samples_s)
