@@ -1,0 +1,50 @@
+"""The one way a record becomes JSON.
+
+A record is either a pydantic model (``Record``: frozen, no extra keys, no inf/nan; the plan
+file's and the export manifest's records) or a frozen dataclass kept for speed where millions
+are built (the simulator's inner loop). ``to_json`` serialises both through pydantic, so no
+record writes its own ``to_json`` by hand and none can drift from its fields.
+
+>>> from dataclasses import dataclass
+>>> @dataclass(frozen=True)
+... class Pair:
+...     a: int
+...     b: tuple[float, ...]
+>>> to_json(Pair(1, (0.5, 2.0)))
+{'a': 1, 'b': [0.5, 2.0]}
+>>> class Named(Record):
+...     name: str
+>>> to_json(Named(name="x"))
+{'name': 'x'}
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, TypeAdapter
+
+__all__ = ["Record", "to_json"]
+
+
+class Record(BaseModel):
+    """Base of every pydantic record: frozen, strict about keys, finite floats."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as JSON-ready Python values (``model_dump(mode="json")``)."""
+        return self.model_dump(mode="json")
+
+
+@cache
+def _adapter(cls: type) -> TypeAdapter[Any]:
+    return TypeAdapter(cls)
+
+
+def to_json(record: Any) -> Any:
+    """``record`` (a pydantic model or a dataclass instance) as JSON-ready Python values."""
+    if isinstance(record, BaseModel):
+        return record.model_dump(mode="json")
+    return _adapter(type(record)).dump_python(record, mode="json")
