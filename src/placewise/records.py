@@ -20,7 +20,6 @@ record writes its own ``to_json`` by hand and none can drift from its fields.
 
 from __future__ import annotations
 
-from functools import cache
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
@@ -38,9 +37,14 @@ class Record(BaseModel):
         return self.model_dump(mode="json")
 
 
-@cache
+_ADAPTERS: dict[type, TypeAdapter[Any]] = {}
+
+
 def _adapter(cls: type) -> TypeAdapter[Any]:
-    return TypeAdapter(cls)
+    adapter = _ADAPTERS.get(cls)
+    if adapter is None:
+        adapter = _ADAPTERS[cls] = TypeAdapter(cls)
+    return adapter
 
 
 def to_json(record: Any) -> Any:
