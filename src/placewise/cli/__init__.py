@@ -14,7 +14,7 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -405,7 +405,6 @@ def plan(
     if mix is not None or bucket_cost:
         raise InputError("--mix and --bucket-cost choose a plan set's buckets: give "
                          "--envelope too", place="--mix" if mix is not None else "--bucket-cost")
-    from placewise.explain import time_sources_text
     from placewise.plan import save_plan
     from placewise.plan_sources import sources_json
     from placewise.planning import plan_model
@@ -444,8 +443,7 @@ def plan(
                           policy=policy, budget=budget, seed=seed, shapes=_parse_shapes(shape),
                           batch=batch, inputs=inputs, progress=cb, on_best=cb.best,
                           values=_parse_values(value), sources=sources)
-    outcome, record, p = done.outcome, done.record, done.plan
-    result = outcome.result
+    p = done.plan
     t_write = time.perf_counter()
     save_plan(p, out_file)
     t_end = time.perf_counter()
@@ -455,7 +453,18 @@ def plan(
               "search_s": round(done.search_s, 4), "build_s": round(done.build_s, 4),
               "write_s": round(t_end - t_write, 4), "reserve_s": clock.reserve_s,
               "total_s": round(t_end - start, 4), "overrun": clock.overrun() if clock.grown else overrun}
-    summary = {
+    summary = _plan_summary(done, out_file, machine.name, budget, timing)
+    if as_json:
+        _print_json(summary)
+        return
+    _render_plan(done, model, machine.name, budget, summary, clock, out_file)
+
+
+def _plan_summary(done: Any, out_file: Path, machine_name: str, budget: Any,
+                  timing: dict[str, Any]) -> dict[str, Any]:
+    """``plan --json``'s object: the search's result, the plan's time sources, the timing."""
+    result, record, p = done.outcome.result, done.record, done.plan
+    return {
         "out": str(out_file),
         "strategy": result.strategy,
         "latency_s": p.predicted_latency_s,
@@ -471,18 +480,23 @@ def plan(
         "candidates_evaluated": result.candidates_evaluated,
         "cpsat_bound_s": result.cpsat_bound_s,
         "gap": result.gap,
-        "machine": machine.name,
+        "machine": machine_name,
         "time_by_source": p.time_by_source(),
         "timing": timing,
         "precision": {"policy": record["policy"], "budget": budget.text(),
                       "lowered": record["lowered"], "estimated": record["estimated"],
                       "fallback": record["fallback"], "inputs": record["inputs"]},
     }
-    if as_json:
-        _print_json(summary)
-        return
+
+
+def _render_plan(done: Any, model: str, machine_name: str, budget: Any,
+                 summary: dict[str, Any], clock: Any, out_file: Path) -> None:
+    from placewise.explain import time_sources_text
+
+    result, record, p = done.outcome.result, done.record, done.plan
+    timing = summary["timing"]
     unit = "makespan" if result.objective.value == "latency" else "period"
-    out.print(f"[bold]plan[/bold] {model} on {machine.name}: {result.strategy} chose "
+    out.print(f"[bold]plan[/bold] {model} on {machine_name}: {result.strategy} chose "
               f"{result.chosen}; devices {', '.join(result.devices_used)}")
     out.print(f"  latency {format_seconds(result.makespan_s)}   throughput "
               f"{result.throughput_rps:.4g} req/s   lower bound ({unit}) "
@@ -720,139 +734,6 @@ def export(
               f"one .onnx per partition and manifest.json")
 
 
-def _keep_search(problem: Any, model: str, cb: Callable[[str, float], None]) -> Any:
-    """The demo's search: ``auto`` for 5 s at the model's own precision."""
-    from placewise.precision.evidence import plan_precision
-    from placewise.precision.policy import DEFAULT_BUDGET, Policy
-    from placewise.search.api import plan_search
-
-    def search(prob: Any) -> Any:
-        return plan_search(prob, strategy="auto", time_limit_s=5.0, progress=cb)
-
-    return plan_precision(problem, model, Policy.KEEP, DEFAULT_BUDGET, search)
-
-
-@app.command()
-def demo(
-    model: Annotated[str, typer.Option(help="The built-in model to tell the story on")] = "zoo:bert",
-    preset: Annotated[str, typer.Option(help="The preset to plan for besides this machine")] = "jetson-agx-orin",
-    workdir: Annotated[Path | None, typer.Option(help="Keep the artifacts here")] = None,
-    requests: Annotated[int, typer.Option(help="Requests to time in validation")] = 20,
-) -> None:
-    """The whole story on a built-in model and this machine: inspect, probe, profile, plan on a
-    preset and on this machine, explain, validate (predicted vs measured), and serve the plan
-    under load, simulated and real."""
-    import tempfile
-
-    from placewise.calibrate.context import profile_in_context
-    from placewise.calibrate.profile import profile_model
-    from placewise.cost.load import load_cost_model
-    from placewise.explain import explain as explain_plan
-    from placewise.explain import render_explain
-    from placewise.graph.fuse import fuse
-    from placewise.graph.summary import summarize
-    from placewise.io import atomic_write_json, atomic_write_text
-    from placewise.plan import build_plan, save_plan
-    from placewise.runtime.opexec import load_source
-    from placewise.schedule.placement import Problem
-    from placewise.validate import render_validation, validate_plan
-
-    folder = workdir or Path(tempfile.mkdtemp(prefix="placewise-demo-"))
-    folder.mkdir(parents=True, exist_ok=True)
-
-    out.rule(f"1. the model as a graph: {model}")
-    out.print(f"$ placewise inspect {model}")
-    graph = _load_graph(model)
-    _render_summary(summarize(graph))
-
-    out.rule("2. this machine, measured once and cached")
-    out.print("$ placewise hw show local")
-    local = resolve_machine("local")
-    from placewise.cli.hw import render_machine
-
-    render_machine(local)
-    from placewise.runtime.backends import runnable_part
-
-    local, gaps = runnable_part(local)  # the rest of the story runs what it plans
-    for gap in gaps:
-        out.print(f"left out of the plans below: {gap}")
-
-    out.rule(f"3. plan for a machine that is not here: {preset} (analytic roofline costs)")
-    out.print(f"$ placewise plan {model} --hw {preset} --out {folder / 'plan-preset.json'}")
-    machine = resolve_machine(preset)
-    problem = Problem(graph, fuse(graph), machine, load_cost_model(machine, None))
-    with _progress("searching") as cb:
-        res, rec = _keep_search(problem, model, cb)
-    save_plan(build_plan(res.problem, res.result, model_ref=model, precision=rec),
-              folder / "plan-preset.json")
-    _render_search(res.result, machine.name)
-
-    out.rule("4. measure this model's ops on this machine's devices")
-    cal_file = folder / "calibration.json"
-    out.print(f"$ placewise profile {model} --hw local --out {cal_file}")
-    source = load_source(model, with_graph=False)  # the graph is loaded above
-    with _progress("profiling") as cb:
-        cal = profile_model(graph, source, local, max_time_s=0.5,
-                            progress=lambda d, t, msg: cb(msg, d / max(t, 1)))
-    with _progress("in model order") as cb:
-        cal = profile_in_context(graph, source, local, cal,
-                                 progress=lambda d, t, msg: cb(msg, d / max(t, 1)))
-    atomic_write_json(cal_file, cal.to_json())
-    out.print(f"{len(cal.measurements)} op measurements on {len(local.devices)} devices, "
-              f"{len(cal.context)} regions timed in model order by the executor, "
-              f"{len(cal.fits)} fitted models, {len(cal.failures)} failures")
-
-    out.rule("5. plan for this machine with the measured costs")
-    plan_file = folder / "plan-local.json"
-    out.print(f"$ placewise plan {model} --hw local --calibration {cal_file} --out {plan_file}")
-    problem = Problem(graph, fuse(graph), local, load_cost_model(local, cal_file))
-    with _progress("searching") as cb:
-        res, rec = _keep_search(problem, model, cb)
-    local_plan = build_plan(res.problem, res.result, model_ref=model, precision=rec)
-    save_plan(local_plan, plan_file)
-    _render_search(res.result, local.name)
-
-    out.rule("6. why the plan is what it is")
-    out.print(f"$ placewise explain {plan_file}")
-    sys.stdout.write(render_explain(explain_plan(local_plan), max_rows=12))
-
-    out.rule("7. run it for real and compare, term by term")
-    out.print(f"$ placewise validate {plan_file} --requests {requests}")
-    with _progress("validating") as cb:
-        report = validate_plan(local_plan, requests=requests, machine=local, progress=cb)
-    sys.stdout.write(render_validation(report))
-
-    out.rule("8. the plan as a loaded service, simulated and for real")
-    from placewise.cli.serve import demo_serve
-
-    served = demo_serve(local_plan, plan_file, cal_file, local)
-
-    out.rule("9. one report to look at: schedule, memory, roofline, MFU, measured vs predicted")
-    from placewise.report import build_report, load_inputs
-
-    val_file, serve_file = folder / "validation.json", folder / "serve.json"
-    atomic_write_json(val_file, report.to_json())
-    atomic_write_json(serve_file, served)
-    report_file = folder / "report.html"
-    out.print(f"$ placewise report {plan_file} {val_file} {serve_file} --out {report_file}")
-    html = build_report(load_inputs([plan_file, val_file, serve_file]), graph=graph,
-                        machine=local)
-    atomic_write_text(report_file, html)
-    out.print(f"wrote {report_file} ({format_bytes(len(html.encode()))}): open it in any "
-              f"browser, offline (file://{report_file.resolve()})")
-    out.rule("done")
-    out.print(f"artifacts in {folder}")
-
-
-def _render_search(res: Any, machine_name: str) -> None:
-    out.print(f"{res.strategy} chose {res.chosen} on {machine_name}: devices "
-              f"{', '.join(res.devices_used)}; latency {format_seconds(res.makespan_s)}, "
-              f"throughput {res.throughput_rps:.4g} req/s, lower bound "
-              f"{format_seconds(res.lower_bound_s)}")
-    out.print("  baselines: " + ", ".join(f"{label} {format_seconds(v)}"
-                                          for label, v in res.baselines))
-
-
 # ---- entry point -----------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: maps errors to exit statuses and one-line messages."""
@@ -934,6 +815,7 @@ def _one_line(text: str) -> str:
 
 
 from placewise.cli import calibrate as _calibrate  # noqa: E402, F401
+from placewise.cli import demo as _demo  # noqa: E402, F401
 from placewise.cli import hw as _hw  # noqa: E402, F401
 from placewise.cli import loop as _loop  # noqa: E402, F401
 from placewise.cli import promote as _promote  # noqa: E402, F401

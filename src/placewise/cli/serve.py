@@ -78,22 +78,123 @@ def serve(
                       telemetry_out=telemetry_out, window_requests=window_requests,
                       as_json=as_json, against=against, allow_mismatch=allow_mismatch)
         return
-    from placewise.cost.load import load_cost_model
-    from placewise.plan import load_plan
-    from placewise.plan_sources import plan_calibration
-    from placewise.serve.arrivals import load_trace
-    from placewise.serve.policies import parse_batching, parse_seconds
-    from placewise.serve.queue import Admission, RequestClass, parse_class
+    from placewise.export import plan_fingerprint
+    from placewise.serve.policies import parse_seconds
     from placewise.serve.run import ServeSetup, default_window, run_once, sweep
     from placewise.serve.run import find_max_rate as search_rate
-    from placewise.serve.service import PlanService
-    from placewise.serve.sim import Workload
     from placewise.validate.compare import (
-        compare_tags_with,
-        plan_tags,
         serve_arrival,
         serve_stable_tags,
     )
+
+    dur, classes, batcher, admission, slo = _serve_options(
+        rate=rate, cv=cv, concurrency=concurrency, trace_file=trace_file, requests=requests,
+        duration=duration, request_class=request_class, batching=batching,
+        queue_limit=queue_limit, timeout=timeout, timeout_action=timeout_action,
+        preempt=preempt, slo_p99=slo_p99, find_max_rate=find_max_rate)
+    wall = parse_seconds(limit, "--limit")
+    trace, shapes_list = _trace_workload(trace_file, classes)
+    plan, machine, services = _plan_services(plan_file, against, allow_mismatch, hw,
+                                             calibration, per_batch, model, shape, shapes_list)
+    service: Any = services[0] if len(services) == 1 else (lambda b, k: services[k](b))
+    setup = ServeSetup(
+        batcher, classes, admission, rate=rate, cv=cv, concurrency=concurrency,
+        think_s=parse_seconds(think, "--think"), trace=trace,
+        requests=requests if requests is not None else (None if dur else 10_000),
+        duration_s=dur, seed=seed, replicas=replicas, router=router,
+        in_flight=in_flight or default_window(services[0], batcher), pad_to=plan.batch if real else None,
+        slo_p99_s=slo)
+    result: dict[str, Any] = {
+        "plan": str(plan_file), "plan_fingerprint": plan_fingerprint(plan),
+        "machine": machine.name, "batching": batcher.describe(), "admission": admission.text(),
+        "per_batch": per_batch, "replicas": replicas, "router": router,
+        "window": setup.in_flight, "classes": [c.text() for c in classes],
+        "service": [services[0].describe(b) for b in sorted({1, plan.batch, max_batch(batcher)})]}
+    with _progress("serving (simulated)") as cb:
+        if find_max_rate:
+            assert slo is not None
+            result["find_max_rate"] = search_rate(services[0], setup, slo, progress=cb)
+        if sweep_values:
+            result["sweep"] = sweep(service, setup, sweep_values.split(","), progress=cb)
+        cb("one run", 0.9)
+        _, fig = run_once(service, setup)
+    result.update(fig)
+    if real:
+        result.update(_serve_for_real(plan, plan_file, setup, batcher, admission, wall,
+                                      seed, machine, classes, slo, fig))
+    result["stable_tags"] = serve_stable_tags(
+        plan, arrival=serve_arrival(rate=rate, cv=cv, concurrency=concurrency, think=think,
+                                    trace=trace_file), seed=seed,
+        threads=str(result["tags"].get("threads", "")) if real else None)
+    if against is not None:
+        _compare_against(result, against, allow_mismatch)
+    if as_json:
+        _print_json(result)
+        return
+    _render_serve(result, real)
+
+
+def _compare_against(result: dict[str, Any], against: Path, allow_mismatch: bool) -> None:
+    from placewise.validate.compare import compare_tags_with
+
+    result["against"] = compare_tags_with(result["stable_tags"], against,
+                                          allow_mismatch=allow_mismatch)
+    for line in result["against"]["tag_differences"]:
+        err.print(f"tags differ (--allow-mismatch): {line}", markup=False)
+
+
+def _plan_services(plan_file: Path, against: Path | None, allow_mismatch: bool, hw: str | None,
+                   calibration: Path | None, per_batch: str, model: str | None,
+                   shape: list[str] | None,
+                   shapes_list: list[dict[str, tuple[int, ...]]]) -> tuple[Any, Any, list[Any]]:
+    """The plan, its machine, and one service model per request shape (checked against
+    ``--against``'s tags and the plan's calibration before anything runs)."""
+    from placewise.cost.load import load_cost_model
+    from placewise.plan import load_plan
+    from placewise.plan_sources import plan_calibration
+    from placewise.serve.service import PlanService
+    from placewise.validate.compare import compare_tags_with, plan_tags
+
+    plan = load_plan(plan_file)
+    if against is not None:  # before anything runs: the fingerprints and machine tags
+        known = plan_tags(plan)
+        compare_tags_with(known, against, keys=tuple(known), allow_mismatch=allow_mismatch)
+    machine = machine_of_plan(plan, hw, file=str(plan_file))
+    calibration = plan_calibration(plan, calibration, file=str(plan_file))  # else recorded
+    cost_model = load_cost_model(machine, calibration)
+    if cost_model.fingerprint() != plan.fingerprints.calibration and calibration is None:
+        raise InputError("the plan was made with a calibration: pass it with --calibration",
+                         file=str(plan_file), place="fingerprints.calibration")
+    base_shapes = _parse_shapes(shape) or {}
+    services = [PlanService(plan, machine, cost_model, per_batch, model,
+                            {**base_shapes, **s} or None, file=str(plan_file))
+                for s in shapes_list]
+    return plan, machine, services
+
+
+def _trace_workload(trace_file: Path | None,
+                    classes: Any) -> tuple[Any, list[dict[str, tuple[int, ...]]]]:
+    """``--trace``'s arrivals as a workload (None without it) and the request shapes in it."""
+    from placewise.serve.arrivals import load_trace
+    from placewise.serve.sim import Workload
+
+    trace = None
+    shapes_list: list[dict[str, tuple[int, ...]]] = [{}]
+    if trace_file is not None:
+        t, cls, shp, shapes_list = load_trace(trace_file, [c.name for c in classes])
+        trace = Workload(t, cls if len(classes) > 1 else None,
+                         shp if len(shapes_list) > 1 else None)
+    return trace, shapes_list
+
+
+def _serve_options(*, rate: float | None, cv: float | None, concurrency: int | None,
+                   trace_file: Path | None, requests: int | None, duration: str | None,
+                   request_class: list[str] | None, batching: str, queue_limit: int | None,
+                   timeout: str | None, timeout_action: str, preempt: bool,
+                   slo_p99: str | None, find_max_rate: bool) -> tuple[Any, ...]:
+    """``serve``'s options checked and parsed: (duration, classes, batcher, admission, slo)."""
+    from placewise.serve.policies import parse_batching, parse_seconds
+    from placewise.serve.queue import Admission, RequestClass, parse_class
 
     given = [x for x in (rate is not None, concurrency is not None, trace_file is not None) if x]
     if len(given) != 1:
@@ -118,83 +219,30 @@ def serve(
     slo = parse_seconds(slo_p99, "--slo-p99") if slo_p99 else None
     if find_max_rate and slo is None:
         raise InputError("--find-max-rate needs --slo-p99", place="--slo-p99")
-    wall = parse_seconds(limit, "--limit")
-    trace = None
-    shapes_list: list[dict[str, tuple[int, ...]]] = [{}]
-    if trace_file is not None:
-        t, cls, shp, shapes_list = load_trace(trace_file, [c.name for c in classes])
-        trace = Workload(t, cls if len(classes) > 1 else None,
-                         shp if len(shapes_list) > 1 else None)
-    plan = load_plan(plan_file)
-    if against is not None:  # before anything runs: the fingerprints and machine tags
-        known = plan_tags(plan)
-        compare_tags_with(known, against, keys=tuple(known), allow_mismatch=allow_mismatch)
-    machine = machine_of_plan(plan, hw, file=str(plan_file))
-    calibration = plan_calibration(plan, calibration, file=str(plan_file))  # else recorded
-    cost_model = load_cost_model(machine, calibration)
-    if cost_model.fingerprint() != plan.fingerprints.calibration and calibration is None:
-        raise InputError("the plan was made with a calibration: pass it with --calibration",
-                         file=str(plan_file), place="fingerprints.calibration")
-    base_shapes = _parse_shapes(shape) or {}
-    services = [PlanService(plan, machine, cost_model, per_batch, model,
-                            {**base_shapes, **s} or None, file=str(plan_file))
-                for s in shapes_list]
-    service: Any = services[0] if len(services) == 1 else (lambda b, k: services[k](b))
-    setup = ServeSetup(
-        batcher, classes, admission, rate=rate, cv=cv, concurrency=concurrency,
-        think_s=parse_seconds(think, "--think"), trace=trace,
-        requests=requests if requests is not None else (None if dur else 10_000),
-        duration_s=dur, seed=seed, replicas=replicas, router=router,
-        in_flight=in_flight or default_window(services[0], batcher), pad_to=plan.batch if real else None,
-        slo_p99_s=slo)
-    from placewise.export import plan_fingerprint
+    return dur, classes, batcher, admission, slo
 
-    result: dict[str, Any] = {"plan": str(plan_file), "plan_fingerprint": plan_fingerprint(plan),
-                              "machine": machine.name,
-                              "batching": batcher.describe(), "admission": admission.text(),
-                              "per_batch": per_batch, "replicas": replicas, "router": router,
-                              "window": setup.in_flight,
-                              "classes": [c.text() for c in classes],
-                              "service": [services[0].describe(b) for b in sorted(
-                                  {1, plan.batch, max_batch(batcher)})]}
-    with _progress("serving (simulated)") as cb:
-        if find_max_rate:
-            assert slo is not None
-            result["find_max_rate"] = search_rate(services[0], setup, slo, progress=cb)
-        if sweep_values:
-            result["sweep"] = sweep(service, setup, sweep_values.split(","), progress=cb)
-        cb("one run", 0.9)
-        _, fig = run_once(service, setup)
-    result.update(fig)
-    if real:
-        from placewise.serve.real import serve_real
-        from placewise.serve.report import summarize
 
-        wl = _workload_of(setup)
-        with _progress("serving (real)") as cb:
-            try:
-                got = serve_real(plan, wl, batcher, admission=admission,
-                                 priorities=setup.priorities, in_flight=setup.in_flight,
-                                 limit_s=wall, seed=seed, machine=machine, progress=cb)
-            except InputError as exc:  # the plan file is what cannot run here
-                raise exc.at(file=str(plan_file)) from None
-        measured = summarize(got.result, classes, slo_p99_s=slo)
-        result = {**result, **measured, "simulated": fig, "measured": measured,
-                  "late_s": {k: getattr(got.late_s, k) for k in got.late_s.__slots__},
-                  "tags": got.tags, "real_notes": list(got.notes)}
-    result["stable_tags"] = serve_stable_tags(
-        plan, arrival=serve_arrival(rate=rate, cv=cv, concurrency=concurrency, think=think,
-                                    trace=trace_file), seed=seed,
-        threads=str(result["tags"].get("threads", "")) if real else None)
-    if against is not None:
-        result["against"] = compare_tags_with(result["stable_tags"], against,
-                                              allow_mismatch=allow_mismatch)
-        for line in result["against"]["tag_differences"]:
-            err.print(f"tags differ (--allow-mismatch): {line}", markup=False)
-    if as_json:
-        _print_json(result)
-        return
-    _render_serve(result, real)
+def _serve_for_real(plan: Any, plan_file: Path, setup: Any, batcher: Any, admission: Any,
+                    wall: float, seed: int, machine: Any, classes: Any,
+                    slo: float | None, simulated: dict[str, Any]) -> dict[str, Any]:
+    """``serve --real``: the same arrivals and policy served on this machine; the measured
+    figures (also at the top level), the simulated ones beside them, the run's lateness,
+    tags and notes."""
+    from placewise.serve.real import serve_real
+    from placewise.serve.report import summarize
+
+    wl = _workload_of(setup)
+    with _progress("serving (real)") as cb:
+        try:
+            got = serve_real(plan, wl, batcher, admission=admission,
+                             priorities=setup.priorities, in_flight=setup.in_flight,
+                             limit_s=wall, seed=seed, machine=machine, progress=cb)
+        except InputError as exc:  # the plan file is what cannot run here
+            raise exc.at(file=str(plan_file)) from None
+    measured = summarize(got.result, classes, slo_p99_s=slo)
+    return {**measured, "simulated": simulated, "measured": measured,
+            "late_s": {k: getattr(got.late_s, k) for k in got.late_s.__slots__},
+            "tags": got.tags, "real_notes": list(got.notes)}
 
 
 def _workload_of(setup: Any) -> Any:
