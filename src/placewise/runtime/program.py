@@ -135,7 +135,7 @@ class ExecProgram:
     steps: Mapping[str, tuple[ExecStep, ...]]
     makespan_s: float
     gates: tuple[CoreGate, ...] = ()
-    #: the compiled units (``Partition``), in execution order; empty at ``granularity="op"``
+    #: the compiled units (``Partition``), in execution order
     partitions: tuple[Partition, ...] = ()
     _by_name: dict[str, int] = field(init=False, repr=False, compare=False)
 
@@ -157,17 +157,15 @@ class ExecProgram:
     def transfers(self) -> list[ExecTask]:
         return [t for t in self.tasks if t.kind is TaskKind.TRANSFER]
 
-    def where(self, task: int, op_index: int = -1) -> str:
-        """'task X' plus 'op Y (from ...)' when known, for error messages."""
+    def where(self, task: int) -> str:
+        """'task X' plus 'op Y (from ...)' when the task runs one op, for error messages."""
         if task < 0 or task >= len(self.tasks):
             return {-1: "an io step", -2: "start-up"}.get(task, "no task")
         t = self.tasks[task]
         text = f"task {t.name!r}"
         if t.vertex is not None and t.vertex in self.vertices:
             ops = self.vertices[t.vertex].ops
-            if 0 <= op_index < len(ops) and (len(ops) == 1 or not self.partitions):
-                text += f", {ops[op_index].where()}"
-            elif len(ops) == 1:
+            if len(ops) == 1:
                 text += f", {ops[0].where()}"
         return text
 
@@ -181,8 +179,7 @@ def copy_key(tensor: str, rep: Representation) -> str:
     return f"{tensor}@{rep}"
 
 
-def program_from_schedule(problem: Problem, schedule: Schedule, *,
-                          granularity: str = "partition") -> ExecProgram:
+def program_from_schedule(problem: Problem, schedule: Schedule) -> ExecProgram:
     """The executable program of ``schedule`` (a schedule of ``problem``).
 
     Raises ``InputError`` when a device the schedule uses is not a local device (it needs
@@ -203,11 +200,11 @@ def program_from_schedule(problem: Problem, schedule: Schedule, *,
             vertices[t.name] = ExecVertex(t.name, a.device, a.dtype, v.ops, v.inputs,
                                           v.outputs)
     return _build_program(problem.graph, problem.machine, schedule.host, tasks, vertices,
-                          schedule.makespan_s, granularity)
+                          schedule.makespan_s)
 
 
 def program_from_plan(plan: Any, graph: Graph, machine: Machine, *,
-                      granularity: str = "partition", local_only: bool = True) -> ExecProgram:
+                      local_only: bool = True) -> ExecProgram:
     """The executable program of a plan file (``placewise.plan.Plan``) whose graph is
     ``graph`` and whose machine is ``machine`` (fingerprints are the caller's to check).
 
@@ -216,7 +213,7 @@ def program_from_plan(plan: Any, graph: Graph, machine: Machine, *,
     writes but nothing here runs."""
     tasks, vertices = _plan_tasks(plan, graph)
     return _build_program(graph, machine, plan.host, tasks, vertices, float(plan.makespan_s),
-                          granularity, local_only)
+                          local_only)
 
 
 def plan_partitions(plan: Any, graph: Graph, machine: Machine) -> list[Partition]:
@@ -268,7 +265,7 @@ def _plan_tasks(plan: Any, graph: Graph) -> tuple[list[ExecTask], dict[str, Exec
 
 def _build_program(g: Graph, m: Machine, host: str, tasks: list[ExecTask],
                    vertices: dict[str, ExecVertex], makespan_s: float,
-                   granularity: str = "partition", local_only: bool = True) -> ExecProgram:
+                   local_only: bool = True) -> ExecProgram:
     """Each device's steps: its tasks in plan order (a receive at its transfer's end),
     reordered only where a step would read a copy before it is made; ``io:in`` first and
     ``io:out`` after the last output on the host; frees after each copy's last reader; and,
@@ -288,18 +285,13 @@ def _build_program(g: Graph, m: Machine, host: str, tasks: list[ExecTask],
                          place=f"device {missing[0]!r}")
     devices = tuple(d for d in m.devices if d.name in used)
     for d in devices:
-        if local_only and (not d.cores or not d.backend):
+        if local_only and not d.is_local:
             raise InputError(f"device {d.name!r} of machine {m.name!r} is not a local device "
                              f"(it has no cores/backend): only this machine's devices run "
                              f"plans", place=f"device {d.name!r}")
-    parts: tuple[Partition, ...] = ()
-    if granularity == "partition":
-        parts = tuple(partitions_of(g, tasks, vertices,
-                                    {d.name: tuple(d.cores or ()) for d in devices}))
-        tasks, vertices = _merge(tasks, vertices, parts)
-    elif granularity != "op":
-        raise InputError(f"granularity must be 'partition' or 'op', got {granularity!r}",
-                         place="--granularity")
+    parts = tuple(partitions_of(g, tasks, vertices,
+                                {d.name: tuple(d.cores or ()) for d in devices}))
+    tasks, vertices = _merge(tasks, vertices, parts)
     natural = {t.name: Representation(t.dtype, t.layout) for t in g.tensors}
     events: dict[str, list[tuple[float, int, int, ExecStep]]] = {d.name: [] for d in devices}
     events[host].append((-math.inf, -1, 0, ExecStep(
