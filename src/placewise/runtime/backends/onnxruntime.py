@@ -32,9 +32,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import onnxruntime as ort
 
 from placewise.errors import UnsupportedError
 from placewise.hardware.spec import Device
+from placewise.onnxrt import new_session
 from placewise.runtime.backends.base import Backend, Unit
 
 __all__ = ["OnnxRuntime", "Provider", "SessionUnit", "make_session", "provider_for",
@@ -125,10 +127,6 @@ def make_session(model: bytes | str, provider: Provider, *, threads: int,
     """An ``InferenceSession`` of ``model`` (serialized bytes or a file path) on
     ``provider`` with ``threads`` intra-op threads; ``profile_prefix`` turns on
     onnxruntime's own profiler (calibration runs only, never timed runs)."""
-    import onnxruntime as ort
-
-    from placewise.onnxrt import new_session
-
     avail = set(ort.get_available_providers())
     if provider.name not in avail:
         raise UnsupportedError(f"onnxruntime here has no {provider.name} (it has "
