@@ -83,8 +83,9 @@ import numpy as np
 from placewise.errors import ExecutionError, InputError, PlacewiseError
 from placewise.runtime.collect import Records
 from placewise.runtime.compile import write_partitions
-from placewise.runtime.messages import Inbox, put
-from placewise.runtime.procs import Proc, Procs
+from placewise.runtime.handoff import Completion, Handoff
+from placewise.runtime.messages import put
+from placewise.runtime.procs import Proc, Procs, pipes
 from placewise.runtime.program import ExecProgram
 from placewise.runtime.shm import SHM_PREFIX, Layout, layout, status_rows
 from placewise.runtime.telemetry import (
@@ -122,36 +123,6 @@ class Fault:
     def __post_init__(self) -> None:
         if self.kind not in ("crash", "hang", "raise"):
             raise ValueError(f"fault kind must be crash, hang or raise, got {self.kind!r}")
-
-
-
-@dataclass(slots=True)
-class _Flight:
-    """A request in flight: when it was submitted, had its outputs, was done (on how many
-    of its ``workers``)."""
-
-    submit_ns: int
-    workers: int
-    ready_ns: int = 0
-    out_ns: int = 0
-    done_ns: int = 0
-    done_count: int = 0
-    outputs: list[np.ndarray[Any, Any]] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Completion:
-    """A request done on every worker (``Executor.poll``): its id, when the client
-    submitted it and when the host had written its outputs (``CLOCK_MONOTONIC``
-    nanoseconds, the clock of ``time.monotonic``; latency = ``outputs_ns - submit_ns``),
-    when the last worker was done with it, and its outputs (graph-output order)."""
-
-    request: int
-    submit_ns: int
-    outputs_ns: int
-    done_ns: int
-    outputs: list[np.ndarray[Any, Any]]
-
 
 
 
@@ -240,15 +211,10 @@ class Executor:
         self._records = Records(program)
         self._requests: list[RequestRecord] = []
         self._solo: list[SoloRecord] = []
-        self._next_request = 0
         self._started = False
         self._closed = False
         self._tags: dict[str, str] = {}
-        #: requests in flight by id; done since the last ``_record`` (for telemetry);
-        #: done since the last ``poll`` (for the client)
-        self._flight: dict[int, _Flight] = {}
-        self._finished: list[tuple[int, _Flight]] = []
-        self._completed: list[Completion] = []
+        self._handoff = Handoff(slots)
         self._progress_ns = 0  # the last time a request moved (hang detection)
         self._gc_was: bool | None = None  # the collector's state while held off
         #: the client process's CPU seconds in the last ``run`` outside the workers
@@ -313,7 +279,7 @@ class Executor:
         threads, in_process = self._threads()
         inline = {d for d, th in threads.items() if in_process and th == prog.host}
         ctx = mp.get_context("spawn")
-        readers, writers, boxes = self._pipes(ctx, inline)
+        readers, writers, boxes, self._pipe_ends = pipes(ctx, prog, inline)
         report(f"starting {len(devices) - len(inline)} worker processes")
         # libgomp reads OMP_WAIT_POLICY once, when torch loads it: the spawned interpreter
         # must find it in its environment (the caller's own OpenMP is already set up)
@@ -350,7 +316,9 @@ class Executor:
                     c.close()
             self._pipe_ends = []
         self._setup_inline(report)
-        self._await_ready(report)
+        self._ready_info.update(self._workers.await_ready(
+            time.monotonic() + self.setup_timeout_s, report))
+        self._handoff.workers = len(self._workers.procs) + len(self._inline)
         dev_tags = [(d.name, list(d.cores or []), int(self._ready_info[d.name]["threads"]),
                      str(d.backend)) for d in devices]
         self._tags = collect_tags(dev_tags)
@@ -368,30 +336,6 @@ class Executor:
             raise InputError(f"fault names no task of the plan: {self.fault.task!r}",
                              place="fault") from None
         return FaultAt(self.fault.kind, ft, self.fault.request)
-
-    def _pipes(self, ctx: Any, inline: set[str]
-               ) -> tuple[dict[str, list[tuple[str, Connection]]], dict[str, dict[str, Any]],
-                          dict[str, Inbox]]:
-        """One pipe per ordered device pair that has transfers or core gates (its reading
-        end per receiving device, its writing end per sending one), an inbox instead where
-        both devices run on this thread."""
-        prog = self.program
-        pairs = sorted({(t.device, t.dst_device) for t in prog.transfers()
-                        if t.dst_device is not None} |
-                       {(prog.tasks[gt.before].device, prog.tasks[gt.after].device)
-                        for gt in prog.gates})
-        readers: dict[str, list[tuple[str, Connection]]] = {d.name: [] for d in prog.devices}
-        writers: dict[str, dict[str, Any]] = {d.name: {} for d in prog.devices}
-        boxes = {d: Inbox() for d in inline}
-        for a, b in pairs:
-            if a in inline and b in inline:
-                writers[a][b] = boxes[b]
-                continue
-            r, w = ctx.Pipe(duplex=False)
-            readers[b].append((a, r))
-            writers[a][b] = w
-            self._pipe_ends += [r, w]
-        return readers, writers, boxes
 
     def _spec(self, i: int, lay: Layout, fault: FaultAt | None, polls: bool,
               crowded: bool) -> WorkerSpec:
@@ -422,7 +366,7 @@ class Executor:
         theirs; each pins the thread to its cores (its session's threads inherit them)."""
         self._inline.sort(key=lambda x: x[0].device != self.program.host)
         for iw, _ in self._inline:  # requests hand their results back to the client
-            iw.on_output, iw.on_done = self._on_output, self._on_done
+            iw.on_output, iw.on_done = self._handoff.on_output, self._handoff.on_done
         for iw, _ in self._inline:
             report(f"setting up {iw.device} in this process")
             try:
@@ -443,17 +387,6 @@ class Executor:
                 pin: list[Any] = [None]
                 for iw, _ in self._inline:
                     iw.pin_state = pin
-
-    def _await_ready(self, report: Callable[[str], None]) -> None:
-        """Wait until every worker process has opened its units and warmed them."""
-        pending = {p.device for p in self._workers.procs}
-        deadline = time.monotonic() + self.setup_timeout_s
-        while pending:
-            for msg, p in self._workers.receive(deadline, "start-up"):
-                if msg[0] == "ready":
-                    self._ready_info[p.device] = msg[1]
-                    pending.discard(p.device)
-                    report(f"worker of {p.device} ready")
 
     def _threads(self) -> tuple[dict[str, str], bool]:
         """Device -> the thread its worker runs on (``schedule.simulate.worker_threads``,
@@ -486,14 +419,14 @@ class Executor:
     @property
     def outstanding(self) -> int:
         """Requests submitted and not yet done on every worker."""
-        return len(self._flight)
+        return len(self._handoff.flight)
 
     @property
     def can_submit(self) -> bool:
         """Whether ``submit`` has a slot: the next request's slot (``request % slots``, as
         the workers address shared memory) is not held by a request still in flight. With
         requests finishing in order this is ``outstanding < slots``."""
-        return (self._next_request - self.slots) not in self._flight
+        return self._handoff.can_submit
 
     def submit(self, arrays: Sequence[Any], *, capture: bool = False) -> int:
         """Hand one request (arrays in graph-input order) to the pipeline without waiting;
@@ -503,7 +436,7 @@ class Executor:
         self._check_running()
         self._check_inputs(arrays, "the request")
         if not self.can_submit:
-            raise PlacewiseError(f"no free slot: {len(self._flight)} requests in flight on "
+            raise PlacewiseError(f"no free slot: {self.outstanding} requests in flight on "
                                  f"{self.slots} slots (poll for completions first)")
         self._hold_gc()
         try:
@@ -535,14 +468,14 @@ class Executor:
         try:
             while True:  # returns what is done, or nothing once nothing is in flight
                 got += self._wait_some(None, 1, f"{phase} requests")
-                if not self._flight:
+                if not self._handoff.flight:
                     break
         except BaseException:
             self.close()
             raise
         finally:
             self._release_gc()
-        self._record(phase)
+        self._requests += self._handoff.records(phase)
         self._flush(phase)
         return got
 
@@ -554,21 +487,22 @@ class Executor:
         client of ``submit`` / ``poll`` / ``finish``: the next request goes in as soon as
         one is done."""
         self._check_running()
-        if self._flight or self._finished or self._completed:
+        h = self._handoff
+        if h.flight or h.finished or h.completed:
             raise PlacewiseError("requests submitted with submit() are not finished (call "
                                  "finish() first)")
         k = max(1, min(int(in_flight), self.slots))
         n = len(inputs)
         for i, arrays in enumerate(inputs):  # refused before anything runs
             self._check_inputs(arrays, f"request {i}")
-        base = self._next_request
+        base = h.next_request
         results: list[list[np.ndarray[Any, Any]]] = [[] for _ in range(n)]
         client_cpu0 = time.process_time()
         self._hold_gc()  # a collection of this process's heap would land inside a request
         try:
             nxt = done = 0
             while done < n:
-                while nxt < n and len(self._flight) < k and self.can_submit:
+                while nxt < n and len(h.flight) < k and h.can_submit:
                     self._submit(inputs[nxt], capture)
                     nxt += 1
                 for c in self._wait_some(None, k, f"{phase} requests"):
@@ -579,7 +513,7 @@ class Executor:
             raise
         finally:
             self._release_gc()
-        self._record(phase)
+        self._requests += h.records(phase)
         # the client's own CPU time for these requests (telemetry collection excluded)
         self.last_run_cpu_s = 0.0 if self._inline else time.process_time() - client_cpu0
         self._flush(phase)
@@ -616,10 +550,7 @@ class Executor:
 
     def _submit(self, arrays: Sequence[Any], capture: bool) -> int:
         """Hand request ``arrays`` (checked, its slot free) to the workers."""
-        r = self._next_request
-        self._next_request += 1
-        n_workers = len(self._workers.alive()) + len(self._inline)
-        self._flight[r] = _Flight(time.monotonic_ns(), n_workers)
+        r = self._handoff.open()
         if self._inline:
             self._inline[0][0].inline_inputs[r] = arrays
             for w, _ in self._inline:
@@ -632,25 +563,6 @@ class Executor:
         self._progress_ns = time.monotonic_ns()
         return r
 
-    def _on_output(self, request: int, ready_ns: int, outputs: list[np.ndarray[Any, Any]]
-                   ) -> None:
-        """The host has written request ``request``'s outputs (at ``ready_ns``)."""
-        f = self._flight[request]
-        f.ready_ns = ready_ns
-        f.outputs = outputs
-        f.out_ns = time.monotonic_ns()
-
-    def _on_done(self, request: int, t_ns: int) -> None:
-        """A worker is done with request ``request``; the last one frees its slot."""
-        f = self._flight[request]
-        f.done_count += 1
-        f.done_ns = max(f.done_ns, t_ns)
-        if f.done_count == f.workers:
-            del self._flight[request]
-            self._finished.append((request, f))
-            self._completed.append(Completion(request, f.submit_ns, f.ready_ns,
-                                              max(f.done_ns, f.out_ns), f.outputs or []))
-
     def _handle(self, ready: Sequence[Any], what: str) -> None:
         """The messages of the ready worker pipes: outputs and done notices."""
         g = self.program.graph
@@ -658,10 +570,10 @@ class Executor:
             if msg[0] == "out":  # the host's worker process wrote the outputs
                 r = int(msg[1])
                 slot = r % self.slots
-                self._on_output(r, int(msg[2]), [np.array(self._views_out[o][slot], copy=True)
+                self._handoff.on_output(r, int(msg[2]), [np.array(self._views_out[o][slot], copy=True)
                                                  for o in g.outputs])
             elif msg[0] == "done":
-                self._on_done(int(msg[1]), int(msg[2]))
+                self._handoff.on_done(int(msg[1]), int(msg[2]))
         self._progress_ns = time.monotonic_ns()
 
     def _wait_some(self, timeout_s: float | None, window: int, what: str
@@ -681,7 +593,8 @@ class Executor:
             self._handle(ready, what)
 
         first = True  # one look at the pipes, even with no time to wait
-        while not self._completed:
+        h = self._handoff
+        while not h.completed:
             if group:
                 w = group[0][0]
                 try:
@@ -695,12 +608,12 @@ class Executor:
                 except Exception as exc:
                     self._raise_host_error(exc, w)
             now = time.monotonic()
-            if end is None and not self._flight:
+            if end is None and not h.flight:
                 break
             if end is not None and now >= end and not first:
                 break
             first = False
-            if end is not None and not self._flight:
+            if end is not None and not h.flight:
                 # nothing in flight, so no message to wait for: sleep, then spin the last
                 # _SPIN_S (a sleep overshoots by the kernel's timer slack, 50-100 us here;
                 # a pipe wait rounds up to the millisecond)
@@ -724,25 +637,17 @@ class Executor:
                 if got is not None:
                     self._progress_ns = time.monotonic_ns()
             else:
-                if (window > 1 and len(self._flight) * 2 >= window and self.refill_s > 0):
+                if (window > 1 and len(h.flight) * 2 >= window and self.refill_s > 0):
                     # enough queued: let completions pile up and handle them together,
                     # rather than waking (and taking a core from a worker) for each one
                     time.sleep(self.refill_s)
                 ready = mp_wait(self._workers.wait_objects(), wait)
                 if ready:
                     handle(ready)
-            if (self._flight and not self._completed and time.monotonic_ns()
+            if (h.flight and not h.completed and time.monotonic_ns()
                     - self._progress_ns >= self.timeout_s * 1e9):
                 self._workers.raise_hang(what, self.timeout_s)
-        got_now, self._completed = self._completed, []
-        return got_now
-
-    def _record(self, phase: str) -> None:
-        """The requests done since the last record, as ``RequestRecord``s of ``phase``."""
-        for r, f in sorted(self._finished, key=lambda x: x[0]):
-            self._requests.append(RequestRecord(r, phase, f.submit_ns, f.ready_ns,
-                                                max(f.done_ns, f.out_ns), f.out_ns))
-        self._finished = []
+        return h.take_completed()
 
     def _flush(self, phase: str) -> None:
         """Collect the workers' records since the last flush."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as mp_wait
@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from placewise.errors import ExecutionError
-from placewise.runtime.messages import get, put, put_hot
+from placewise.runtime.messages import Inbox, get, put, put_hot
 from placewise.runtime.program import ExecProgram
 
-__all__ = ["Proc", "Procs"]
+__all__ = ["Proc", "Procs", "pipes"]
 
 
 @dataclass(slots=True)
@@ -182,6 +182,20 @@ class Procs:
                     return ops[0].name
         return ""
 
+    def await_ready(self, deadline: float, report: Callable[[str], None]
+                    ) -> dict[str, dict[str, Any]]:
+        """Wait until every worker process has opened its units and warmed them: what
+        each reported (by device)."""
+        info: dict[str, dict[str, Any]] = {}
+        pending = {p.device for p in self.procs}
+        while pending:
+            for msg, p in self.receive(deadline, "start-up"):
+                if msg[0] == "ready":
+                    info[p.device] = msg[1]
+                    pending.discard(p.device)
+                    report(f"worker of {p.device} ready")
+        return info
+
     # ---- stopping ----
     def stop(self) -> None:
         """Stop every worker: politely, then by force."""
@@ -205,3 +219,30 @@ class Procs:
             p.alive = False
             with contextlib.suppress(Exception):
                 p.conn.close()
+
+
+def pipes(ctx: Any, program: ExecProgram, inline: set[str]
+          ) -> tuple[dict[str, list[tuple[str, Connection]]], dict[str, dict[str, Any]],
+                     dict[str, Inbox], list[Connection]]:
+    """One pipe per ordered device pair that has transfers or core gates: its reading end
+    per receiving device (with the sender's name), its writing end per sending one; an
+    inbox instead where both devices run on this thread (``inline``). The last item: every
+    pipe end made (the parent closes its copies once the workers hold theirs)."""
+    prog = program
+    pairs = sorted({(t.device, t.dst_device) for t in prog.transfers()
+                    if t.dst_device is not None} |
+                   {(prog.tasks[gt.before].device, prog.tasks[gt.after].device)
+                    for gt in prog.gates})
+    readers: dict[str, list[tuple[str, Connection]]] = {d.name: [] for d in prog.devices}
+    writers: dict[str, dict[str, Any]] = {d.name: {} for d in prog.devices}
+    boxes = {d: Inbox() for d in inline}
+    ends: list[Connection] = []
+    for a, b in pairs:
+        if a in inline and b in inline:
+            writers[a][b] = boxes[b]
+            continue
+        r, w = ctx.Pipe(duplex=False)
+        readers[b].append((a, r))
+        writers[a][b] = w
+        ends += [r, w]
+    return readers, writers, boxes, ends
