@@ -1,5 +1,7 @@
 """onnxruntime sessions for partitions: the execution provider a device's runtime loads,
-its threads pinned to the device's cores, no silent CPU fallback.
+its threads pinned to the device's cores, no silent CPU fallback. ``OnnxRuntime`` is the
+``Backend`` (``runtime.backends.base``) workers open partitions with: one session per
+partition (``SessionUnit``), fed host arrays, on the provider of the device.
 
 - **provider** (``provider_for``), read from the device's own fields (``hardware.spec.
   Device``: ``backend``, ``kind``, ``model``, ``name``):
