@@ -7,8 +7,8 @@ it was submitted, when the host had its outputs, when every worker was done with
 >>> r = h.open(); h.can_submit
 False
 >>> h.on_output(r, 10, []); h.on_done(r, 11); h.on_done(r, 12)
->>> [c.done_ns for c in h.take_completed()], h.can_submit
-([12], True)
+>>> [(c.request, c.outputs_ns) for c in h.take_completed()], h.can_submit
+([(0, 10)], True)
 """
 
 from __future__ import annotations
