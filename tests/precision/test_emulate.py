@@ -179,8 +179,10 @@ def test_7bit_weights_where_the_integer_gemm_saturates(onnx_src: ModelSource,
     product pairs in saturating int16), the runtime quantizes weights at 7 bits and the
     emulator models the same: they still agree, and the weights fit 7 bits."""
     import placewise.runtime.compile as compile_mod
+    import placewise.runtime.quantize as quantize_mod
 
-    monkeypatch.setattr(compile_mod, "int8_weights_reduced", lambda: True)
+    monkeypatch.setattr(compile_mod, "int8_weights_reduced", lambda: True)  # the emulator's
+    monkeypatch.setattr(quantize_mod, "int8_weights_reduced", lambda: True)  # the runtime's
     g = onnx_src.graph
     assert g is not None
     _int8_against_runtime(onnx_src, Emulator(onnx_src, g), _op(g, output))

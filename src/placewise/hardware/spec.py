@@ -246,6 +246,12 @@ class Device(_Strict):
             return [DType.parse(x) if isinstance(x, str) else x for x in v]
         return v
 
+    @property
+    def is_local(self) -> bool:
+        """A device of this machine (probed ``local``): it has the CPU ids it is pinned to
+        and a runtime ``backend``. Only local devices run plans; the others plan and export."""
+        return bool(self.cores) and bool(self.backend)
+
     @model_validator(mode="after")
     def _check(self) -> Device:
         if not self.peak_flops_per_s:

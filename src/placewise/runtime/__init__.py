@@ -1,1 +1,1 @@
-"""Runtime: run source ops for real on local devices (op runners; the executor builds on them)."""
+"""Runtime: a plan's program run for real on local devices (``executor``, ``worker``, one compiled unit per partition through ``backends``); single-op runners for profiling (``opexec``)."""

@@ -13,7 +13,7 @@ its own telemetry phase name:
    flight (``settings.in_flight``, default ``default_in_flight``), cycling over ``inputs``,
    for ``settings.stream_requests`` requests or, without a count, about
    ``settings.stream_s`` seconds (``stream_length``). Where the client is a process of
-   its own (no worker in it: ``inline_host=False``, the op-level mode), workers sleep
+   its own (no worker in it: ``inline_host=False``), workers sleep
    rather than poll when idle (``set_spin(0, 0)``): queued work keeps them busy, and
    polling would only take the cores the client needs to keep the pipeline fed. Where the
    client runs the host's worker itself, the workers keep their polling rule

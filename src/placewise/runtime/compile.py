@@ -29,16 +29,22 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from placewise.errors import UnsupportedError
 from placewise.graph.ir import Graph
-from placewise.graph.onnx_data import EXTERNAL_DATA_BYTES
-from placewise.graph.onnx_kinds import INT8_ONNX_OP_TYPES
+from placewise.graph.onnx_control import subgraph_refs
+from placewise.graph.onnx_data import (
+    EXTERNAL_DATA_BYTES,
+    WeightsFile,
+    check_model,
+    has_external_data,
+    save_model,
+)
 from placewise.io import quiet
 from placewise.runtime.program import Partition
+from placewise.runtime.quantize import int8_weights_reduced, quantize_dynamic_model
 from placewise.units import DType
 
 __all__ = ["ONNX_OPSET", "compile_partition", "compile_partitions",
@@ -60,7 +66,7 @@ def compile_partitions(source: Any, partitions: Sequence[Partition], graph: Grap
     ``runtime.opexec.ModelSource``) whose graph (concrete shapes) is ``graph``. int8
     partitions come quantized. ``cache`` (kept by the caller across calls on the same
     source) reuses the model of a partition with the same ops, precision and boundary."""
-    from placewise.runtime.opexec import SourceFormat
+    from placewise.runtime.opexec import SourceFormat  # opexec loads torch (1-2 s)
 
     out: dict[str, Any] = {}
     memo = cache if cache is not None else {}
@@ -92,8 +98,6 @@ def compile_partition(source: Any, p: Partition, graph: Graph) -> Any:
 
 def _finish(model: Any, p: Partition) -> Any:
     import onnx
-
-    from placewise.graph.onnx_data import check_model
 
     _check_boundary(model, p)
     try:
@@ -132,69 +136,6 @@ def _check_boundary(model: Any, p: Partition) -> None:
             f"the plan expects inputs {list(p.inputs)} and outputs {list(p.outputs)}")
 
 
-@functools.lru_cache(maxsize=1)
-def int8_weights_reduced() -> bool:
-    """Whether int8 weights are quantized to 7 bits (``reduce_range``) on this machine:
-    True where onnxruntime's ``MatMulInteger`` (uint8 x int8 -> int32) is not exact on
-    worst-case operands (all 255 times all 127 or -128). Such kernels (x86 without
-    AVX-VNNI / AVX512-VNNI / AMX) add pairs of uint8 x int8 products in saturating int16
-    (``vpmaddubsw``), and a dynamically quantized activation spans all of 0..255; with 7-bit
-    weights the pair sums fit. Measured once per process, on two shapes (a row, a block)."""
-    import numpy as np
-    import onnxruntime as ort
-    from onnx import TensorProto, helper
-
-    from placewise.onnxrt import new_session
-
-    graph = helper.make_graph(
-        [helper.make_node("MatMulInteger", ["A", "B"], ["Y"])], "int8_exactness",
-        [helper.make_tensor_value_info("A", TensorProto.UINT8, ["m", 64]),
-         helper.make_tensor_value_info("B", TensorProto.INT8, [64, 32])],
-        [helper.make_tensor_value_info("Y", TensorProto.INT32, ["m", 32])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    opts.log_severity_level = 3
-    sess = new_session(model.SerializeToString(), opts,
-                       providers=["CPUExecutionProvider"])
-    b = np.where(np.arange(64 * 32).reshape(64, 32) % 2, 127, -128).astype(np.int8)
-    for m in (1, 16):
-        a = np.full((m, 64), 255, np.uint8)
-        got = sess.run(None, {"A": a, "B": b})[0]
-        if not np.array_equal(got, a.astype(np.int32) @ b.astype(np.int32)):
-            return True
-    return False
-
-
-def quantize_dynamic_model(model: Any, what: str, *,
-                           op_types: Sequence[str] | None = INT8_ONNX_OP_TYPES) -> Any:
-    """``model`` with onnxruntime dynamic quantization (int8 weights, uint8 activations
-    quantized per call: ``MatMulInteger`` / ``ConvInteger`` kernels) of its ``op_types``
-    nodes (``INT8_ONNX_OP_TYPES`` by default; None: onnxruntime's own default set; a MatMul
-    whose B is not an initializer stays float, onnxruntime's ``MatMulConstBOnly`` default),
-    its weights at 7 bits where ``int8_weights_reduced()``."""
-    import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    from placewise.graph.onnx_data import save_model
-    from placewise.onnxrt import quiet_logs
-
-    quiet_logs()
-
-    with tempfile.TemporaryDirectory(prefix="placewise-quant-") as tmp, _quiet():
-        src = os.path.join(tmp, "in.onnx")
-        dst = os.path.join(tmp, "out.onnx")
-        save_model(model, src)
-        try:
-            quantize_dynamic(src, dst, weight_type=QuantType.QInt8,
-                             op_types_to_quantize=None if op_types is None else list(op_types),
-                             reduce_range=int8_weights_reduced())
-        except Exception as exc:
-            raise UnsupportedError(f"onnxruntime could not quantize {what}: "
-                                   f"{type(exc).__name__}: {exc}") from None
-        return onnx.load(dst)
-
-
 # ---- ONNX sources -----------------------------------------------------------------------------
 
 
@@ -204,8 +145,6 @@ def _extractor_class() -> type:
     outer scopes: the nodes that make those values are kept (or the values become
     partition inputs), and the initializers they read come along."""
     from onnx.utils import Extractor
-
-    from placewise.graph.onnx_control import subgraph_refs
 
     class SubgraphExtractor(Extractor):
         def __init__(self, model: Any) -> None:
@@ -458,7 +397,7 @@ def _copy_attr(src: Any, dst: Any, target: str) -> None:
 def _example_args(g: Graph, p: Partition) -> tuple[Any, ...]:
     """Example inputs of the partition's boundary, at their real shapes and dtypes (values
     do not matter to the exporter: the shapes are static)."""
-    import torch
+    import torch  # heavy (1-2 s): torch sources only
 
     from placewise.runtime.opexec import torch_dtype
 
@@ -488,8 +427,6 @@ def save_partitions(models: Mapping[str, Any], folder: str, *,
     holds external data or is larger than ``external_data_bytes`` has its weights beside it:
     in ``{name}.onnx.data``, or, given ``devices`` (partition -> device), every partition of
     a device with such a partition in ``weights.{device}.bin``, each distinct tensor once."""
-    from placewise.graph.onnx_data import WeightsFile, has_external_data, save_model
-
     def large(model: Any) -> bool:
         return has_external_data(model) or model.ByteSize() > external_data_bytes
 

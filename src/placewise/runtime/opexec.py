@@ -52,9 +52,16 @@ import torch
 
 from placewise.cost.model import Representation
 from placewise.errors import InputError, UnsupportedError
+from placewise.graph import zoo
 from placewise.graph.ir import INT8_KINDS, Graph, Op
+from placewise.graph.load import bind_input_shapes
+from placewise.graph.onnx_data import ort_session
+from placewise.graph.onnx_import import load_onnx_source
+from placewise.graph.onnx_shapes import every_value_an_output
+from placewise.graph.torch_import import load_exported, read_pt2
 from placewise.graph.walk import last_use
 from placewise.io import quiet
+from placewise.runtime.quantize import quantize_dynamic_model
 from placewise.units import DType, Layout
 
 __all__ = [
@@ -146,8 +153,6 @@ def load_source(ref: str | os.PathLike[str], *, shapes: Mapping[str, Sequence[in
     path = Path(text)
     suffix = path.suffix.lower()
     if suffix == ".onnx":
-        from placewise.graph.onnx_import import load_onnx_source
-
         # the bound model with its shape arithmetic folded: the nodes are the graph's ops
         graph, model = load_onnx_source(text, shapes=shapes, batch=batch,
                                         with_graph=with_graph, values=values)
@@ -155,13 +160,9 @@ def load_source(ref: str | os.PathLike[str], *, shapes: Mapping[str, Sequence[in
         return ModelSource(text, SourceFormat.ONNX, graph, path, onnx_model=model,
                            shapes=shp, batch=batch, values=vals)
     if suffix == ".pt2":
-        from placewise.graph.torch_import import load_exported, read_pt2
-
         ep = read_pt2(text)  # checked entry by entry before torch sees it; nothing runs
         graph = None
         if with_graph:  # the same program, loaded once
-            from placewise.graph.load import bind_input_shapes
-
             graph = load_exported(ep, name=path.stem, file=text)
             if shapes or batch is not None:
                 if isinstance(batch, bool) or (batch is not None and (
@@ -177,8 +178,6 @@ def load_source(ref: str | os.PathLike[str], *, shapes: Mapping[str, Sequence[in
 
 def _load_zoo_source(ref: str, shapes: tuple[tuple[str, tuple[int, ...]], ...],
                      batch: int | None, with_graph: bool) -> ModelSource:
-    from placewise.graph import zoo
-
     name, options = zoo.parse_zoo_ref(ref)
     if batch is not None:
         options["batch"] = batch
@@ -187,8 +186,6 @@ def _load_zoo_source(ref: str, shapes: tuple[tuple[str, tuple[int, ...]], ...],
         ep = torch.export.export(module, inputs, strict=False)
     graph = None
     if with_graph:
-        from placewise.graph.torch_import import load_exported
-
         graph_name = name if not options else name + "?" + "&".join(
             f"{k}={v}" for k, v in sorted(options.items()))
         graph = load_exported(ep, name=graph_name)
@@ -297,8 +294,6 @@ def _quiet() -> Any:
 def _ort_session(model: Any, threads: int) -> Any:
     import onnxruntime as ort
 
-    from placewise.graph.onnx_data import ort_session
-
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = max(1, threads)
     opts.inter_op_num_threads = 1
@@ -310,10 +305,8 @@ def _ort_session(model: Any, threads: int) -> Any:
 
 def _quantize_onnx(model: Any, what: str) -> Any:
     """onnxruntime dynamic quantization of a one-op model (its default op types; the
-    weights as ``runtime.compile.quantize_dynamic_model`` quantizes them);
+    weights as ``runtime.quantize.quantize_dynamic_model`` quantizes them);
     ``UnsupportedError`` if nothing was quantized."""
-    from placewise.runtime.compile import quantize_dynamic_model
-
     with _quiet():
         q = quantize_dynamic_model(model, what, op_types=None)
     if not any(n.op_type in _QUANT_OPS for n in q.graph.node):
@@ -679,8 +672,6 @@ class OnnxProgram:
     def reference(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         """Run the whole model once with every node output fetched; keep integer/boolean
         values and the (shape, dtype) of floating-point ones."""
-        from placewise.graph.onnx_shapes import every_value_an_output
-
         sess = _ort_session(every_value_an_output(self.model), 1)
         names = [o.name for o in sess.get_outputs()]
         values = sess.run(names, dict(feeds))

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from placewise.errors import ProfileError
+from placewise.graph.onnx_data import ort_session
 
 __all__ = [
     "KERNEL_SUFFIX",
@@ -313,8 +314,6 @@ def optimized_nodes(model: Any) -> list[tuple[str, list[str], list[str]]]:
     build or write it back."""
     import onnx
     import onnxruntime as ort
-
-    from placewise.graph.onnx_data import ort_session
 
     with tempfile.TemporaryDirectory(prefix="placewise-opt-") as tmp:
         so = ort.SessionOptions()

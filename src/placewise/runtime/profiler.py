@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from placewise.errors import ProfileError
+from placewise.graph.onnx_data import ort_session
 from placewise.io import load_json
 from placewise.runtime.ort_profile import named_nodes, node_owners, read_events
 from placewise.runtime.program import Partition
@@ -76,8 +77,6 @@ def profile_partition(model: Any, p: Partition, feeds: Mapping[str, np.ndarray[A
     ``p``), ``warmup`` runs then ``repeats`` profiled runs, pinned to ``cores``."""
     import onnx
     import onnxruntime as ort
-
-    from placewise.graph.onnx_data import ort_session
 
     threads = max(1, len(cores))
     unnamed = [n for n in model.graph.node if not n.name]
@@ -149,8 +148,6 @@ def chain(models: Mapping[str, Any], partitions: Sequence[Partition],
     """Every value the partitions exchange, running them in order on ``inputs`` (the
     graph's inputs by name) with plain CPU onnxruntime sessions."""
     import onnxruntime as ort
-
-    from placewise.graph.onnx_data import ort_session
 
     vals = dict(inputs)
     for p in partitions:

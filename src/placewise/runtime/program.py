@@ -28,6 +28,7 @@ from placewise.errors import InputError, PlacewiseError
 from placewise.graph.ir import Graph, Op
 from placewise.graph.walk import last_use, topological_order
 from placewise.hardware.spec import Device, Machine
+from placewise.plan import parse_rep
 from placewise.schedule.partitions import Partition, partitions_of
 from placewise.schedule.placement import Problem, held_rep
 from placewise.schedule.simulate import Schedule, TaskKind
@@ -135,7 +136,7 @@ class ExecProgram:
     steps: Mapping[str, tuple[ExecStep, ...]]
     makespan_s: float
     gates: tuple[CoreGate, ...] = ()
-    #: the compiled units (``Partition``), in execution order; empty at ``granularity="op"``
+    #: the compiled units (``Partition``), in execution order
     partitions: tuple[Partition, ...] = ()
     _by_name: dict[str, int] = field(init=False, repr=False, compare=False)
 
@@ -157,17 +158,15 @@ class ExecProgram:
     def transfers(self) -> list[ExecTask]:
         return [t for t in self.tasks if t.kind is TaskKind.TRANSFER]
 
-    def where(self, task: int, op_index: int = -1) -> str:
-        """'task X' plus 'op Y (from ...)' when known, for error messages."""
+    def where(self, task: int) -> str:
+        """'task X' plus 'op Y (from ...)' when the task runs one op, for error messages."""
         if task < 0 or task >= len(self.tasks):
             return {-1: "an io step", -2: "start-up"}.get(task, "no task")
         t = self.tasks[task]
         text = f"task {t.name!r}"
         if t.vertex is not None and t.vertex in self.vertices:
             ops = self.vertices[t.vertex].ops
-            if 0 <= op_index < len(ops) and (len(ops) == 1 or not self.partitions):
-                text += f", {ops[op_index].where()}"
-            elif len(ops) == 1:
+            if len(ops) == 1:
                 text += f", {ops[0].where()}"
         return text
 
@@ -181,8 +180,7 @@ def copy_key(tensor: str, rep: Representation) -> str:
     return f"{tensor}@{rep}"
 
 
-def program_from_schedule(problem: Problem, schedule: Schedule, *,
-                          granularity: str = "partition") -> ExecProgram:
+def program_from_schedule(problem: Problem, schedule: Schedule) -> ExecProgram:
     """The executable program of ``schedule`` (a schedule of ``problem``).
 
     Raises ``InputError`` when a device the schedule uses is not a local device (it needs
@@ -203,11 +201,11 @@ def program_from_schedule(problem: Problem, schedule: Schedule, *,
             vertices[t.name] = ExecVertex(t.name, a.device, a.dtype, v.ops, v.inputs,
                                           v.outputs)
     return _build_program(problem.graph, problem.machine, schedule.host, tasks, vertices,
-                          schedule.makespan_s, granularity)
+                          schedule.makespan_s)
 
 
 def program_from_plan(plan: Any, graph: Graph, machine: Machine, *,
-                      granularity: str = "partition", local_only: bool = True) -> ExecProgram:
+                      local_only: bool = True) -> ExecProgram:
     """The executable program of a plan file (``placewise.plan.Plan``) whose graph is
     ``graph`` and whose machine is ``machine`` (fingerprints are the caller's to check).
 
@@ -216,7 +214,7 @@ def program_from_plan(plan: Any, graph: Graph, machine: Machine, *,
     writes but nothing here runs."""
     tasks, vertices = _plan_tasks(plan, graph)
     return _build_program(graph, machine, plan.host, tasks, vertices, float(plan.makespan_s),
-                          granularity, local_only)
+                          local_only)
 
 
 def plan_partitions(plan: Any, graph: Graph, machine: Machine) -> list[Partition]:
@@ -232,8 +230,6 @@ def plan_partitions(plan: Any, graph: Graph, machine: Machine) -> list[Partition
 
 def _plan_tasks(plan: Any, graph: Graph) -> tuple[list[ExecTask], dict[str, ExecVertex]]:
     """A plan file's tasks and compute vertices as the program's records."""
-    from placewise.plan import parse_rep
-
     records = list(plan.schedule.tasks)
     index = {t.name: i for i, t in enumerate(records)}
     tasks = []
@@ -268,7 +264,7 @@ def _plan_tasks(plan: Any, graph: Graph) -> tuple[list[ExecTask], dict[str, Exec
 
 def _build_program(g: Graph, m: Machine, host: str, tasks: list[ExecTask],
                    vertices: dict[str, ExecVertex], makespan_s: float,
-                   granularity: str = "partition", local_only: bool = True) -> ExecProgram:
+                   local_only: bool = True) -> ExecProgram:
     """Each device's steps: its tasks in plan order (a receive at its transfer's end),
     reordered only where a step would read a copy before it is made; ``io:in`` first and
     ``io:out`` after the last output on the host; frees after each copy's last reader; and,
@@ -288,18 +284,13 @@ def _build_program(g: Graph, m: Machine, host: str, tasks: list[ExecTask],
                          place=f"device {missing[0]!r}")
     devices = tuple(d for d in m.devices if d.name in used)
     for d in devices:
-        if local_only and (not d.cores or not d.backend):
+        if local_only and not d.is_local:
             raise InputError(f"device {d.name!r} of machine {m.name!r} is not a local device "
                              f"(it has no cores/backend): only this machine's devices run "
                              f"plans", place=f"device {d.name!r}")
-    parts: tuple[Partition, ...] = ()
-    if granularity == "partition":
-        parts = tuple(partitions_of(g, tasks, vertices,
-                                    {d.name: tuple(d.cores or ()) for d in devices}))
-        tasks, vertices = _merge(tasks, vertices, parts)
-    elif granularity != "op":
-        raise InputError(f"granularity must be 'partition' or 'op', got {granularity!r}",
-                         place="--granularity")
+    parts = tuple(partitions_of(g, tasks, vertices,
+                                {d.name: tuple(d.cores or ()) for d in devices}))
+    tasks, vertices = _merge(tasks, vertices, parts)
     natural = {t.name: Representation(t.dtype, t.layout) for t in g.tensors}
     events: dict[str, list[tuple[float, int, int, ExecStep]]] = {d.name: [] for d in devices}
     events[host].append((-math.inf, -1, 0, ExecStep(
@@ -351,11 +342,8 @@ def _core_gates(devices: Sequence[Device], tasks: Sequence[ExecTask],
     devices in plan start order fall into *runs* of one device; every task of a run gates
     the step, among the next run's tasks, that its device runs first (the rest follow it on
     that worker). A candidate gate is dropped when the later step already happens after the
-    earlier one: the happens-before graph of the steps of one request (each worker's step
-    order, send -> receive, and the gates kept) is walked in topological order with a
-    vector clock per step (per device, the last step known to have run), which makes that
-    test exact and linear in the steps. A candidate that would close a cycle (only
-    possible for a plan whose times contradict its own order) is dropped too.
+    earlier one (``_StepGraph.needed``). A candidate that would close a cycle (only possible for a
+    plan whose times contradict its own order) is dropped too.
     """
     users: dict[int, list[str]] = {}
     for d in devices:
@@ -364,29 +352,10 @@ def _core_gates(devices: Sequence[Device], tasks: Sequence[ExecTask],
     shared = {c: set(ds) for c, ds in users.items() if len(ds) > 1}
     if not shared:
         return ()
-    gated_kinds = (StepKind.COMPUTE, StepKind.CONVERT)
-    dev_names = list(orders)
-    dev_index = {name: i for i, name in enumerate(dev_names)}
-    offset: dict[str, int] = {}
-    node_of: dict[int, int] = {}  # compute/conversion task -> node
-    where: list[tuple[int, int]] = []  # node -> (device index, position)
-    send_node: dict[int, int] = {}
-    recv_node: dict[int, int] = {}
-    for name in dev_names:
-        offset[name] = len(where)
-        for i, st in enumerate(orders[name]):
-            node = len(where)
-            where.append((dev_index[name], i))
-            if st.kind in gated_kinds:
-                node_of[st.task] = node
-            elif st.kind is StepKind.SEND:
-                send_node[st.task] = node
-            elif st.kind is StepKind.RECV:
-                recv_node[st.task] = node
-    # candidates: (earlier task, later task) -> cores
-    cand: dict[tuple[int, int], set[int]] = {}
+    steps = _StepGraph(orders)
+    cand: dict[tuple[int, int], set[int]] = {}  # (earlier task, later task) -> cores
     for c, devs in sorted(shared.items()):
-        on_core = sorted((t for t in tasks if t.device in devs and t.index in node_of),
+        on_core = sorted((t for t in tasks if t.device in devs and t.index in steps.node_of),
                          key=lambda t: (t.start_s, t.index))
         runs: list[list[ExecTask]] = []
         for t in on_core:
@@ -395,66 +364,94 @@ def _core_gates(devices: Sequence[Device], tasks: Sequence[ExecTask],
             else:
                 runs.append([t])
         for prev, nxt in itertools.pairwise(runs):
-            head = min(nxt, key=lambda t: node_of[t.index])
+            head = min(nxt, key=lambda t: steps.node_of[t.index])
             for t in prev:
                 cand.setdefault((t.index, head.index), set()).add(c)
     if not cand:
         return ()
-    n = len(where)
-    fixed: list[list[int]] = [[] for _ in range(n)]
-    for name in dev_names:
-        base = offset[name]
-        for i in range(1, len(orders[name])):
-            fixed[base + i].append(base + i - 1)
-    for ti, rn in recv_node.items():
-        sn = send_node.get(ti)
-        if sn is not None:
-            fixed[rn].append(sn)
-    live = dict(cand)
-    while True:
-        into: list[list[tuple[int, int]]] = [[] for _ in range(n)]  # node -> (src, task)
-        for (b, a) in live:
-            into[node_of[a]].append((node_of[b], b))
-        topo = _topological(n, fixed, into)
-        if len(topo) == n:
-            break
-        done = set(topo)
-        stuck = [k for k in live if node_of[k[1]] not in done]
-        if not stuck:  # pragma: no cover - the steps alone form a cycle
-            return ()
-        for k in stuck:
-            del live[k]
-    task_at = {node: ti for ti, node in node_of.items()}
-    width = len(dev_names)
-    clock: list[list[int]] = [[] for _ in range(n)]
-    kept: list[tuple[int, int]] = []
-    for node in topo:
-        vc = [-1] * width
-        for p in fixed[node]:
-            vc = [max(x, y) for x, y in zip(vc, clock[p], strict=True)]
-        gins = into[node]
-        for j, (src, b) in enumerate(gins):
-            dev, pos = where[src]
-            seen = vc[dev]
-            for m, (other, _b) in enumerate(gins):
-                if m != j:
-                    seen = max(seen, clock[other][dev])
-            if seen < pos:
-                kept.append((b, task_at[node]))
-        for src, _b in gins:
-            vc = [max(x, y) for x, y in zip(vc, clock[src], strict=True)]
-        dev, pos = where[node]
-        vc[dev] = pos
-        clock[node] = vc
+    kept, live = steps.needed(cand)
     # one waiting step per (earlier task, device): the first in that worker's order
     first: dict[tuple[int, str], tuple[int, int]] = {}
     for b, a in kept:
         key = (b, tasks[a].device)
-        if key not in first or node_of[a] < node_of[first[key][1]]:
+        if key not in first or steps.node_of[a] < steps.node_of[first[key][1]]:
             first[key] = (b, a)
     out = [CoreGate(b, a, tuple(sorted(live[(b, a)]))) for b, a in first.values()]
     out.sort(key=lambda gt: (tasks[gt.before].start_s, gt.before, gt.after))
     return tuple(out)
+
+
+class _StepGraph:
+    """The happens-before graph of the steps of one request: a node per step (per device,
+    in ``orders``), each worker's step order and send -> receive as edges."""
+
+    def __init__(self, orders: Mapping[str, Sequence[ExecStep]]) -> None:
+        self.devices = list(orders)
+        self.node_of: dict[int, int] = {}  # compute/conversion task -> node
+        self.where: list[tuple[int, int]] = []  # node -> (device index, position)
+        send_node: dict[int, int] = {}
+        recv_node: dict[int, int] = {}
+        self.fixed: list[list[int]] = []  # node -> predecessors
+        for di, name in enumerate(self.devices):
+            for i, st in enumerate(orders[name]):
+                node = len(self.where)
+                self.where.append((di, i))
+                self.fixed.append([node - 1] if i else [])
+                if st.kind in (StepKind.COMPUTE, StepKind.CONVERT):
+                    self.node_of[st.task] = node
+                elif st.kind is StepKind.SEND:
+                    send_node[st.task] = node
+                elif st.kind is StepKind.RECV:
+                    recv_node[st.task] = node
+        for ti, rn in recv_node.items():
+            sn = send_node.get(ti)
+            if sn is not None:
+                self.fixed[rn].append(sn)
+
+    def needed(self, cand: Mapping[tuple[int, int], set[int]]
+               ) -> tuple[list[tuple[int, int]], dict[tuple[int, int], set[int]]]:
+        """The candidate gates ``(earlier task, later task)`` that nothing else implies,
+        and the candidates left once those closing a cycle are dropped. The graph with the
+        candidates is walked in topological order with a vector clock per step (per
+        device, the last step known to have run): exact and linear in the steps."""
+        n = len(self.where)
+        node_of = self.node_of
+        live = dict(cand)
+        while True:
+            into: list[list[tuple[int, int]]] = [[] for _ in range(n)]  # node -> (src, task)
+            for (b, a) in live:
+                into[node_of[a]].append((node_of[b], b))
+            topo = _topological(n, self.fixed, into)
+            if len(topo) == n:
+                break
+            done = set(topo)
+            stuck = [k for k in live if node_of[k[1]] not in done]
+            if not stuck:  # pragma: no cover - the steps alone form a cycle
+                return [], {}
+            for k in stuck:
+                del live[k]
+        task_at = {node: ti for ti, node in node_of.items()}
+        clock: list[list[int]] = [[] for _ in range(n)]
+        kept: list[tuple[int, int]] = []
+        for node in topo:
+            vc = [-1] * len(self.devices)
+            for p in self.fixed[node]:
+                vc = [max(x, y) for x, y in zip(vc, clock[p], strict=True)]
+            gins = into[node]
+            for j, (src, b) in enumerate(gins):
+                dev, pos = self.where[src]
+                seen = vc[dev]
+                for m, (other, _b) in enumerate(gins):
+                    if m != j:
+                        seen = max(seen, clock[other][dev])
+                if seen < pos:
+                    kept.append((b, task_at[node]))
+            for src, _b in gins:
+                vc = [max(x, y) for x, y in zip(vc, clock[src], strict=True)]
+            dev, pos = self.where[node]
+            vc[dev] = pos
+            clock[node] = vc
+        return kept, live
 
 
 def _topological(n: int, fixed: Sequence[Sequence[int]],

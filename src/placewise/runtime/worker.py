@@ -1,98 +1,108 @@
-"""One device's worker: set-up (pin, load, build kernels or sessions) and the step loop.
+"""One device's worker: set-up (pin, open the device's compiled units) and the step loop.
 
 A worker runs the steps of one device of an ``ExecProgram`` (``runtime.program``) in order,
-for every request in flight: compute steps (a partition's onnxruntime session, or the ops of
-a vertex in the op-level mode), conversions, the send and receive halves of transfers
-(shared-memory slots plus a notification on a worker-to-worker pipe), core-gate tokens, and
-on the host the ``io:in`` / ``io:out`` steps. The parent (``runtime.executor``) starts one
-per device in a process of its own, or runs the host device's worker in the client's own
-process and thread (``Executor(inline_host=True)``), so that a request on the host costs
-no process hand-off.
-
-Messages between the parent and a worker are JSON after a ``J`` byte, or 17 packed bytes
-for the frequent ones (go / out / done); nothing is pickled.
+for every request in flight: compute steps (a partition's compiled unit, opened through the
+device's ``Backend``: ``runtime.backends``), conversions, the send and receive halves of
+transfers (shared-memory slots plus a notification on a worker-to-worker pipe), core-gate
+tokens, and on the host the ``io:in`` / ``io:out`` steps. It receives a ``WorkerSpec``
+(typed steps and tasks of the program) and dispatches each step on its ``StepKind``
+through a table. The parent (``runtime.executor``) starts one per device in a process of
+its own, or runs the host device's worker in the client's own process and thread
+(``Executor(inline_host=True)``), so that a request on the host costs no process hand-off.
+Messages: ``runtime.messages``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
+import resource
 import signal
 import statistics
-import struct
 import time
 import traceback
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from multiprocessing import shared_memory
 from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as mp_wait
 from typing import Any
 
 import numpy as np
+import psutil
 
-from placewise.cost.model import Representation
-from placewise.errors import UnsupportedError
-from placewise.graph.ir import Op, OpKind, Provenance
-from placewise.runtime.backends.torch import unpack_fx
-from placewise.units import DType, Layout
+from placewise.hardware.spec import Device
+from placewise.runtime.backends import backend_for
+from placewise.runtime.backends.base import Backend, Unit
+from placewise.runtime.messages import GATE, NOTE, Inbox, get, put, put_hot
+from placewise.runtime.program import ExecStep, ExecTask, ExecVertex, StepKind
+from placewise.runtime.shm import STATUS_WORDS, Slot, status_rows
+from placewise.schedule.simulate import TaskKind
+from placewise.units import DType
 
-__all__ = ["measure_step_overhead"]
+__all__ = ["FaultAt", "WorkerSpec", "measure_step_overhead", "wait_group"]
 
-_STATUS_WORDS = 8  # per worker: state, task, request, t_start_ns, op, pid, -, -
-_NOTE = struct.Struct("<iqd")  # task index, request, int8 scale (nan: none)
-_GATE = struct.Struct("<ciq")  # b"T", earlier task index, request (13 bytes: not a _NOTE)
-_HOT = struct.Struct("<cqq")  # go / out / done: tag, request, capture flag or time (ns)
-_HOT_TAGS = {b"G": "go", b"O": "out", b"D": "done"}
-
-
-def _put(conn: Connection, tag: str, *payload: Any) -> None:
-    """A control message: JSON after a ``J`` byte (nothing is pickled)."""
-    conn.send_bytes(b"J" + json.dumps([tag, *payload], separators=(",", ":")).encode())
+#: a tensor copy a step holds: (data, int8 scale or None, its storage key)
+Held = tuple[Any, Any, int]
 
 
-def _put_hot(conn: Connection, tag: bytes, a: int, b: int) -> None:
-    """A frequent message (go / out / done) as 17 packed bytes."""
-    conn.send_bytes(_HOT.pack(tag, a, b))
+@dataclass(frozen=True, slots=True)
+class FaultAt:
+    """A fault to inject (tests): at task index ``task`` of request ``request``, ``kind``
+    (crash, hang or raise)."""
+
+    kind: str
+    task: int
+    request: int
 
 
-def _get(conn: Connection) -> tuple[Any, ...]:
-    data = conn.recv_bytes()
-    if data[:1] == b"J":
-        return tuple(json.loads(data[1:]))
-    tag, a, b = _HOT.unpack(data)
-    return _HOT_TAGS[tag], a, b
+@dataclass(frozen=True, slots=True)
+class WorkerSpec:
+    """What one device's worker runs: its steps in order, the tasks and vertices they name,
+    the compiled unit of each partition (vertex -> ONNX file), where its tensors lie in the
+    shared-memory block (``runtime.shm``), and how it waits. Sent once, at start-up,
+    between the executor's own processes."""
+
+    device: Device
+    index: int
+    n_workers: int
+    shm: str
+    slots: int
+    steps: tuple[ExecStep, ...]
+    tasks: Mapping[int, ExecTask]
+    vertices: Mapping[str, ExecVertex]
+    #: the vertices' boundary tensors that hold floats (int8 partitions quantize them)
+    floats: frozenset[str]
+    units: Mapping[str, str]
+    inputs: Mapping[str, Slot]
+    outputs: Mapping[str, Slot]
+    xfers: Mapping[int, Slot]
+    fault: FaultAt | None = None
+    warm_calls: int = 2
+    spin_s: float = 0.0
+    idle_spin_s: float = 0.0
+    #: another device of the program uses this one's cores: never poll, never spin
+    shared_cores: bool = False
+    session_spinning: bool = True
 
 
-def _rep_json(rep: Representation | None) -> list[str] | None:
-    return None if rep is None else [rep.dtype.value, rep.layout.value]
-
-
-def _rep(data: list[str]) -> Representation:
-    return Representation(DType(data[0]), Layout(data[1]))
-
-
-# ---- the worker side ---------------------------------------------------------------------------
-# Everything below runs in a spawned worker process.
-
-
-def _worker_entry(payload: dict[str, Any], parent: Connection,
+def _worker_entry(spec: WorkerSpec, parent: Connection,
                   readers: list[tuple[str, Connection]],
                   writers: dict[str, Connection]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
     code = 0
     w: _Worker | None = None
     try:
-        w = _Worker(payload, parent, readers, writers)
-        _put(parent, "ready", w.setup())
+        w = _Worker(spec, parent, readers, writers)
+        put(parent, "ready", w.setup())
         w.loop()
     except BaseException as exc:  # report, then leave without running atexit handlers
         code = 1
-        task, request, op = (w.cur_task, w.cur_request, w.cur_op) if w is not None else (-2, -1, -1)
+        task, request = (w.cur_task, w.cur_request) if w is not None else (-2, -1)
         with contextlib.suppress(Exception):
-            _put(parent, "error", task, request, op, f"{type(exc).__name__}: {exc}",
-                 traceback.format_exc()[-4000:])
+            put(parent, "error", task, request, f"{type(exc).__name__}: {exc}",
+                traceback.format_exc()[-4000:])
     finally:
         with contextlib.suppress(Exception):
             parent.close()
@@ -100,82 +110,18 @@ def _worker_entry(payload: dict[str, Any], parent: Connection,
 
 
 def _rss() -> int:
-    try:
-        import psutil
-
-        return int(psutil.Process().memory_info().rss)
-    except Exception:  # psutil missing: /proc
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return int(psutil.Process().memory_info().rss)
 
 
 def _maxrss() -> int:
-    import resource
-
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
-class _Ref:
-    """A dynamic argument: the value of tensor ``name`` in the step's values."""
-
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-
-def _compile_args(args: tuple[Any, ...]) -> tuple[bool, Any]:
-    """Like ``_compile_arg`` for a top-level argument tuple, with a fast path when the
-    dynamic arguments are plain tensor references (the common case)."""
-    if all(not isinstance(a, list | tuple | dict) for a in args):
-        dyn = [(i, a.name) for i, a in enumerate(args) if isinstance(a, _Ref)]
-        if not dyn:
-            return True, args
-        base = list(args)
-
-        def get(vals: dict[str, Any]) -> tuple[Any, ...]:
-            out = base.copy()
-            for i, name in dyn:
-                out[i] = vals[name]
-            return tuple(out)
-
-        return False, get
-    return _compile_arg(args)
-
-
-def _compile_arg(v: Any) -> tuple[bool, Any]:
-    """(static?, value or getter) for an argument structure with ``_Ref`` leaves."""
-    if isinstance(v, _Ref):
-        name = v.name
-        return False, lambda vals: vals[name]
-    if isinstance(v, list | tuple):
-        parts = [_compile_arg(x) for x in v]
-        if all(s for s, _ in parts):
-            return True, v
-        typ = type(v)
-        getters = [(s, x) for s, x in parts]
-
-        def get(vals: dict[str, Any]) -> Any:
-            return typ(x if s else x(vals) for s, x in getters)
-
-        return False, get
-    if isinstance(v, dict):
-        items = {k: _compile_arg(x) for k, x in v.items()}
-        if all(s for s, _ in items.values()):
-            return True, v
-
-        def getd(vals: dict[str, Any]) -> Any:
-            return {k: (x if s else x(vals)) for k, (s, x) in items.items()}
-
-        return False, getd
-    return True, v
-
-
 class _Worker:
-    """One device's worker: setup (pin, load, build kernels) and the step loop."""
+    """One device's worker: setup (pin, open units) and the step loop."""
 
-    def __init__(self, payload: dict[str, Any], parent: Connection | None,
-                 readers: list[tuple[str, Connection]], writers: dict[str, Any], *,
+    def __init__(self, spec: WorkerSpec, parent: Connection | None,
+                 readers: list[tuple[str, Connection]], writers: Mapping[str, Any], *,
                  shm: Any = None, inbox: Inbox | None = None) -> None:
         """``parent`` is the pipe to the parent process; ``None`` for the host's worker run
         inline by the client (``shm``: the client's own shared-memory block), which then
@@ -183,7 +129,7 @@ class _Worker:
         ``on_done``. ``inbox``: where workers on the same thread leave this worker's transfer
         notes and gate tokens (instead of a pipe) and the tensors they hand over."""
         self.inbox = inbox if inbox is not None else Inbox()
-        self.p = payload
+        self.spec = spec
         self.parent = parent
         self.inline = parent is None
         self._shm_given = shm
@@ -197,78 +143,67 @@ class _Worker:
         self.pin_state: list[Any] | None = None
         self.readers = [c for _, c in readers]
         self.writers = writers
-        self.device = payload["device"]
+        self.device = spec.device.name
+        self.cores = list(spec.device.cores or ())
+        self.steps = spec.steps
+        self.tasks = spec.tasks
+        self.vertices = spec.vertices
+        self.floats = spec.floats
         self.cur_task = -2
         self.cur_request = -1
-        self.cur_op = -1
         self.rss_start = _rss()
+        #: the step table: what each kind of step does (see ``_step``)
+        self._run: dict[StepKind, Callable[[ExecStep, int, dict[str, Held], int],
+                                           tuple[int, int, int, int, int]]] = {
+            StepKind.COMPUTE: self._run_compute, StepKind.CONVERT: self._run_convert,
+            StepKind.SEND: self._run_send, StepKind.RECV: self._run_recv,
+            StepKind.IO_IN: self._run_io_in, StepKind.IO_OUT: self._run_io_out}
 
     # ---- setup ----
     def setup(self) -> dict[str, Any]:
-        """Pin, load, build and warm; returns what the parent records of this worker."""
-        from multiprocessing import shared_memory
+        """Pin, open the units and warm them; returns what the parent records of this
+        worker."""
+        import torch  # heavy (1-2 s): the worker's conversion kernels and thread pinning
 
-        import torch
+        from placewise.runtime import opexec  # loads torch
 
-        from placewise.runtime import opexec
-
-        p = self.p
+        spec = self.spec
         self.torch = torch
         self.opexec = opexec
         if self.inline:  # the client's own thread: put its pinning back on close
             self._saved_pin = (os.sched_getaffinity(0), torch.get_num_threads())
-        self.threads = opexec.pin_process(p["cores"])
+        self.threads = opexec.pin_process(self.cores)
         torch.set_grad_enabled(False)
-        self.cuda = p["backend"] == "cuda"
-        if self.cuda and not torch.cuda.is_available():
-            raise UnsupportedError(f"device {self.device!r} has backend cuda but torch sees "
-                                   f"no GPU here")
-        self.dev = torch.device("cuda") if self.cuda else torch.device("cpu")
-        self.partitioned = p.get("granularity") == "partition"
-        self.fx = p["format"] == "torch_export" and not self.partitioned
         self.shm = (self._shm_given if self._shm_given is not None
-                    else shared_memory.SharedMemory(name=p["shm"]))
+                    else shared_memory.SharedMemory(name=spec.shm))
         buf = self.shm.buf
-        n = int(p["n_workers"])
-        self.status = np.ndarray((n, _STATUS_WORDS), dtype=np.int64, buffer=buf, offset=0)[
-            int(p["index"])]
+        self.status = status_rows(buf, spec.n_workers)[spec.index]
         self.status[:] = 0
         self.status[5] = os.getpid()
-        self.slots = int(p["slots"])
-        # tensor views on the shared block
-        self.in_views = {t: [self._view(buf, b, o) for o in b["offsets"]]
-                         for t, b in p["inputs"].items()}
-        self.out_views = {t: [self._view(buf, b, o) for o in b["offsets"]]
-                          for t, b in p["outputs"].items()}
-        self.x_views = {int(ti): [self._view(buf, b, o) for o in b["offsets"]]
-                        for ti, b in p["xfers"].items()}
-        self.tasks = {int(k): v for k, v in p["tasks"].items()}
-        self.steps = p["steps"]
-        self.weights: dict[int, int] = {}  # storage ptr -> bytes (held for the whole run)
-        self.weight_bytes_extra = 0
-        self.cuda_params: dict[str, Any] = {}
-        self.op_lists: dict[int, list[Callable[[dict[str, Any]], None]]] = {}
-        if self.partitioned:
-            self._setup_partitions()
-        else:
-            self._setup_interpreter()
+        self.slots = spec.slots
+        self.in_views = {t: b.views(buf) for t, b in spec.inputs.items()}
+        self.out_views = {t: b.views(buf) for t, b in spec.outputs.items()}
+        self.x_views = {ti: b.views(buf) for ti, b in spec.xfers.items()}
+        self.backend: Backend = backend_for(spec.device)
+        self.units: dict[int, Unit] = {}
+        for st in self.steps:
+            if st.kind is StepKind.COMPUTE:
+                self.cur_task = st.task
+                self.units[st.task] = self.backend.open(
+                    spec.units[self.tasks[st.task].vertex or ""], spec.device,
+                    threads=self.threads, spinning=spec.session_spinning)
         self.cur_task = -2
         # state of the step loop
-        self.live: dict[int, list[int]] = {}  # storage ptr -> [bytes, refs]
-        self.live_bytes = 0
-        for ptr, nb in self.weights.items():
-            self.live[ptr] = [nb, 1]
-            self.live_bytes += nb
-        self.live_bytes += self.weight_bytes_extra
+        self.live: dict[int, list[int]] = {}  # storage key -> [bytes, refs]
+        self.live_bytes = sum(u.weight_bytes for u in self.units.values())
         self.weight_total = self.live_bytes
         self.peak_live = self.live_bytes
         self.rec_tasks: list[tuple[Any, ...]] = []
-        self.rec_ops: list[tuple[Any, ...]] = []
         self.rec_waits: list[tuple[Any, ...]] = []
-        self.snapshot: dict[str, tuple[Any, Any, int]] | None = None
-        self.fault = p["fault"] if p["fault"] and p["fault"]["device"] == self.device else None
-        self.spin_ns = int(float(p.get("spin_s", 0.0)) * 1e9)
-        self.idle_spin_ns = int(float(p.get("idle_spin_s", 0.0)) * 1e9)
+        self.snapshot: dict[str, Held] | None = None
+        self.fault = spec.fault
+        self.spin_ns = int(spec.spin_s * 1e9)
+        self.idle_spin_ns = int(spec.idle_spin_s * 1e9)
         self._warm()
         self._init_loop()
         return {"threads": self.threads, "weights_bytes": self.weight_total,
@@ -277,12 +212,12 @@ class _Worker:
                 "inline": self.inline}
 
     def release(self) -> None:
-        """Inline only: drop the sessions and the views on the client's shared memory, and
+        """Inline only: drop the units and the views on the client's shared memory, and
         give the client's thread its pinning back."""
-        for name in ("sessions", "op_lists", "in_views", "out_views", "x_views"):
+        for name in ("units", "in_views", "out_views", "x_views"):
             if hasattr(self, name):
                 setattr(self, name, {})
-        self.status = np.zeros(_STATUS_WORDS, dtype=np.int64)
+        self.status = np.zeros(STATUS_WORDS, dtype=np.int64)
         if hasattr(self, "env"):
             self.env.clear()
         self.inline_inputs = {}
@@ -293,307 +228,13 @@ class _Worker:
                 os.sched_setaffinity(0, cores)
             self.torch.set_num_threads(threads)
 
-    def _setup_partitions(self) -> None:
-        """One onnxruntime session per partition this device runs (no model source)."""
-        import onnx
-
-        from placewise.runtime.backends.onnxruntime import Provider, make_session
-
-        p = self.p
-        provider = Provider(p["provider"][0], dict(p["provider"][1]))
-        self.sessions: dict[int, Any] = {}
-        for st in self.steps:
-            if st["kind"] != "compute":
-                continue
-            ti = st["task"]
-            self.cur_task = ti
-            vname = self.tasks[ti]["vertex"]
-            path = p["partitions"][vname]
-            model = onnx.load(path, load_external_data=False)  # sizes from the dims
-            for init in model.graph.initializer:
-                self.weight_bytes_extra += _onnx_bytes(init)
-            sess = make_session(path, provider, threads=self.threads,
-                                spinning=bool(p.get("session_spinning", False)))
-            self.sessions[ti] = sess
-            self.op_lists[ti] = [self._session_run(sess, self.p["vertices"][vname])]
-
-    def _session_run(self, sess: Any, v: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
-        feeds_of = [i.name for i in sess.get_inputs()]
-        outs = list(v["outputs"])
-
-        def run(vals: dict[str, Any]) -> None:
-            res = sess.run(outs, {n: vals[n] for n in feeds_of})
-            for n, r in zip(outs, res, strict=True):
-                vals[n] = r
-
-        return run
-
-    def _setup_interpreter(self) -> None:
-        """The op-by-op interpreter (``granularity="op"``): the worker loads the model
-        source and builds a runner per op."""
-        p = self.p
-        torch = self.torch
-        opexec = self.opexec
-        reload = p["source"]
-        if "fx_package" in reload:
-            src = opexec.ModelSource(reload["ref"], opexec.SourceFormat.TORCH_EXPORT, None,
-                                     exported_program=unpack_fx(reload["fx_package"]))
-        else:
-            src = opexec.load_source(reload["ref"], shapes=reload["shapes"],
-                                     values=reload.get("values"),
-                                     batch=reload["batch"], with_graph=False)
-        self.src = src
-        self.program: Any = opexec.program_of(src)
-        refs = p["reference_inputs"]
-        if isinstance(self.program, opexec.FxProgram):
-            self._fx_maps()
-            captured = self.program.reference([torch.from_numpy(np.array(a)) for a in refs])
-        else:
-            feeds = {vi.name: np.array(a) for vi, a in zip(self.program.inputs, refs,
-                                                          strict=True)}
-            captured = self.program.reference(feeds)
-        self.captured: Any = captured
-        for st in self.steps:
-            if st["kind"] == "compute":
-                self.cur_task = st["task"]
-                self.op_lists[st["task"]] = self._build_vertex(self.tasks[st["task"]])
-        self._drop_unused_params()
-
-    def _view(self, buf: Any, b: dict[str, Any], offset: int) -> Any:
-        shape = tuple(b["shape"])
-        arr = np.ndarray(shape, dtype=np.dtype(b["dtype"]), buffer=buf, offset=offset)
-        if self.fx:
-            if arr.dtype == np.bool_:
-                return self.torch.from_numpy(arr.view(np.uint8)).view(self.torch.bool)
-            return self.torch.from_numpy(arr)
-        return arr
-
-    def _fx_maps(self) -> None:
-        self.node_tensor: dict[str, str] = dict(self.p["fx_map"]["node_tensor"])
-        self.node_outputs = {k: list(v) for k, v in self.p["fx_map"]["node_outputs"].items()}
-        self.tensor_node: dict[str, str] = {}
-        for node, t in self.node_tensor.items():
-            self.tensor_node.setdefault(t, node)
-
-    def _count_weight(self, t: Any) -> None:
-        if isinstance(t, self.torch.Tensor):
-            s = t.untyped_storage()
-            self.weights[s.data_ptr()] = s.nbytes()
-
-    def _build_vertex(self, task: dict[str, Any]) -> list[Callable[[dict[str, Any]], None]]:
-        v = self.p["vertices"][task["vertex"]]
-        dtype = DType(v["dtype"])
-        runs = []
-        for oi, od in enumerate(v["ops"]):
-            self.cur_op = oi
-            op = Op(od["name"], OpKind(od["kind"]), tuple(od["inputs"]), tuple(od["outputs"]),
-                    provenance=Provenance(od["source"], od["source_op"], od["module_path"]))
-            runs.append(self._build_op(op, dtype))
-        self.cur_op = -1
-        return runs
-
-    def _build_op(self, op: Op, dtype: DType) -> Callable[[dict[str, Any]], None]:
-        opexec = self.opexec
-        prog = self.program
-        if isinstance(prog, opexec.FxProgram):
-            node = prog.node(op.provenance.source or op.name)
-            if dtype is DType.INT8:
-                runner = opexec.make_op_runner(self.src, prog, self.captured, op, DType.INT8,
-                                               threads=self.threads)
-                return self._int8_fx(node, runner, op)
-            return self._fx_fp32(node, op)
-        runner = opexec.make_op_runner(self.src, prog, self.captured, op, dtype,
-                                       threads=self.threads)
-        return self._onnx(runner, op, dtype)
-
-    def _fx_ref(self, n: Any) -> Any:
-        """Argument for fx node ``n``: a parameter (static), an IR tensor (dynamic) or a
-        static value computed by the reference run (sizes, scalars)."""
-        prog = self.program
-        torch = self.torch
-        if n.name in prog.params:
-            t = prog.params[n.name]
-            if self.cuda:
-                t = self._cuda_param(n.name)
-            self._count_weight(t)
-            return t
-        if n.op == "get_attr":
-            val = getattr(prog.ep.graph_module, str(n.target))
-            return val.to(self.dev) if isinstance(val, torch.Tensor) else val
-        tensor = self.node_tensor.get(n.name)
-        if tensor is not None:
-            return _Ref(tensor)
-        val = self.captured.get(n.name)
-        if val is None or isinstance(val, self.opexec.TensorSpec):
-            raise UnsupportedError(f"fx node {n.name!r} is neither an op of the graph nor a "
-                                   f"static value")
-        return val
-
-    def _cuda_param(self, name: str) -> Any:
-        if name not in self.cuda_params:
-            self.cuda_params[name] = self.program.params[name].to(self.dev)
-        return self.cuda_params[name]
-
-    def _fx_fp32(self, node: Any, op: Op) -> Callable[[dict[str, Any]], None]:
-        from torch.fx.node import map_arg
-
-        torch = self.torch
-        args, kwargs = map_arg((node.args, node.kwargs), self._fx_ref)
-        if self.cuda:
-            kwargs = {k: (self.dev if isinstance(v, torch.device) else v)
-                      for k, v in kwargs.items()}
-        s_a, get_a = _compile_args(tuple(args))
-        s_k, get_k = _compile_arg(dict(kwargs))
-        fn = node.target
-        outs = self.node_outputs.get(node.name)
-        single = self.node_tensor.get(node.name)
-
-        def run(vals: dict[str, Any]) -> None:
-            a = get_a if s_a else get_a(vals)
-            k = get_k if s_k else get_k(vals)
-            out = fn(*a, **k)
-            if outs is not None:
-                for i, name in enumerate(outs):
-                    if name:
-                        vals[name] = out[i]
-            elif single is not None:
-                vals[single] = out
-
-        return run
-
-    def _int8_fx(self, node: Any, runner: Any, op: Op) -> Callable[[dict[str, Any]], None]:
-        torch = self.torch
-        sess, feeds = runner.keepalive[0], runner.keepalive[1]
-        x_node = node.args[0]
-        x_name = self.node_tensor[x_node.name]
-        out_name = self.node_tensor[node.name]
-        names = [o.name for o in sess.get_outputs()]
-        (feed_name,) = list(feeds)
-        w = node.args[1]
-        self.weight_bytes_extra += int(self.program.params[w.name].numel())
-        if len(node.args) > 2 and getattr(node.args[2], "name", None) in self.program.params:
-            self.weight_bytes_extra += int(self.program.params[node.args[2].name].nbytes)
-
-        def run(vals: dict[str, Any]) -> None:
-            x = vals[x_name]
-            xa = x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x
-            y = sess.run(names, {feed_name: np.ascontiguousarray(xa, dtype=np.float32)})[0]
-            vals[out_name] = torch.from_numpy(y)
-
-        return run
-
-    def _onnx(self, runner: Any, op: Op, dtype: DType) -> Callable[[dict[str, Any]], None]:
-        sess, fixed = runner.keepalive[0], runner.keepalive[1]
-        out_names = [o.name for o in sess.get_outputs()]
-        prog = self.program
-        dynamic = [n for n in fixed if n in set(op.inputs) and n not in prog.initializers
-                   and n not in prog.constant_nodes]
-        static = {n: v for n, v in fixed.items() if n not in dynamic}
-        if dtype is DType.INT8:
-            # the quantized session holds int8 weights: one byte per element (+ fp32 bias)
-            for name in op.inputs:
-                init = self.program.initializers.get(name)
-                if init is not None:
-                    numel = math.prod(init.dims)
-                    self.weight_bytes_extra += numel if len(init.dims) >= 2 else numel * 4
-        else:
-            for name in op.inputs:
-                init = self.program.initializers.get(name)
-                if init is not None:
-                    self.weight_bytes_extra += math.prod(init.dims) * _onnx_elem_bytes(init)
-
-        def run(vals: dict[str, Any]) -> None:
-            feeds = dict(static)
-            for n in dynamic:
-                feeds[n] = vals[n]
-            res = sess.run(out_names, feeds)
-            for n, v in zip(out_names, res, strict=True):
-                vals[n] = v
-
-        return run
-
-    def _drop_unused_params(self) -> None:
-        """Keep only the weights this device's ops use (the rest is released)."""
-        import gc
-
-        prog = self.program
-        if isinstance(prog, self.opexec.FxProgram):
-            used = set(self.weights)
-            for name in list(prog.params):
-                t = prog.params[name]
-                if t.untyped_storage().data_ptr() not in used:
-                    del prog.params[name]
-            sd = prog.ep.state_dict
-            for k in list(sd):
-                t = sd[k]
-                if isinstance(t, self.torch.Tensor) and t.untyped_storage().data_ptr() not in used:
-                    del sd[k]
-        gc.collect()
-
     def _warm(self) -> None:
-        """Run every compute/convert kernel ``warm_calls`` times on reference-shaped
-        values (first calls build caches and allocate)."""
-        calls = int(self.p.get("warm_calls", 2))
-        if calls <= 0:
-            return
-        vals = self._zero_values() if self.partitioned else self._reference_values()
-        for _ in range(calls):
-            for st in self.steps:
-                if st["kind"] != "compute":
-                    continue
-                local = dict(vals)
-                for run in self.op_lists[st["task"]]:
-                    with contextlib.suppress(Exception):
-                        run(local)
-                        if self.cuda:
-                            self.torch.cuda.synchronize()
-
-    def _zero_values(self) -> dict[str, Any]:
-        """Zeros of each partition input's shape and dtype (warm-up of the sessions)."""
-        out: dict[str, Any] = {}
-        for sess in self.sessions.values():
-            for i in sess.get_inputs():
-                shape = [d if isinstance(d, int) else 1 for d in i.shape]
-                out.setdefault(i.name, np.zeros(shape, dtype=_ORT_NP.get(i.type, np.float32)))
-        return out
-
-    def _reference_values(self) -> dict[str, Any]:
-        """Values of reference shape for every tensor the steps read (random floats, real
-        integers)."""
-        torch = self.torch
-        gen = torch.Generator().manual_seed(0)
-        out: dict[str, Any] = {}
-        prog = self.program
-        for st in self.steps:
-            if st["kind"] != "compute":
-                continue
-            v = self.p["vertices"][self.tasks[st["task"]]["vertex"]]
-            for od in v["ops"]:
-                for name in od["inputs"]:
-                    if not name or name in out:
-                        continue
-                    if self.fx:
-                        node = self.tensor_node.get(name)
-                        if node is None:
-                            continue
-                        val: Any = self.captured.get(node)
-                        if val is None:
-                            continue
-                        if isinstance(val, self.opexec.TensorSpec):
-                            dt = getattr(torch, val.dtype.removeprefix("torch."))
-                            out[name] = torch.randn(val.shape, generator=gen).to(dt).to(self.dev)
-                        elif isinstance(val, torch.Tensor):
-                            out[name] = val.to(self.dev)
-                    else:
-                        val = self.captured.get(name)
-                        if val is None or name in getattr(prog, "initializers", {}):
-                            continue
-                        if isinstance(val, self.opexec.TensorSpec):
-                            out[name] = np.random.default_rng(0).standard_normal(
-                                val.shape).astype(np.dtype(val.dtype))
-                        else:
-                            out[name] = val
-        return out
+        """Run every unit ``warm_calls`` times on zeros (first calls build caches and
+        allocate)."""
+        for _ in range(max(0, self.spec.warm_calls)):
+            for unit in self.units.values():
+                with contextlib.suppress(Exception):
+                    unit.timed_run(unit.zero_feeds())
 
     # ---- accounting ----
     def _storage(self, data: Any) -> tuple[int, int]:
@@ -604,8 +245,7 @@ class _Worker:
             while isinstance(base.base, np.ndarray):
                 base = base.base
             return id(base), int(base.nbytes)
-        s = data.untyped_storage()
-        return int(s.data_ptr()), int(s.nbytes())
+        return id(data), int(getattr(data, "nbytes", 0))
 
     def _hold(self, data: Any) -> int:
         """Count ``data``'s storage as live (once per storage); returns its key."""
@@ -627,26 +267,21 @@ class _Worker:
             self.live_bytes -= e[0]
             del self.live[ptr]
 
-    # ---- conversions ----
+    # ---- conversions (host arrays, ``runtime.opexec`` kernels) ----
     def _quant(self, data: Any) -> tuple[Any, float]:
-        torch = self.torch
-        x = torch.from_numpy(data) if isinstance(data, np.ndarray) else data
-        q, scale = self.opexec.quantize_int8(x)
-        return (q.numpy() if isinstance(data, np.ndarray) else q), scale
+        q, scale = self.opexec.quantize_int8(self.torch.from_numpy(np.asarray(data)))
+        return q.numpy(), scale
 
     def _dequant(self, data: Any, scale: float) -> Any:
-        torch = self.torch
-        if isinstance(data, np.ndarray):
-            return self.opexec.dequantize_int8(torch.from_numpy(data), scale).numpy()
-        return self.opexec.dequantize_int8(data, scale)
+        return self.opexec.dequantize_int8(self.torch.from_numpy(np.asarray(data)),
+                                           scale).numpy()
 
-    def _convert(self, data: Any, scale: float | None, src: Representation,
-                 dst: Representation) -> tuple[Any, float | None]:
-        torch = self.torch
-        is_np = isinstance(data, np.ndarray)
-        x = torch.from_numpy(data) if is_np else data
-        y, s = self.opexec.convert_tensor(x, src, dst, scale)
-        return (y.numpy() if is_np else y), s
+    def _convert(self, data: Any, scale: float | None, task: ExecTask
+                 ) -> tuple[Any, float | None]:
+        assert task.src_rep is not None and task.dst_rep is not None
+        y, s = self.opexec.convert_tensor(self.torch.from_numpy(np.asarray(data)),
+                                          task.src_rep, task.dst_rep, scale)
+        return y.numpy(), s
 
     # ---- the loop ----
     def loop(self) -> None:
@@ -664,7 +299,7 @@ class _Worker:
         self.arrived: dict[tuple[int, int], tuple[float, int]] = {}
         self.tokens: dict[tuple[int, int], int] = {}  # (earlier task, request) -> ns
         self.n_msgs = 0  # notes and tokens received so far
-        self.gated = any(st["gin"] for st in self.steps)
+        self.gated = any(st.gates_in for st in self.steps)
 
     def _loop(self) -> None:
         assert self.parent is not None
@@ -689,7 +324,7 @@ class _Worker:
             self.on_done(r, t)
         else:
             assert self.parent is not None
-            _put_hot(self.parent, b"D", r, t)
+            put_hot(self.parent, b"D", r, t)
 
     def advance(self, conns: list[Connection]) -> bool:
         """Run one ready step (older requests first, every time); False when none is."""
@@ -698,20 +333,20 @@ class _Worker:
         for r in self.active:
             c = self.cursor[r]
             st = steps[c]
-            if st["kind"] == "recv" and (st["task"], r) not in self.arrived:
+            if st.kind is StepKind.RECV and (st.task, r) not in self.arrived:
                 self._drain(conns, 0.0)
-                if (st["task"], r) not in self.arrived:
+                if (st.task, r) not in self.arrived:
                     continue
-            elif gated and st["gin"]:  # core gates: wait like for a transfer
+            elif gated and st.gates_in:  # core gates: wait like for a transfer
                 if self._closed_gate(st, r) >= 0:
                     self._drain(conns, 0.0)
                     if self._closed_gate(st, r) >= 0:
                         continue
-                for b in st["gin"]:
+                for b in st.gates_in:
                     del self.tokens[(b, r)]
             pin = self.pin_state
             if pin is not None and pin[0] is not self:  # inline devices on other cores
-                os.sched_setaffinity(0, self.p["cores"])
+                os.sched_setaffinity(0, self.cores)
                 pin[0] = self
             self._step(st, r, self.env[r], self.capture[r])
             self.cursor[r] = c + 1
@@ -722,11 +357,11 @@ class _Worker:
             return True
         return False
 
-    def _closed_gate(self, st: dict[str, Any], r: int) -> int:
+    def _closed_gate(self, st: ExecStep, r: int) -> int:
         """The first task whose gate token step ``st`` of request ``r`` still lacks; -1
         when every gate is open."""
         tokens = self.tokens
-        for b in st["gin"]:
+        for b in st.gates_in:
             if (b, r) not in tokens:
                 return int(b)
         return -1
@@ -744,11 +379,11 @@ class _Worker:
 
     def _note(self, data: bytes) -> None:
         self.n_msgs += 1
-        if len(data) == _GATE.size:
-            _tag, ti, r = _GATE.unpack(data)
+        if len(data) == GATE.size:
+            _tag, ti, r = GATE.unpack(data)
             self.tokens[(ti, r)] = time.monotonic_ns()
         else:
-            ti, r, scale = _NOTE.unpack(data)
+            ti, r, scale = NOTE.unpack(data)
             self.arrived[(ti, r)] = (scale, time.monotonic_ns())
 
     def _take_inbox(self) -> bool:
@@ -770,16 +405,16 @@ class _Worker:
                     try:
                         if not c.poll():
                             break
-                        msg = _get(c)
+                        msg = get(c)
                     except (EOFError, OSError):
                         return False  # the parent is gone
                     tag = msg[0]
                     if tag == "go":
                         self.begin(int(msg[1]), bool(msg[2]))
                     elif tag == "flush":
-                        _put(c, "telemetry", self.telemetry_data())
+                        put(c, "telemetry", self.telemetry_data())
                     elif tag == "solo":
-                        _put(c, "solo", self._solo(int(msg[1])))
+                        put(c, "solo", self._solo(int(msg[1])))
                     elif tag == "spin":
                         self.set_spin(float(msg[1]), float(msg[2]))
                     elif tag == "stop":
@@ -802,8 +437,8 @@ class _Worker:
         if self.active:
             r0 = self.active[0]
             st0 = self.steps[self.cursor[r0]]
-            waiting_for = st0["task"]
-            if self.gated and st0["gin"]:
+            waiting_for = st0.task
+            if self.gated and st0.gates_in:
                 b = self._closed_gate(st0, r0)
                 if b >= 0:  # waiting for that task's end on another device
                     waiting_for, gate = b, 1
@@ -826,293 +461,225 @@ class _Worker:
         self.status[0] = 0
 
     def set_spin(self, spin_s: float, idle_spin_s: float) -> None:
-        own = not self.p.get("shared_cores", False)
+        own = not self.spec.shared_cores
         self.spin_ns = int(spin_s * 1e9) if own else 0
         self.idle_spin_ns = int(idle_spin_s * 1e9) if own else 0
 
     def telemetry_data(self) -> dict[str, Any]:
         """The records since the last call (and they are cleared)."""
-        data = {"tasks": self.rec_tasks, "ops": self.rec_ops, "waits": self.rec_waits,
-                "peak_live": self.peak_live, "rss_peak": max(_maxrss(), _rss())}  # the kernel updates its mark lazily
-        self.rec_tasks, self.rec_ops, self.rec_waits = [], [], []
+        data = {"tasks": self.rec_tasks, "waits": self.rec_waits, "peak_live": self.peak_live,
+                "rss_peak": max(_maxrss(), _rss())}  # the kernel updates its mark lazily
+        self.rec_tasks, self.rec_waits = [], []
         self.peak_live = self.live_bytes
         return data
 
     def _inject(self, task: int, r: int) -> None:
         f = self.fault
-        if f is None or f["task"] != task or f["request"] != r:
+        if f is None or f.task != task or f.request != r:
             return
-        if f["kind"] == "crash":
+        if f.kind == "crash":
             os.kill(os.getpid(), signal.SIGKILL)
-        elif f["kind"] == "hang":
+        elif f.kind == "hang":
             time.sleep(3600.0)
         else:
             raise RuntimeError("injected fault")
 
-    def _step(self, st: dict[str, Any], r: int, env: dict[str, tuple[Any, Any, int]],
-              cap: bool) -> None:
-        kind = st["kind"]
-        ti = st["task"]
+    # ---- the steps ----
+    def _step(self, st: ExecStep, r: int, env: dict[str, Held], cap: bool) -> None:
+        """Run step ``st`` of request ``r`` (its kind's entry of the step table) and record
+        it: ``(request, task, kind, start, end, kernel, a, b, cpu)`` where ``a, b`` are the
+        hidden conversion time and the live bytes after it (a send: when the note was
+        written and sent; a receive: when the note arrived and the live bytes)."""
+        ti = st.task
         status = self.status
-        now = time.monotonic_ns
-        cpu = time.process_time_ns
-        c0 = cpu()
-        t0 = now()
+        c0 = time.process_time_ns()
+        t0 = time.monotonic_ns()
         status[3] = t0
         status[1] = ti
         status[2] = r
-        status[4] = -1
         status[0] = 1
-        self.cur_task, self.cur_request, self.cur_op = ti, r, -1
+        self.cur_task, self.cur_request = ti, r
         if self.fault is not None:
             self._inject(ti, r)
-        slot = r % self.slots
-        kernel = 0
-        hidden = 0
-        if kind == "compute":
-            kernel, hidden = self._compute(ti, r, env, st)
-        elif kind == "convert":
-            task = self.tasks[ti]
-            (rk,) = st["reads"]
-            (wk,) = st["writes"]
-            data, scale, _ = env[rk]
-            k0 = now()
-            y, s = self._convert(data, scale, _rep(task["src_rep"]), _rep(task["dst_rep"]))
-            kernel = now() - k0
-            env[wk] = (y, s, self._hold(y))
-        elif kind == "send":
-            (rk,) = st["reads"]
-            data, scale, _ = env[rk]
-            dst = self.tasks[ti]["dst"]
-            k0 = now()
-            peer = self.writers[dst]
-            if isinstance(peer, Inbox):  # a worker on this thread: hand the tensor over
-                peer.hand[(ti, r)] = data
-            else:
-                self._write(self.x_views[ti][slot], data)
-            k1 = now()
-            note = _NOTE.pack(ti, r, math.nan if scale is None else float(scale))
-            t_note = now()
-            self.writers[dst].send_bytes(note)
-            t1 = now()
-            self.rec_tasks.append((r, ti, "send", k0, k1, k1 - k0, t_note, t1, cpu() - c0))
-            self._after(st, r, env, cap)
-            status[0] = 0
-            return
-        elif kind == "recv":
-            scale, received = self.arrived.pop((ti, r))
-            (wk,) = st["writes"]
-            k0 = now()
-            data = self.inbox.hand.pop((ti, r), None)
-            if data is None:
-                data = self._read(self.x_views[ti][slot])
-            k1 = now()
-            env[wk] = (data, None if math.isnan(scale) else scale, self._hold(data))
-            self._peak()
-            self.rec_tasks.append((r, ti, "recv", k0, k1, k1 - k0, received, self.live_bytes,
-                                   cpu() - c0))
-            self._after(st, r, env, cap)
-            status[0] = 0
-            return
-        elif kind == "io_in":
-            k0 = now()
-            if self.inline:  # the client's own arrays: nothing to copy
-                arrays = self.inline_inputs.pop(r)
-                for name, key, arr in zip(self.p["input_order"], st["writes"], arrays,
-                                          strict=True):
-                    data = np.ascontiguousarray(arr, dtype=self.in_views[name][slot].dtype)
-                    env[key] = (data, None, self._hold(data))
-            else:
-                for name, key in zip(self.p["input_order"], st["writes"], strict=True):
-                    data = self._read(self.in_views[name][slot])
-                    env[key] = (data, None, self._hold(data))
-            kernel = now() - k0
-        else:  # io_out
-            k0 = now()
-            if self.inline:
-                outs = [self._output(name, slot, env[key][0])
-                        for name, key in zip(self.p["output_order"], st["reads"], strict=True)]
-            else:
-                for name, key in zip(self.p["output_order"], st["reads"], strict=True):
-                    self._write(self.out_views[name][slot], env[key][0])
-            t1 = now()  # the outputs are ready: the request's latency ends here
-            kernel = t1 - k0
-            if self.on_output is not None:
-                self.on_output(r, t1, outs)
-            else:
-                assert self.parent is not None
-                _put_hot(self.parent, b"O", r, t1)
-            self._peak()
-            self.rec_tasks.append((r, ti, kind, t0, t1, kernel, hidden, self.live_bytes,
-                                   cpu() - c0))
-            self._after(st, r, env, cap)
-            status[0] = 0
-            return
-        t1 = now()
-        gout = st["gout"]
-        if gout:  # core gates: this task has ended, the later tasks may start
-            token = _GATE.pack(b"T", ti, r)
-            for dst in gout:
+        rec = self._run[st.kind](st, r, env, t0)
+        if st.gates_out:  # core gates: this task has ended, the later tasks may start
+            token = GATE.pack(b"T", ti, r)
+            for dst in st.gates_out:
                 self.writers[dst].send_bytes(token)
-        self._peak()
-        self.rec_tasks.append((r, ti, kind, t0, t1, kernel, hidden, self.live_bytes,
-                               cpu() - c0))
+        if self.live_bytes > self.peak_live:
+            self.peak_live = self.live_bytes
+        self.rec_tasks.append((r, ti, st.kind.value, *rec, time.process_time_ns() - c0))
         self._after(st, r, env, cap)
         status[0] = 0
 
-    def _peak(self) -> None:
-        if self.live_bytes > self.peak_live:
-            self.peak_live = self.live_bytes
+    def _run_compute(self, st: ExecStep, r: int, env: dict[str, Held], t0: int
+                     ) -> tuple[int, int, int, int, int]:
+        kernel, hidden = self._compute(st, env)
+        return t0, time.monotonic_ns(), kernel, hidden, self.live_bytes
 
-    def _after(self, st: dict[str, Any], r: int, env: dict[str, tuple[Any, Any, int]],
-               cap: bool) -> None:
+    def _run_convert(self, st: ExecStep, r: int, env: dict[str, Held], t0: int
+                     ) -> tuple[int, int, int, int, int]:
+        (rk,), (wk,) = st.reads, st.writes
+        data, scale, _ = env[rk]
+        k0 = time.monotonic_ns()
+        y, s = self._convert(data, scale, self.tasks[st.task])
+        kernel = time.monotonic_ns() - k0
+        env[wk] = (y, s, self._hold(y))
+        return t0, time.monotonic_ns(), kernel, 0, self.live_bytes
+
+    def _run_send(self, st: ExecStep, r: int, env: dict[str, Held], t0: int
+                  ) -> tuple[int, int, int, int, int]:
+        ti = st.task
+        (rk,) = st.reads
+        data, scale, _ = env[rk]
+        peer = self.writers[self.tasks[ti].dst_device or ""]
+        k0 = time.monotonic_ns()
+        if isinstance(peer, Inbox):  # a worker on this thread: hand the tensor over
+            peer.hand[(ti, r)] = data
+        else:
+            _write(self.x_views[ti][r % self.slots], self.backend.to_host(data))
+        k1 = time.monotonic_ns()
+        note = NOTE.pack(ti, r, math.nan if scale is None else float(scale))
+        t_note = time.monotonic_ns()
+        peer.send_bytes(note)
+        return k0, k1, k1 - k0, t_note, time.monotonic_ns()
+
+    def _run_recv(self, st: ExecStep, r: int, env: dict[str, Held], t0: int
+                  ) -> tuple[int, int, int, int, int]:
+        ti = st.task
+        scale, received = self.arrived.pop((ti, r))
+        (wk,) = st.writes
+        k0 = time.monotonic_ns()
+        data = self.inbox.hand.pop((ti, r), None)
+        if data is None:
+            data = self.backend.from_host(np.array(self.x_views[ti][r % self.slots], copy=True))
+        k1 = time.monotonic_ns()
+        env[wk] = (data, None if math.isnan(scale) else scale, self._hold(data))
+        return k0, k1, k1 - k0, received, self.live_bytes
+
+    def _run_io_in(self, st: ExecStep, r: int, env: dict[str, Held], t0: int
+                   ) -> tuple[int, int, int, int, int]:
+        slot = r % self.slots
+        names = self.spec.inputs
+        if self.inline:  # the client's own arrays: nothing to copy
+            arrays = self.inline_inputs.pop(r)
+            for name, key, arr in zip(names, st.writes, arrays, strict=True):
+                data = np.ascontiguousarray(arr, dtype=self.in_views[name][slot].dtype)
+                env[key] = (data, None, self._hold(data))
+        else:
+            for name, key in zip(names, st.writes, strict=True):
+                data = np.array(self.in_views[name][slot], copy=True)
+                env[key] = (data, None, self._hold(data))
+        t1 = time.monotonic_ns()
+        return t0, t1, t1 - t0, 0, self.live_bytes
+
+    def _run_io_out(self, st: ExecStep, r: int, env: dict[str, Held], t0: int
+                    ) -> tuple[int, int, int, int, int]:
+        slot = r % self.slots
+        names = self.spec.outputs
+        outs = []
+        if self.inline:
+            outs = [np.asarray(self.backend.to_host(env[key][0]),
+                               dtype=self.out_views[name][slot].dtype)
+                    for name, key in zip(names, st.reads, strict=True)]
+        else:
+            for name, key in zip(names, st.reads, strict=True):
+                _write(self.out_views[name][slot], self.backend.to_host(env[key][0]))
+        t1 = time.monotonic_ns()  # the outputs are ready: the request's latency ends here
+        if self.on_output is not None:
+            self.on_output(r, t1, outs)
+        else:
+            assert self.parent is not None
+            put_hot(self.parent, b"O", r, t1)
+        return t0, t1, t1 - t0, 0, self.live_bytes
+
+    def _after(self, st: ExecStep, r: int, env: dict[str, Held], cap: bool) -> None:
         if cap:
             snap = self.snapshot if self.snapshot is not None else {}
-            for k in st["writes"]:
+            if st.kind is StepKind.IO_IN:
+                snap.clear()
+            for k in st.writes:
                 if k in env:
                     snap[k] = env[k]
-            if st["kind"] == "io_in":
-                snap.clear()
-                for k in st["writes"]:
-                    snap[k] = env[k]
             self.snapshot = snap
-        for k in st["frees"]:
+        for k in st.frees:
             v = env.pop(k, None)
             if v is not None:
                 self._release(v[2])
 
-    def _output(self, name: str, slot: int, data: Any) -> Any:
-        """An output handed to the inline client: a numpy array of the graph's dtype."""
-        want = self.out_views[name][slot]
-        if not isinstance(data, np.ndarray):
-            data = data.detach().cpu().numpy()
-        dtype = want.dtype if isinstance(want, np.ndarray) else data.dtype
-        return np.asarray(data, dtype=dtype)
-
-    def _write(self, view: Any, data: Any) -> None:
-        if isinstance(view, np.ndarray):
-            np.copyto(view, data, casting="unsafe")
-        else:
-            view.copy_(data)
-
-    def _read(self, view: Any) -> Any:
-        if isinstance(view, np.ndarray):
-            return np.array(view, copy=True)
-        out = view.clone()
-        return out.to(self.dev) if self.cuda else out
-
-    def _compute(self, ti: int, r: int, env: dict[str, tuple[Any, Any, int]],
-                 st: dict[str, Any]) -> tuple[int, int]:
-        task = self.tasks[ti]
-        v = self.p["vertices"][task["vertex"]]
-        int8 = v["dtype"] == "int8"
-        isfloat = v["float"]
+    def _compute(self, st: ExecStep, env: Mapping[str, Held]) -> tuple[int, int]:
+        """Run the step's unit on ``env``'s copies, write its outputs into ``env``; an int8
+        unit's float boundary is dequantized / quantized around it (hidden time)."""
+        v = self.vertices[self.tasks[st.task].vertex or ""]
+        int8 = v.dtype is DType.INT8
+        floats = self.floats
         now = time.monotonic_ns
         hidden = 0
         vals: dict[str, Any] = {}
-        for name, key in zip(v["inputs"], st["reads"], strict=True):
+        for name, key in zip(v.inputs, st.reads, strict=True):
             data, scale, _ = env[key]
-            if int8 and scale is not None and isfloat[name]:
+            if int8 and scale is not None and name in floats:
                 h0 = now()
                 data = self._dequant(data, scale)
                 hidden += now() - h0
             vals[name] = data
-        kernel = 0
-        status = self.status
-        cuda = self.cuda
-        for oi, run in enumerate(self.op_lists[ti]):
-            status[4] = oi
-            self.cur_op = oi
-            k0 = now()
-            run(vals)
-            if cuda:
-                self.torch.cuda.synchronize()
-            k1 = now()
-            kernel += k1 - k0
-            if not self.partitioned:  # a session's nodes are timed by its profiler
-                self.rec_ops.append((r, ti, oi, k0, k1))
-        for name, key in zip(v["outputs"], st["writes"], strict=True):
-            data = vals[name]
+        unit = self.units[st.task]
+        outs, kernel = unit.timed_run(vals)
+        got = dict(zip(unit.outputs, outs, strict=True))
+        for name, key in zip(v.outputs, st.writes, strict=True):
+            data = got[name]
             scale = None
-            if int8 and isfloat[name]:
+            if int8 and name in floats:
                 h0 = now()
                 data, scale = self._quant(data)
                 hidden += now() - h0
+            assert isinstance(env, dict)
             env[key] = (data, scale, self._hold(data))
         return kernel, hidden
 
     # ---- solo replay ----
     def _solo(self, repeats: int) -> list[tuple[int, str, float, float, float]]:
-        """Replay this device's steps of the captured request ``repeats`` times, alone."""
+        """Replay this device's steps of the captured request ``repeats`` times, alone:
+        per task (step kind, median total, kernel and hidden seconds)."""
         snap = self.snapshot or {}
-        now = time.monotonic_ns
         samples: dict[int, list[tuple[int, int, int, str]]] = {}
-        saved = (self.rec_tasks, self.rec_ops, self.rec_waits, self.live_bytes, self.peak_live)
-        self.rec_tasks, self.rec_ops, self.rec_waits = [], [], []
+        saved = (self.rec_tasks, self.rec_waits, self.live_bytes, self.peak_live)
+        self.rec_tasks, self.rec_waits = [], []
         for _ in range(max(1, repeats)):
             for st in self.steps:
-                kind = st["kind"]
-                ti = st["task"]
-                if ti < 0:
+                if st.task < 0 or not all(k in snap for k in st.reads):
                     continue
-                t0 = now()
-                kernel = hidden = 0
-                if kind == "compute":
-                    env = {k: snap[k] for k in st["reads"] if k in snap}
-                    if len(env) != len(st["reads"]):
-                        continue
-                    env_copy = dict(env)
-                    kernel, hidden = self._compute(ti, -1, env_copy, st)
-                    for k in st["writes"]:
-                        v = env_copy.get(k)
-                        if v is not None:
-                            self._release(v[2])
-                elif kind == "convert":
-                    (rk,) = st["reads"]
-                    if rk not in snap:
-                        continue
-                    task = self.tasks[ti]
-                    data, scale, _ = snap[rk]
-                    k0 = now()
-                    self._convert(data, scale, _rep(task["src_rep"]), _rep(task["dst_rep"]))
-                    kernel = now() - k0
-                elif kind == "send":
-                    (rk,) = st["reads"]
-                    if rk not in snap:
-                        continue
-                    k0 = now()
-                    self._write(self.x_views[ti][0], snap[rk][0])
-                    kernel = now() - k0
-                else:  # recv
-                    k0 = now()
-                    self._read(self.x_views[ti][0])
-                    kernel = now() - k0
-                t1 = now()
-                samples.setdefault(ti, []).append((t1 - t0, kernel, hidden, kind))
-        self.rec_tasks, self.rec_ops, self.rec_waits, self.live_bytes, self.peak_live = saved
-        out = []
-        for ti, s in samples.items():
-            out.append((ti, s[0][3], statistics.median(x[0] for x in s) / 1e9,
-                        statistics.median(x[1] for x in s) / 1e9,
-                        statistics.median(x[2] for x in s) / 1e9))
-        return out
+                t0 = time.monotonic_ns()
+                kernel, hidden = self._replay(st, snap)
+                samples.setdefault(st.task, []).append(
+                    (time.monotonic_ns() - t0, kernel, hidden, st.kind.value))
+        self.rec_tasks, self.rec_waits, self.live_bytes, self.peak_live = saved
+        med = statistics.median
+        return [(ti, s[0][3], med(x[0] for x in s) / 1e9, med(x[1] for x in s) / 1e9,
+                 med(x[2] for x in s) / 1e9) for ti, s in samples.items()]
+
+    def _replay(self, st: ExecStep, snap: Mapping[str, Held]) -> tuple[int, int]:
+        """One solo run of step ``st`` on the captured copies: (kernel, hidden) ns."""
+        k0 = time.monotonic_ns()
+        if st.kind is StepKind.COMPUTE:
+            env = {k: snap[k] for k in st.reads}
+            kernel, hidden = self._compute(st, env)
+            for k in st.writes:
+                if (v := env.get(k)) is not None:
+                    self._release(v[2])
+            return kernel, hidden
+        if st.kind is StepKind.CONVERT:
+            data, scale, _ = snap[st.reads[0]]
+            self._convert(data, scale, self.tasks[st.task])
+        elif st.kind is StepKind.SEND:
+            _write(self.x_views[st.task][0], self.backend.to_host(snap[st.reads[0]][0]))
+        else:  # recv
+            self.backend.from_host(np.array(self.x_views[st.task][0], copy=True))
+        return time.monotonic_ns() - k0, 0
 
 
-class Inbox:
-    """A worker's mailbox for the workers on its own thread, used as their writing end
-    towards it: a transfer note or a gate token is appended (not written to a pipe, whose
-    poll alone costs 6 us here), and a transferred tensor is handed over as it is (the
-    memory is the same: no copy through shared memory)."""
-
-    __slots__ = ("box", "hand")
-
-    def __init__(self) -> None:
-        self.box: deque[bytes] = deque()
-        #: (transfer task, request) -> the tensor
-        self.hand: dict[tuple[int, int], Any] = {}
-
-    def send_bytes(self, data: bytes) -> None:
-        self.box.append(bytes(data))
+def _write(view: np.ndarray[Any, Any], data: Any) -> None:
+    np.copyto(view, data, casting="unsafe")
 
 
 def wait_group(group: Sequence[tuple[_Worker, list[Connection]]], timeout: float | None,
@@ -1153,11 +720,25 @@ def wait_group(group: Sequence[tuple[_Worker, list[Connection]]], timeout: float
     return got
 
 
+class _NoOp(Unit):
+    """A unit that copies its input to its output (``measure_step_overhead``)."""
+
+    inputs = ("x",)
+    outputs = ("y",)
+    weight_bytes = 0
+
+    def run(self, feeds: Mapping[str, Any]) -> Sequence[Any]:
+        return [feeds["x"]]
+
+    def zero_feeds(self) -> dict[str, Any]:
+        return {"x": np.zeros(16, dtype=np.float32)}
+
+
 def measure_step_overhead(steps: int = 200) -> list[float]:
     """Seconds the worker's step path (``_Worker._step``: status block, telemetry records,
     live-tensor bookkeeping, frees) costs per compute step beyond its kernel time, one
     sample per step, measured in the calling process (profiling calls it in a worker
-    pinned to the device's cores). The step runs one no-op op on a small array, so the
+    pinned to the device's cores). The step runs a no-op unit on a small array, so the
     sample is the step's wall time minus the (near-zero) kernel time it recorded. The
     blocking/polling of ``_loop`` between steps and the hand-off of a request are not in it.
 
@@ -1168,29 +749,24 @@ def measure_step_overhead(steps: int = 200) -> list[float]:
     if steps < 1:
         raise ValueError("steps must be >= 1")
     w = _Worker.__new__(_Worker)
-    w.p = {"vertices": {"v": {"dtype": "fp32", "float": {"x": True, "y": True},
-                              "inputs": ["x"], "outputs": ["y"]}}}
-    w.status = np.zeros(_STATUS_WORDS, dtype=np.int64)
+    w.vertices = {"v": ExecVertex("v", "cpu", DType.FP32, (), ("x",), ("y",))}
+    w.floats = frozenset({"x", "y"})
+    w.tasks = {0: ExecTask(0, "v", TaskKind.COMPUTE, "cpu", None, "v", None, None, None, (),
+                           0.0, 0.0)}
+    w._run = {StepKind.COMPUTE: w._run_compute}
+    w.status = np.zeros(STATUS_WORDS, dtype=np.int64)
     w.fault = None
     w.slots = 1
-    w.cuda = False
-    w.partitioned = False
-    w.tasks = {0: {"vertex": "v"}}
-
-    def noop(vals: dict[str, Any]) -> None:
-        vals["y"] = vals["x"]
-
-    w.op_lists = {0: [noop]}
+    w.units = {0: _NoOp()}
     w.live, w.live_bytes, w.peak_live = {}, 0, 0
-    w.rec_tasks, w.rec_ops = [], []
+    w.rec_tasks = []
     w.snapshot = None
     x = np.zeros(16, dtype=np.float32)
-    st = {"kind": "compute", "task": 0, "reads": ("x",), "writes": ("y",), "frees": ("y",),
-          "gin": (), "gout": ()}
+    st = ExecStep(StepKind.COMPUTE, 0, ("x",), ("y",), ("y",))
     now = time.perf_counter_ns
     out: list[float] = []
     for _ in range(steps + 3):  # three warm-up steps
-        env: dict[str, tuple[Any, Any, int]] = {"x": (x, None, w._hold(x))}
+        env: dict[str, Held] = {"x": (x, None, w._hold(x))}
         t0 = now()
         w._step(st, 0, env, False)
         t1 = now()
@@ -1198,25 +774,4 @@ def measure_step_overhead(steps: int = 200) -> list[float]:
         out.append(max(0.0, (t1 - t0 - kernel) * 1e-9))
         w._release(env["x"][2])
         w.rec_tasks.clear()
-        w.rec_ops.clear()
     return out[3:]
-
-
-_ORT_NP: dict[str, Any] = {
-    "tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16,
-    "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int8)": np.int8,
-    "tensor(uint8)": np.uint8, "tensor(bool)": np.bool_}
-
-
-def _onnx_bytes(init: Any) -> int:
-    """Bytes an ONNX initializer holds."""
-    return math.prod(init.dims) * _onnx_elem_bytes(init)
-
-
-def _onnx_elem_bytes(init: Any) -> int:
-    from onnx import helper
-
-    try:
-        return int(np.dtype(helper.tensor_dtype_to_np_dtype(init.data_type)).itemsize)
-    except Exception:
-        return 4

@@ -1,7 +1,10 @@
-"""The runtimes partitions run in: one module per runtime (``onnxruntime``; ``torch`` for
-the op-by-op mode), both on CPU cores. A device whose backend has a module here is
-runnable; any other device (a probed GPU, backend ``cuda``; a preset's accelerator) is
-plannable and exportable only, and ``backend_gap`` says so in one line.
+"""The runtimes partitions run in, behind one seam (``base.Backend``: open a compiled unit
+for a device, bind inputs, run, read outputs, copy to and from host memory, time a run).
+``BACKENDS`` maps a device's ``backend`` name to the runtime that runs it: today
+onnxruntime (``onnxruntime.OnnxRuntime``, with the device's execution provider) for every
+name. ``RUNNABLE_BACKENDS`` are those this build runs (on the device's CPU cores); any
+other device (a probed GPU, backend ``cuda``; a preset's accelerator) is plannable and
+exportable only, and ``backend_gap`` says so in one line.
 
 >>> from placewise.hardware.spec import load_machine
 >>> backend_gap(load_machine("h100-sxm-server").device("gpu0"))
@@ -12,20 +15,40 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["RUNNABLE_BACKENDS", "backend_gap", "runnable_part"]
+from placewise.errors import UnsupportedError
+from placewise.hardware.spec import Device
+from placewise.runtime.backends.base import Backend
+from placewise.runtime.backends.onnxruntime import OnnxRuntime
 
-#: device backends this build runs (on the device's CPU cores), each through a module here
+__all__ = ["BACKENDS", "RUNNABLE_BACKENDS", "backend_for", "backend_gap", "runnable_part"]
+
+#: a device's ``backend`` -> the runtime that runs its partitions
+BACKENDS: dict[str, type[Backend]] = {
+    "torch": OnnxRuntime, "onnxruntime": OnnxRuntime, "cpu": OnnxRuntime,
+    "cuda": OnnxRuntime}
+#: device backends this build runs (on the device's CPU cores)
 RUNNABLE_BACKENDS = ("torch", "onnxruntime", "cpu")
 
 
-def backend_gap(device: Any) -> str | None:
-    """Why this build cannot run ``device`` (a ``hardware.spec.Device``), or None when it
-    can: it has CPU cores and a backend of ``RUNNABLE_BACKENDS``."""
-    backend = (getattr(device, "backend", None) or "").strip().lower()
-    if backend in RUNNABLE_BACKENDS and getattr(device, "cores", None):
+def backend_for(device: Device) -> Backend:
+    """The runtime that runs ``device``'s partitions; ``UnsupportedError`` for a device
+    whose backend none of ``BACKENDS`` is."""
+    backend = (device.backend or "").strip().lower()
+    try:
+        return BACKENDS[backend]()
+    except KeyError:
+        raise UnsupportedError(f"device {device.name!r}: no runtime for backend {backend!r} "
+                               f"(known: {', '.join(BACKENDS)})") from None
+
+
+def backend_gap(device: Device) -> str | None:
+    """Why this build cannot run ``device``, or None when it can: it is a local device
+    (``Device.is_local``) whose backend is one of ``RUNNABLE_BACKENDS``."""
+    backend = (device.backend or "").strip().lower()
+    if backend in RUNNABLE_BACKENDS and device.is_local:
         return None
-    kind = getattr(getattr(device, "kind", ""), "value", getattr(device, "kind", ""))
-    model = getattr(device, "model", "") or "model not given"
+    kind = device.kind.value
+    model = device.model or "model not given"
     if not backend:
         return (f"device {device.name!r} is not a local device ({kind}, {model}; no "
                 f"backend): plannable and exportable only")

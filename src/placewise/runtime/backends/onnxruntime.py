@@ -1,12 +1,13 @@
 """onnxruntime sessions for partitions: the execution provider a device's runtime loads,
-its threads pinned to the device's cores, no silent CPU fallback.
+its threads pinned to the device's cores, no silent CPU fallback. ``OnnxRuntime`` is the
+``Backend`` (``runtime.backends.base``) workers open partitions with: one session per
+partition (``SessionUnit``), fed host arrays, on the provider of the device.
 
 - **provider** (``provider_for``), read from the device's own fields (``hardware.spec.
   Device``: ``backend``, ``kind``, ``model``, ``name``):
 
   - a *local* device (it has a ``backend``): ``cuda`` runs the CUDA execution provider;
-    ``torch``, ``onnxruntime`` and ``cpu`` run the CPU one (partitions always run in
-    onnxruntime, whichever backend the op-by-op mode used);
+    ``torch``, ``onnxruntime`` and ``cpu`` run the CPU one;
   - a *preset* device records the provider a user of that hardware would load, so that its
     partitions export even though they cannot run here: an NVIDIA GPU (``kind: gpu``, an
     NVIDIA ``model``) the CUDA execution provider on CUDA device N (the number that ends
@@ -26,14 +27,22 @@ its threads pinned to the device's cores, no silent CPU fallback.
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from placewise.errors import UnsupportedError
+import numpy as np
+import onnxruntime as ort
 
-__all__ = ["Provider", "make_session", "provider_for"]
+from placewise.errors import UnsupportedError
+from placewise.hardware.spec import Device
+from placewise.onnxrt import new_session
+from placewise.runtime.backends.base import Backend, Unit
+
+__all__ = ["OnnxRuntime", "Provider", "SessionUnit", "make_session", "provider_for",
+           "weight_bytes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,10 +129,6 @@ def make_session(model: bytes | str, provider: Provider, *, threads: int,
     """An ``InferenceSession`` of ``model`` (serialized bytes or a file path) on
     ``provider`` with ``threads`` intra-op threads; ``profile_prefix`` turns on
     onnxruntime's own profiler (calibration runs only, never timed runs)."""
-    import onnxruntime as ort
-
-    from placewise.onnxrt import new_session
-
     avail = set(ort.get_available_providers())
     if provider.name not in avail:
         raise UnsupportedError(f"onnxruntime here has no {provider.name} (it has "
@@ -148,5 +153,54 @@ def make_session(model: bytes | str, provider: Provider, *, threads: int,
                                f"{provider.name}: {text[:400]}") from None
 
 
-def session_io(sess: Any) -> tuple[Sequence[str], Sequence[str]]:
-    return [i.name for i in sess.get_inputs()], [o.name for o in sess.get_outputs()]
+_ORT_NP: dict[str, Any] = {
+    "tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16,
+    "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int8)": np.int8,
+    "tensor(uint8)": np.uint8, "tensor(bool)": np.bool_}
+
+
+class SessionUnit(Unit):
+    """A partition as one ``InferenceSession`` (``make_session``); ``run`` feeds host
+    (numpy) arrays, which onnxruntime copies to the provider's device and back."""
+
+    def __init__(self, sess: Any, weight_bytes: int) -> None:
+        self.sess = sess
+        self.inputs = tuple(i.name for i in sess.get_inputs())
+        self.outputs = tuple(o.name for o in sess.get_outputs())
+        self.weight_bytes = weight_bytes
+
+    def run(self, feeds: Mapping[str, Any]) -> Sequence[Any]:
+        out: Sequence[Any] = self.sess.run(self.outputs, {n: feeds[n] for n in self.inputs})
+        return out
+
+    def zero_feeds(self) -> dict[str, Any]:
+        return {i.name: np.zeros([d if isinstance(d, int) else 1 for d in i.shape],
+                                 dtype=_ORT_NP.get(i.type, np.float32))
+                for i in self.sess.get_inputs()}
+
+
+class OnnxRuntime(Backend):
+    """onnxruntime with the execution provider of the device (``provider_for``): the CPU
+    one for this machine's cores, CUDA for a ``cuda`` device."""
+
+    name = "onnxruntime"
+
+    def open(self, path: str, device: Device, *, threads: int, spinning: bool) -> Unit:
+        return SessionUnit(make_session(path, provider_for(device), threads=threads,
+                                        spinning=spinning), weight_bytes(path))
+
+
+def weight_bytes(path: str) -> int:
+    """Bytes of the initializers of the ONNX file ``path`` (from their dims: the external
+    data is not read)."""
+    import onnx  # heavy (0.3 s): only workers and exports open models
+
+    model = onnx.load(path, load_external_data=False)
+    total = 0
+    for init in model.graph.initializer:
+        try:
+            item = int(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(init.data_type)).itemsize)
+        except Exception:
+            item = 4
+        total += math.prod(init.dims) * item
+    return total
