@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from placewise.errors import InputError
 from placewise.hardware.spec import Machine
+from placewise.records import dataclass_record
 
 if TYPE_CHECKING:
     from placewise.schedule.timeline import Timeline
@@ -43,6 +44,7 @@ class ResourceKind(Enum):
 
 
 
+@dataclass_record
 @dataclass(frozen=True, slots=True)
 class ResourceUse:
     """A resource the schedule used.
