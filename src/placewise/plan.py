@@ -84,6 +84,8 @@ from typing import Any, Protocol
 from placewise import __version__
 from placewise.cost.model import Cost, Representation, Term
 from placewise.errors import Infeasible, InputError, UnsupportedError
+from placewise.graph.ir import CONTROL_FLOW_KINDS
+from placewise.graph.summary import control_flow_note
 from placewise.plan_columns import gc_paused, make_record
 from placewise.plan_file import (  # the file, re-exported
     SCHEMA_VERSION,
@@ -697,9 +699,6 @@ def build_plan(problem: Problem, result: SearchLike | Evaluation, *, model_ref: 
 
 
 def _control_flow_notes(graph: Any) -> tuple[str, ...]:
-    from placewise.graph.ir import CONTROL_FLOW_KINDS
-    from placewise.graph.summary import control_flow_note
-
     return tuple(control_flow_note(op) for op in graph.ops if op.kind in CONTROL_FLOW_KINDS)
 
 
