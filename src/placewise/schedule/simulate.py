@@ -143,9 +143,9 @@ about 0.2-0.3 s of CPU for a 10,000-op graph (see BENCHMARKS.md).
 
 from __future__ import annotations
 
-import heapq
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from heapq import heapify, heappop, heappush
 
 from placewise.schedule.build import Build
 from placewise.schedule.placement import Placement, Problem
@@ -256,6 +256,15 @@ class _Loop:
     ``free`` lanes, ``active`` (task -> demand on a shared resource).
     """
 
+    __slots__ = (
+        "active", "busy_dev", "cand", "cap", "cdirty", "cfac", "cnt", "co", "contention",
+        "dirty", "done", "dur", "end", "events", "exp_end", "fac", "fluid", "free", "gate",
+        "gate_due", "gated", "holders", "indeg", "is_gated", "is_shared", "lane", "last",
+        "next_lane", "owner", "part", "rank", "ready", "release", "rem", "res",
+        "running_sens", "sens", "seq", "start", "succs", "tl", "touched", "ver", "wake",
+        "woken",
+    )
+
     def __init__(self, tl: Timeline, contention: bool,
                  gate: Sequence[tuple[int, ...]] | None, co: CoRun | None,
                  release: Sequence[float] | None) -> None:
@@ -341,13 +350,13 @@ class _Loop:
     def run(self) -> None:
         events, ver, done = self.events, self.ver, self.done
         make_ready, finish, dispatch = self._make_ready, self._finish, self._dispatch
-        pop = heapq.heappop
-        wake = self.wake
+        pop = heappop
+        wake, dirty, cdirty = self.wake, self.dirty, self.cdirty
         for i in range(len(self.indeg)):
             if self.indeg[i] == 0:
                 make_ready(i, 0.0)
         dispatch(0.0)
-        if self.dirty or self.cdirty:
+        if dirty or cdirty:
             self._rebalance(0.0)
         while events:
             t, _, i, vv = pop(events)
@@ -369,7 +378,7 @@ class _Loop:
                     continue
                 finish(j, t)
             dispatch(t)
-            if self.dirty or self.cdirty:
+            if dirty or cdirty:
                 self._rebalance(t)
         if not all(done):  # pragma: no cover - a bug, not an input problem
             stuck = next(self.tl.name[i] for i in range(len(done)) if not done[i])
@@ -391,13 +400,13 @@ class _Loop:
         self.ver[j] += 1
         self.seq += 1
         self.exp_end[j] = t + wake[j]
-        heapq.heappush(self.events, (self.exp_end[j], self.seq, j, self.ver[j]))
+        heappush(self.events, (self.exp_end[j], self.seq, j, self.ver[j]))
         return True
 
-    def _advance(self, c: int, t: float) -> None:
-        """Bring the progress of every task on shared resource ``c`` up to ``t``."""
+    def _advance(self, tasks: Iterable[int], t: float) -> None:
+        """Bring the progress of the running fluid ``tasks`` up to ``t``."""
         last, rem, fac, dur = self.last, self.rem, self.fac, self.dur
-        for j in self.active[c]:
+        for j in tasks:
             lj = last[j]
             if lj != t:
                 rem[j] -= (t - lj) * fac[j] / dur[j]
@@ -408,10 +417,10 @@ class _Loop:
         release = self.release
         if release is not None and release[s] > t:
             self.seq += 1
-            heapq.heappush(self.events, (release[s], self.seq, s, -1))  # -1: a release
+            heappush(self.events, (release[s], self.seq, s, -1))  # -1: a release
             return
         rs = self.res[s]
-        heapq.heappush(self.ready[rs], (-self.rank[s], s))
+        heappush(self.ready[rs], (-self.rank[s], s))
         self.touched[rs] = None
 
     def _busy_changed(self, x: int, t: float) -> None:
@@ -433,22 +442,25 @@ class _Loop:
         shared_part = self.contention and part
         sens = self.sens
         slowed = sens is not None and sens[i]
-        if (shared_part or slowed) and d > 0.0:
+        if (shared_part or slowed) and d > 0.0:  # it may be slowed: its progress is tracked
             self.fluid[i] = True
             self.rem[i] = 1.0
             self.last[i] = t
             self.cfac[i] = {}
             if shared_part:
+                active, dirty = self.active, self.dirty
                 for c, by in part:
-                    self._advance(c, t)
-                    self.active[c][i] = by / d
-                    self.dirty[c] = None
+                    act = active[c]
+                    if act:
+                        self._advance(act, t)
+                    act[i] = by / d
+                    dirty[c] = None
             if slowed:
                 self.running_sens[i] = None
                 self.cdirty[i] = None
-        self.seq += 1
+        seq = self.seq = self.seq + 1
         self.exp_end[i] = t + d
-        heapq.heappush(self.events, (t + d, self.seq, i, 0))  # superseded if it slows down
+        heappush(self.events, (t + d, seq, i, 0))  # superseded if it slows down
         busy_dev = self.busy_dev
         if busy_dev is not None:
             x = busy_dev[i]
@@ -459,16 +471,16 @@ class _Loop:
                     self._busy_changed(x, t)
 
     def _dispatch(self, t: float) -> None:
-        touched = self.touched
+        touched, is_gated, is_shared = self.touched, self.is_gated, self.is_shared
         ready, free, lane, begin = self.ready, self.free, self.lane, self._begin
-        pop = heapq.heappop
+        pop = heappop
         for r in sorted(touched):
-            if self.is_gated[r]:
+            if is_gated[r]:
                 self.gate_due = True
                 continue
             rq = ready[r]
             fr = free[r]
-            if self.is_shared[r]:
+            if is_shared[r]:
                 while rq:
                     _, i = pop(rq)
                     if fr:
@@ -492,18 +504,27 @@ class _Loop:
         reservations for tasks waiting on another device's cores and backfilling (see the
         module docstring)."""
         gate, ready, free, dur = self.gate, self.ready, self.free, self.dur
+        owner, holders, exp_end = self.owner, self.holders, self.exp_end
         assert gate is not None
-        pop, push = heapq.heappop, heapq.heappush
+        pop, push = heappop, heappush
         heads = [(ready[r][0], r) for r in self.gated if ready[r] and free[r]]
         if not heads:
             return
-        heapq.heapify(heads)
+        heapify(heads)
         reserve: dict[int, float] = {}  # core -> when a higher-ranked waiting task needs it
         while heads:
             (_, i), r = pop(heads)
             g = gate[r]
-            est = self._blocked_until(g, r, t)
-            if est is not None:  # the device waits: its best task reserves the cores
+            blocked = False
+            est = t
+            for c in g:
+                o = owner.get(c, -1)
+                if o != -1 and o != r:
+                    blocked = True
+                    for j in holders[c]:
+                        if exp_end[j] > est:
+                            est = exp_end[j]
+            if blocked:  # the device waits: its best task reserves the cores
                 for c in g:
                     reserve.setdefault(c, est)
                 continue
@@ -518,40 +539,27 @@ class _Loop:
                 best = min(fit)
                 i = best[1]
                 rq.remove(best)
-                heapq.heapify(rq)
+                heapify(rq)
             else:
                 pop(rq)
             fr = free[r]
             self.lane[i] = pop(fr)
             for c in g:
-                self.owner[c] = r
-                self.holders[c][i] = None
+                owner[c] = r
+                holders[c][i] = None
             self._begin(i, t)
             if rq and fr:
                 push(heads, (rq[0], r))
 
-    def _blocked_until(self, g: tuple[int, ...], r: int, t: float) -> float | None:
-        """None when resource ``r`` may take its cores ``g`` at ``t``; else when the other
-        devices holding them are expected to be done with them."""
-        owner, holders, exp_end = self.owner, self.holders, self.exp_end
-        blocked = False
-        est = t
-        for c in g:
-            o = owner.get(c, -1)
-            if o != -1 and o != r:
-                blocked = True
-                for j in holders[c]:
-                    if exp_end[j] > est:
-                        est = exp_end[j]
-        return est if blocked else None
-
     def _unfluid(self, i: int, t: float) -> None:
         """Task ``i`` stops drawing on its shared resources at ``t``."""
         if self.contention:
+            active, dirty = self.active, self.dirty
             for c, _ in self.part[i]:
-                self._advance(c, t)
-                del self.active[c][i]
-                self.dirty[c] = None
+                act = active[c]
+                self._advance(act, t)
+                del act[i]
+                dirty[c] = None
         del self.cfac[i]
         self.fluid[i] = False
 
@@ -559,16 +567,16 @@ class _Loop:
         self.end[i] = t
         self.done[i] = True
         r = self.res[i]
-        heapq.heappush(self.free[r], self.lane[i])
+        heappush(self.free[r], self.lane[i])
         self.touched[r] = None
-        if self.is_gated[r]:
-            gate = self.gate
+        if self.is_gated[r]:  # a shared core the device no longer runs anything on is free
+            gate, holders, owner = self.gate, self.holders, self.owner
             assert gate is not None
             for c in gate[r]:
-                hc = self.holders[c]
+                hc = holders[c]
                 del hc[i]
                 if not hc:
-                    del self.owner[c]
+                    del owner[c]
         if self.fluid[i]:
             self._unfluid(i, t)
         running_sens = self.running_sens
@@ -592,18 +600,18 @@ class _Loop:
     def _rebalance(self, t: float) -> None:
         """Shares of every changed shared resource and co-run factors of every task whose
         co-run set changed; a task whose speed changed gets a new completion event."""
-        cfac = self.cfac
+        cfac, active, cap, dirty = self.cfac, self.active, self.cap, self.dirty
         affected: dict[int, None] = {}
-        for c in self.dirty:
-            act = self.active[c]
+        for c in dirty:
+            act = active[c]
             if not act:
                 continue
-            shares = waterfill(self.cap[c], act)
+            shares = waterfill(cap[c], act)
             for j, dj in act.items():
                 f = shares[j] / dj
                 cfac[j][c] = f if f < 1.0 else 1.0
                 affected[j] = None
-        self.dirty.clear()
+        dirty.clear()
         if self.cdirty:
             co, cnt = self.co, self.cnt
             assert co is not None
@@ -622,4 +630,4 @@ class _Loop:
                 left = rem[j] if rem[j] > 0.0 else 0.0
                 self.seq += 1
                 exp_end[j] = t + left * dur[j] / f
-                heapq.heappush(self.events, (exp_end[j], self.seq, j, ver[j]))
+                heappush(self.events, (exp_end[j], self.seq, j, ver[j]))
