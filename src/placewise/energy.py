@@ -63,6 +63,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from placewise.plan import check_fingerprints
+from placewise.records import to_json
 from placewise.schedule.simulate import ResourceKind
 
 if TYPE_CHECKING:
@@ -91,11 +93,6 @@ class DeviceEnergy:
     saturated_energy_j: float
     source: str
 
-    def to_json(self) -> dict[str, Any]:
-        return {"device": self.device, "idle_w": self.idle_w, "active_w": self.active_w,
-                "busy_s": self.busy_s, "energy_j": self.energy_j,
-                "saturated_energy_j": self.saturated_energy_j, "source": self.source}
-
 
 @dataclass(frozen=True, slots=True)
 class EnergyEstimate:
@@ -122,18 +119,9 @@ class EnergyEstimate:
     method: str = field(default=METHOD)
 
     def to_json(self) -> dict[str, Any]:
-        return {"available": self.available, "reason": self.reason, "machine": self.machine,
-                "mode": self.mode, "batch": self.batch, "makespan_s": self.makespan_s,
-                "period_s": self.period_s, "energy_per_run_j": self.energy_per_run_j,
-                "energy_per_request_j": self.energy_per_request_j,
-                "requests_per_j": self.requests_per_j,
-                "average_power_w": self.average_power_w,
-                "saturated_energy_per_request_j": self.saturated_energy_per_request_j,
-                "saturated_requests_per_j": self.saturated_requests_per_j,
-                "saturated_average_power_w": self.saturated_average_power_w,
-                "machine_max_w": self.machine_max_w,
-                "devices": [d.to_json() for d in self.devices], "notes": list(self.notes),
-                "estimate": self.estimate, "method": self.method}
+        """JSON-ready values of every field (``records.to_json``)."""
+        out: dict[str, Any] = to_json(self)
+        return out
 
 
 def _busy(plan: Plan, window_s: float) -> dict[str, float]:
@@ -157,8 +145,6 @@ def plan_energy(plan: Plan, machine: Machine, *, file: str | None = None) -> Ene
     """The energy estimate of ``plan`` on ``machine`` (module docstring). ``machine`` must
     be the plan's (its fingerprint; ``InputError`` naming it otherwise, ``file``: the plan
     file for the message)."""
-    from placewise.plan import check_fingerprints
-
     check_fingerprints(plan, machine=machine, file=file)
     batch = max(1, int(plan.batch))
     makespan = float(plan.makespan_s)

@@ -40,6 +40,7 @@ from placewise.cost.model import Term
 from placewise.errors import InputError
 from placewise.plan import CrossingRecord, Plan, TaskRecord, TierRecord
 from placewise.plan_partitions import cut_pairs, plan_file_partitions
+from placewise.records import to_json
 from placewise.units import format_bytes, format_seconds
 
 __all__ = ["TERM_ORDER", "explain", "render_explain", "time_sources_text"]
@@ -208,7 +209,7 @@ def _memory(plan: Plan) -> dict[str, Any]:
         pools.append(rec)
     return {"feasible": mem.feasible, "tiers": tiers, "pools": pools,
             "violations": [v.model_dump(mode="json") for v in mem.violations],
-            "suggestions": [s.model_dump(mode="json", exclude_none=True)
+            "suggestions": [{k: v for k, v in to_json(s).items() if v is not None}
                             for s in mem.suggestions]}
 
 

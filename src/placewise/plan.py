@@ -84,6 +84,8 @@ from typing import Any, Protocol
 from placewise import __version__
 from placewise.cost.model import Cost, Representation, Term
 from placewise.errors import Infeasible, InputError, UnsupportedError
+from placewise.graph.ir import CONTROL_FLOW_KINDS
+from placewise.graph.summary import control_flow_note
 from placewise.plan_columns import gc_paused, make_record
 from placewise.plan_file import (  # the file, re-exported
     SCHEMA_VERSION,
@@ -106,7 +108,6 @@ from placewise.plan_records import (  # the records, re-exported
     Fingerprints,
     KeptRecord,
     LinkInfo,
-    LowerBoundRecord,
     MachineInfo,
     MemoryRecord,
     OccupantRecord,
@@ -116,11 +117,9 @@ from placewise.plan_records import (  # the records, re-exported
     PrecisionDecisionRecord,
     PrecisionRecord,
     RegionRecord,
-    ResourceRecord,
     ScheduleRecord,
     SearchRecord,
     SharedInfo,
-    SuggestionRecord,
     TaskRecord,
     TensorRecord,
     ThroughputRecord,
@@ -128,7 +127,7 @@ from placewise.plan_records import (  # the records, re-exported
     TierRecord,
     ViolationRecord,
 )
-from placewise.schedule.bounds import LowerBound, problem_lower_bound
+from placewise.schedule.bounds import problem_lower_bound
 from placewise.schedule.evaluate import Evaluation, Objective
 from placewise.schedule.memory import Category, MemoryReport, TierUsage
 from placewise.schedule.placement import (
@@ -152,7 +151,6 @@ __all__ = [
     "Fingerprints",
     "KeptRecord",
     "LinkInfo",
-    "LowerBoundRecord",
     "MachineInfo",
     "MemoryRecord",
     "OccupantRecord",
@@ -162,12 +160,10 @@ __all__ = [
     "PrecisionDecisionRecord",
     "PrecisionRecord",
     "RegionRecord",
-    "ResourceRecord",
     "ScheduleRecord",
     "SearchLike",
     "SearchRecord",
     "SharedInfo",
-    "SuggestionRecord",
     "TaskRecord",
     "TensorRecord",
     "ThroughputRecord",
@@ -338,12 +334,6 @@ def _request_json(problem: Problem, ev: Evaluation) -> dict[str, Any]:
             "latency_s": ev.latency_s}
 
 
-def _bound_json(b: LowerBound) -> dict[str, Any]:
-    return {"value_s": b.value_s, "critical_path_s": b.critical_path_s, "work_s": b.work_s,
-            "binding": b.binding, "per_resource_s": [list(x) for x in b.per_resource_s],
-            "critical_path": list(b.critical_path)}
-
-
 def _decimate(points: Sequence[tuple[float, int]], limit: int) -> list[tuple[float, int]]:
     """An upper envelope of a step function with at most ``limit`` points: consecutive
     points are grouped, each group keeps its first time and its highest level; the last
@@ -398,10 +388,7 @@ def _memory_json(mem: MemoryReport) -> dict[str, Any]:
         "violations": [{"devices": list(v.devices), "tier": v.tier, "time_s": v.time_s,
                         "need_bytes": v.need_bytes, "capacity_bytes": v.capacity_bytes,
                         "description": v.describe()} for v in mem.violations],
-        "suggestions": [{"kind": s.kind, "devices": list(s.devices), "tier": s.tier,
-                         "micro_batches": s.micro_batches, "possible": s.possible,
-                         "spill_tier": s.spill_tier, "spill_bytes": s.spill_bytes,
-                         "extra_s": s.extra_s, "note": s.note} for s in mem.suggestions],
+        "suggestions": mem.suggestions,
     }
 
 
@@ -657,7 +644,7 @@ def build_plan(problem: Problem, result: SearchLike | Evaluation, *, model_ref: 
     any_bound = None
     if any_placement_bound:
         try:
-            any_bound = _bound_json(problem_lower_bound(problem))
+            any_bound = problem_lower_bound(problem)
         except Infeasible:
             any_bound = None
     data: dict[str, Any] = {
@@ -687,11 +674,7 @@ def build_plan(problem: Problem, result: SearchLike | Evaluation, *, model_ref: 
         "graph_outputs": list(g.outputs),
         "schedule": {
             "tasks": tuple(_task_record(t) for t in s.tasks),
-            "resources": [{"name": r.name, "kind": r.kind.value, "lanes": r.lanes,
-                           "busy_s": r.busy_s, "work_s": r.work_s, "tasks": r.tasks,
-                           "device": r.device, "link": r.link,
-                           "bandwidth_bytes_per_s": r.bandwidth_bytes_per_s, "bytes": r.bytes}
-                          for r in s.resources],
+            "resources": s.resources,
             "critical_path": [t.name for t in s.critical_path()],
         },
         "makespan_s": s.makespan_s,
@@ -700,7 +683,7 @@ def build_plan(problem: Problem, result: SearchLike | Evaluation, *, model_ref: 
         "notes": list(s.notes),
         **_throughput_json(problem, ev),
         "lower_bound_s": ev.lower_bound_s,
-        "bounds": _bound_json(ev.bound),
+        "bounds": ev.bound,
         "any_placement_bound": any_bound,
         "memory": _memory_json(ev.memory),
         "crossings": _crossings(problem, ev),
@@ -716,9 +699,6 @@ def build_plan(problem: Problem, result: SearchLike | Evaluation, *, model_ref: 
 
 
 def _control_flow_notes(graph: Any) -> tuple[str, ...]:
-    from placewise.graph.ir import CONTROL_FLOW_KINDS
-    from placewise.graph.summary import control_flow_note
-
     return tuple(control_flow_note(op) for op in graph.ops if op.kind in CONTROL_FLOW_KINDS)
 
 

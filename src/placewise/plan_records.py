@@ -1,21 +1,24 @@
 """The plan file's records: every part of a ``Plan`` as a typed, frozen pydantic model
 (``placewise.plan`` builds, writes and reads them; see its docstring for what each holds).
+The scheduler's own records are held as they are (``ResourceUse``, ``LowerBound``,
+``Suggestion``: frozen dataclasses marked by ``records.dataclass_record``), never mirrored.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import Field
 
 from placewise.cost.model import Bottleneck, Source, Term
 from placewise.graph.ir import OpKind, Role
+from placewise.records import Record
+from placewise.schedule.bounds import LowerBound
 from placewise.schedule.evaluate import Objective
-from placewise.schedule.placement import (
-    Assignment,
-    Placement,
-)
-from placewise.schedule.simulate import ResourceKind, TaskKind
+from placewise.schedule.memory import Suggestion
+from placewise.schedule.placement import Assignment, Placement
+from placewise.schedule.resources import ResourceUse
+from placewise.schedule.timeline import TaskKind
 from placewise.units import DType, Layout
 
 __all__ = [
@@ -28,7 +31,6 @@ __all__ = [
     "Fingerprints",
     "KeptRecord",
     "LinkInfo",
-    "LowerBoundRecord",
     "MachineInfo",
     "MemoryRecord",
     "OccupantRecord",
@@ -39,13 +41,11 @@ __all__ = [
     "PrecisionRecord",
     "RegionRecord",
     "RequestRecord",
-    "ResourceRecord",
     "ScheduleRecord",
     "SearchRecord",
     "SharedInfo",
     "SourceFileRecord",
     "SourcesRecord",
-    "SuggestionRecord",
     "TaskRecord",
     "TensorRecord",
     "ThroughputRecord",
@@ -56,11 +56,7 @@ __all__ = [
 
 
 # ---- the records ---------------------------------------------------------------------------
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-class Fingerprints(_Record):
+class Fingerprints(Record):
     """What the plan was made for: ``Graph.fingerprint()``, ``Machine.fingerprint()`` and
     ``CostModel.fingerprint()`` (the calibration, or ``roofline/v1``)."""
 
@@ -69,7 +65,7 @@ class Fingerprints(_Record):
     calibration: str
 
 
-class SourceFileRecord(_Record):
+class SourceFileRecord(Record):
     """A file a plan was made from: its absolute ``path`` when planned, the path as the
     command line ``given`` it, and the ``fingerprint`` of what it held
     (``Machine.fingerprint()`` of a machine spec, ``Calibration.fingerprint()`` of a
@@ -81,7 +77,7 @@ class SourceFileRecord(_Record):
     fingerprint: str
 
 
-class SourcesRecord(_Record):
+class SourcesRecord(Record):
     """Where the plan's machine spec (a YAML file; presets and ``local`` are named by
     ``machine.name`` and not recorded) and its calibration came from (None: not a file)."""
 
@@ -89,14 +85,14 @@ class SourcesRecord(_Record):
     calibration: SourceFileRecord | None = None
 
 
-class TierInfo(_Record):
+class TierInfo(Record):
     name: str
     capacity_bytes: int
     bandwidth_bytes_per_s: float
     shared_with: str | None = None
 
 
-class DeviceInfo(_Record):
+class DeviceInfo(Record):
     name: str
     kind: str
     model: str = ""
@@ -105,7 +101,7 @@ class DeviceInfo(_Record):
     tiers: tuple[TierInfo, ...]
 
 
-class LinkInfo(_Record):
+class LinkInfo(Record):
     name: str
     endpoints: tuple[str, str]
     bandwidth_bytes_per_s: float
@@ -114,13 +110,13 @@ class LinkInfo(_Record):
     resource: str
 
 
-class SharedInfo(_Record):
+class SharedInfo(Record):
     name: str
     kind: str
     bandwidth_bytes_per_s: float
 
 
-class MachineInfo(_Record):
+class MachineInfo(Record):
     """A summary of the machine (the fingerprint identifies it; this is for reading)."""
 
     name: str
@@ -129,7 +125,7 @@ class MachineInfo(_Record):
     shared_resources: tuple[SharedInfo, ...] = ()
 
 
-class AlternativeRecord(_Record):
+class AlternativeRecord(Record):
     """The cheapest way to run a vertex on one device: its dtype and uncontended cost,
     or why it cannot run there (``reason``)."""
 
@@ -141,7 +137,7 @@ class AlternativeRecord(_Record):
     reason: str | None = None
 
 
-class RegionRecord(_Record):
+class RegionRecord(Record):
     """A vertex: its ops (topological order), fusion pattern (``single`` for one op),
     the tensors it reads from other vertices or graph inputs, the weights it reads, the
     tensors it produces for others and those that never leave it; per device, the cheapest
@@ -157,7 +153,7 @@ class RegionRecord(_Record):
     alternatives: tuple[AlternativeRecord, ...] = ()
 
 
-class OpRecord(_Record):
+class OpRecord(Record):
     """An op: the vertex that holds it, its kind, and where it came from."""
 
     vertex: str
@@ -165,7 +161,7 @@ class OpRecord(_Record):
     where: str = ""
 
 
-class TensorRecord(_Record):
+class TensorRecord(Record):
     shape: tuple[int, ...]
     dtype: DType
     layout: Layout = Layout.ROW_MAJOR
@@ -173,7 +169,7 @@ class TensorRecord(_Record):
     nbytes: int
 
 
-class TaskRecord(_Record):
+class TaskRecord(Record):
     """One scheduled task (see ``placewise.schedule.simulate.Task``).
 
     ``terms_s``: the predicted terms, contention included (``sum == end_s - start_s``);
@@ -204,7 +200,7 @@ class TaskRecord(_Record):
     high_s: float
     source: Source
     bottleneck: Bottleneck
-    assumptions: dict[str, float | str] = {}
+    assumptions: dict[str, float | str] = Field(default={})
     memory_bytes: int = 0
     buffer_bytes: int = 0
     cores: tuple[int, ...] | None = None
@@ -217,45 +213,15 @@ class TaskRecord(_Record):
         return self.terms_s.get(term, 0.0)
 
 
-class ResourceRecord(_Record):
-    """A resource the schedule used (see ``placewise.schedule.simulate.ResourceUse``)."""
-
-    name: str
-    kind: ResourceKind
-    lanes: int
-    busy_s: float
-    work_s: float
-    tasks: int
-    device: str | None = None
-    link: str | None = None
-    bandwidth_bytes_per_s: float = 0.0
-    bytes: int = 0
-
-    @property
-    def exclusive(self) -> bool:
-        return self.kind is not ResourceKind.SHARED
-
-
-class ScheduleRecord(_Record):
+class ScheduleRecord(Record):
     """Tasks sorted by start time; ``critical_path``: task names from first to last."""
 
     tasks: tuple[TaskRecord, ...]
-    resources: tuple[ResourceRecord, ...]
+    resources: tuple[ResourceUse, ...]
     critical_path: tuple[str, ...]
 
 
-class LowerBoundRecord(_Record):
-    """A lower bound and its parts (``placewise.schedule.bounds.LowerBound``)."""
-
-    value_s: float
-    critical_path_s: float
-    work_s: float
-    binding: str
-    per_resource_s: tuple[tuple[str, float], ...]
-    critical_path: tuple[str, ...]
-
-
-class ThroughputRecord(_Record):
+class ThroughputRecord(Record):
     """Steady-state pipelined rate: ``requests_per_s`` is None when unbounded (no work)."""
 
     requests_per_s: float | None = None
@@ -264,7 +230,7 @@ class ThroughputRecord(_Record):
     occupancy_s: tuple[tuple[str, float], ...]
 
 
-class RequestRecord(_Record):
+class RequestRecord(Record):
     """A request's hand-off between the client and the workers, outside the schedule: the
     client writes the graph's inputs to ``device`` (the host) and reads its outputs back
     there. ``latency_s`` (interval ``low_s``..``high_s``) adds to the makespan; ``busy_s`` is
@@ -275,12 +241,12 @@ class RequestRecord(_Record):
     low_s: float
     high_s: float
     busy_s: float = 0.0
-    terms_s: dict[Term, float] = {}
+    terms_s: dict[Term, float] = Field(default={})
     source: Source
-    assumptions: dict[str, float | str] = {}
+    assumptions: dict[str, float | str] = Field(default={})
 
 
-class Breakdown(_Record):
+class Breakdown(Record):
     weights: int = 0
     activations: int = 0
     scratch: int = 0
@@ -293,14 +259,14 @@ class Breakdown(_Record):
                 + self.conversion_buffers)
 
 
-class OccupantRecord(_Record):
+class OccupantRecord(Record):
     label: str
     category: str
     device: str
     nbytes: int
 
 
-class TierRecord(_Record):
+class TierRecord(Record):
     """One device's tier. ``timeline``: (time_s, bytes from then on), decimated to an upper
     envelope of at most ``MAX_TIMELINE_POINTS`` points (``timeline_points``: how many the
     full timeline had); ``checked``: whether this usage decides feasibility (False for a
@@ -332,7 +298,7 @@ class PoolRecord(TierRecord):
     members: tuple[tuple[str, str], ...]
 
 
-class ViolationRecord(_Record):
+class ViolationRecord(Record):
     devices: tuple[str, ...]
     tier: str
     time_s: float
@@ -341,29 +307,17 @@ class ViolationRecord(_Record):
     description: str
 
 
-class SuggestionRecord(_Record):
-    kind: str
-    devices: tuple[str, ...]
-    tier: str
-    micro_batches: int = 0
-    possible: bool = True
-    spill_tier: str | None = None
-    spill_bytes: int = 0
-    extra_s: float = 0.0
-    note: str = ""
-
-
-class MemoryRecord(_Record):
+class MemoryRecord(Record):
     """``devices``: device -> tier -> usage; ``feasible`` iff every checked usage fits."""
 
     feasible: bool
     devices: dict[str, dict[str, TierRecord]]
     pools: tuple[PoolRecord, ...] = ()
     violations: tuple[ViolationRecord, ...] = ()
-    suggestions: tuple[SuggestionRecord, ...] = ()
+    suggestions: tuple[Suggestion, ...] = ()
 
 
-class KeptRecord(_Record):
+class KeptRecord(Record):
     """What keeping a crossing on one device would have cost: ``vertex`` (the consumer, or
     the producer of a graph output) run on ``device`` in ``dtype`` costs ``cost_s`` instead
     of its own ``own_cost_s`` (``delta_s = cost_s - own_cost_s``, uncontended). ``reason``
@@ -378,7 +332,7 @@ class KeptRecord(_Record):
     reason: str | None = None
 
 
-class CrossingRecord(_Record):
+class CrossingRecord(Record):
     """A tensor going from its producer (``src_vertex``; None for a graph input, on the
     host) to a consumer (``dst_vertex``; None for a graph output delivered to the host) on
     another device or in another representation. ``tasks``: the transfer and conversion
@@ -412,7 +366,7 @@ class CrossingRecord(_Record):
                 f"{self.dst_vertex or 'output'}")
 
 
-class CutRecord(_Record):
+class CutRecord(Record):
     """A cut between two partitions on different devices (``src`` feeds ``dst``; names as
     ``placewise.schedule.partitions.partitions_of`` gives them): the plan's objective value
     with ``dst``'s vertices moved onto ``src``'s device instead (each in its own dtype if
@@ -427,7 +381,7 @@ class CutRecord(_Record):
     reason: str | None = None
 
 
-class CandidateRecord(_Record):
+class CandidateRecord(Record):
     """A placement the search tried, or a baseline: its label, objective value in seconds
     (makespan for latency, pipeline period for throughput; None when it does not fit or
     is unbounded), memory verdict, and when known its makespan, period and throughput."""
@@ -441,7 +395,7 @@ class CandidateRecord(_Record):
     note: str = ""
 
 
-class SearchRecord(_Record):
+class SearchRecord(Record):
     """What the search did (``placewise.search.result.SearchResult``), never its wall-clock
     time (see the module docstring): the strategy and the step it ``chose``; how many
     candidates the scheduler evaluated and how many cheaper ``estimates`` were made; the
@@ -454,8 +408,8 @@ class SearchRecord(_Record):
     chosen: str | None = None
     candidates_evaluated: int | None = None
     estimates: int | None = None
-    pruned: dict[str, int] = {}
-    pruned_examples: dict[str, tuple[str, ...]] = {}
+    pruned: dict[str, int] = Field(default={})
+    pruned_examples: dict[str, tuple[str, ...]] = Field(default={})
     alternatives: tuple[CandidateRecord, ...] = ()
     baselines: tuple[CandidateRecord, ...] = ()
     lower_bound_s: float | None = None
@@ -466,7 +420,7 @@ class SearchRecord(_Record):
     notes: tuple[str, ...] = ()
 
 
-class PrecisionDecisionRecord(_Record):
+class PrecisionDecisionRecord(Record):
     """One row of the precision sensitivity table (``placewise.precision.policy.Decision``)."""
 
     vertex: str
@@ -474,7 +428,7 @@ class PrecisionDecisionRecord(_Record):
     natural: DType
     ops: tuple[str, ...] = ()
     gain_s: float | None = None
-    quality: dict[str, float] = {}
+    quality: dict[str, float] = Field(default={})
     error: float | None = None
     admitted: bool = False
     chosen: bool = False
@@ -482,7 +436,7 @@ class PrecisionDecisionRecord(_Record):
     reason: str = ""
 
 
-class PrecisionRecord(_Record):
+class PrecisionRecord(Record):
     """The precision policy of a plan and its quality evidence: the ``policy``, the
     ``budget`` (metric, value, whether it is the default), the ``inputs`` the evidence ran
     on, the emulation ``schemes``, the sensitivity table (``decisions``: every vertex a
@@ -499,10 +453,10 @@ class PrecisionRecord(_Record):
     budget_limit: float
     inputs: str = ""
     input_requests: int = 0
-    schemes: dict[str, str] = {}
+    schemes: dict[str, str] = Field(default={})
     decisions: tuple[PrecisionDecisionRecord, ...] = ()
-    lowered: dict[str, str] = {}
-    estimated: dict[str, float] = {}
+    lowered: dict[str, str] = Field(default={})
+    estimated: dict[str, float] = Field(default={})
     estimated_error: float = 0.0
     combined_estimate: float = 0.0
     rechecks: int = 0
@@ -510,7 +464,7 @@ class PrecisionRecord(_Record):
     notes: tuple[str, ...] = ()
 
 
-class Plan(_Record):
+class Plan(Record):
     """A plan file's content; see the module docstring. Build with ``build_plan``, write
     with ``save_plan``, read with ``load_plan``."""
 
@@ -543,8 +497,8 @@ class Plan(_Record):
     bottleneck_resource: str
     throughput: ThroughputRecord
     lower_bound_s: float
-    bounds: LowerBoundRecord
-    any_placement_bound: LowerBoundRecord | None = None
+    bounds: LowerBound
+    any_placement_bound: LowerBound | None = None
     memory: MemoryRecord
     crossings: tuple[CrossingRecord, ...] = ()
     cuts: tuple[CutRecord, ...] = ()

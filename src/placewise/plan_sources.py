@@ -28,7 +28,12 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from placewise.cost.calibration import load_calibration
 from placewise.errors import InputError, PlacewiseError
+from placewise.hardware.power import split_ref
+from placewise.hardware.probe import load_local
+from placewise.hardware.spec import list_presets, load_machine
+from placewise.plan import check_fingerprints
 
 if TYPE_CHECKING:
     from placewise.hardware.spec import Machine
@@ -44,9 +49,6 @@ def is_spec_file(hw: str) -> bool:
     >>> is_spec_file("jetson-agx-orin@30W"), is_spec_file("local"), is_spec_file("m.yaml")
     (False, False, True)
     """
-    from placewise.hardware.power import split_ref
-    from placewise.hardware.spec import list_presets
-
     ref = str(hw)
     if ref == "local" or ref in list_presets():
         return False
@@ -55,8 +57,6 @@ def is_spec_file(hw: str) -> bool:
 
 def _absolute(ref: str) -> str:
     """``ref`` made absolute (a ``FILE@MODE`` reference keeps its mode)."""
-    from placewise.hardware.power import split_ref
-
     if Path(ref).exists():
         return os.path.abspath(ref)
     base, mode = split_ref(ref)
@@ -82,8 +82,6 @@ def sources_json(hw: str | None, machine: Machine | None,
 
 
 def _there(path: str) -> bool:
-    from placewise.hardware.power import split_ref
-
     return Path(path).is_file() or (not Path(path).exists()
                                     and Path(split_ref(path)[0]).is_file())
 
@@ -113,10 +111,6 @@ def plan_machine(plan: Plan, machine: Machine | None = None, *,
                  file: str | None = None) -> Machine:
     """The plan's machine (``machine`` when given), its fingerprint checked (module
     docstring). ``file``: the plan file, for messages."""
-    from placewise.hardware.power import split_ref
-    from placewise.hardware.spec import list_presets, load_machine
-    from placewise.plan import check_fingerprints
-
     if machine is None:
         name = plan.machine.name
         rec = plan.sources.machine if plan.sources is not None else None
@@ -135,8 +129,6 @@ def plan_machine(plan: Plan, machine: Machine | None = None, *,
         elif split_ref(name)[0] in list_presets():  # a preset, or a preset in a power mode
             machine = load_machine(name)
         elif name == "local":
-            from placewise.hardware.probe import load_local
-
             machine = load_local()
         else:
             raise InputError(f"the plan was made for machine {name!r}, which is neither a "
@@ -163,8 +155,6 @@ def plan_calibration(plan: Plan, given: str | os.PathLike[str] | None = None, *,
     place = "sources.calibration"
     if not Path(rec.path).is_file():
         raise _moved(rec, "calibration", "--calibration", file, place)
-    from placewise.cost.calibration import load_calibration
-
     try:
         found = load_calibration(rec.path).fingerprint()
     except PlacewiseError as exc:

@@ -20,11 +20,13 @@ record writes its own ``to_json`` by hand and none can drift from its fields.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, TypeAdapter
+from pydantic import BaseModel, ConfigDict, TypeAdapter, with_config
 
-__all__ = ["Record", "to_json"]
+__all__ = ["Record", "dataclass_record", "to_json"]
+
+_T = TypeVar("_T", bound=type)
 
 
 class Record(BaseModel):
@@ -35,6 +37,14 @@ class Record(BaseModel):
     def to_json(self) -> dict[str, Any]:
         """The record as JSON-ready Python values (``model_dump(mode="json")``)."""
         return self.model_dump(mode="json")
+
+
+def dataclass_record(cls: _T) -> _T:
+    """Mark a frozen dataclass as a record that a ``Record`` may hold (the plan file holds
+    the scheduler's): read back as strictly as a ``Record`` (no extra keys, no inf/nan) and
+    re-validated when a ``Record`` is built with an instance."""
+    config = ConfigDict(extra="forbid", allow_inf_nan=False, revalidate_instances="always")
+    return with_config(config)(cls)
 
 
 _ADAPTERS: dict[type, TypeAdapter[Any]] = {}

@@ -68,9 +68,21 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from placewise.errors import InputError
+from pydantic import Field
+
+from placewise.cost.model import Term
+from placewise.errors import InputError, PlacewiseError
+from placewise.export import plan_fingerprint
+from placewise.graph.count import count_graph, count_op
+from placewise.graph.load import load_model
+from placewise.io import MAX_JSON_BYTES, load_json
+from placewise.plan import check_fingerprints
+from placewise.plan_sources import plan_machine as _plan_machine
+from placewise.records import to_json
+from placewise.schedule.simulate import TaskKind
+from placewise.units import DType
 
 if TYPE_CHECKING:
     from placewise.graph.ir import Graph
@@ -122,11 +134,6 @@ class DevicePeak:
     peak_flops_per_s: float
     flops: float
 
-    def to_json(self) -> dict[str, Any]:
-        return {"device": self.device, "dtype": self.dtype,
-                "peak_flops_per_s": self.peak_flops_per_s, "flops": self.flops}
-
-
 @dataclass(frozen=True, slots=True)
 class VertexUse:
     """One vertex (compute task): its layer type, FLOPs, predicted duration, the peak of
@@ -162,19 +169,12 @@ class LayerTypeRow:
     memory_bound_fraction: float | None
     bottleneck_s: Mapping[str, float] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"layer_type": self.layer_type, "ops": self.ops, "vertices": self.vertices,
-                "flops": self.flops, "time_s": self.time_s,
-                "capacity_flops": self.capacity_flops, "mfu": self.mfu,
-                "memory_bound_s": self.memory_bound_s,
-                "memory_bound_fraction": self.memory_bound_fraction,
-                "bottleneck_s": dict(self.bottleneck_s)}
-
 
 @dataclass(frozen=True, slots=True)
 class MeasuredUtilization:
     """The same figures from a validation report (see the module docstring).
-    ``vertex_s``: measured seconds per vertex where known; ``source``: how they were got."""
+    ``vertex_s``: measured seconds per vertex where known (``vertices_measured`` of them);
+    ``source``: how they were got."""
 
     flops: float
     time_s: float
@@ -185,19 +185,10 @@ class MeasuredUtilization:
     busy_s: float
     memory_bound_fraction: float | None
     by_layer_type: tuple[LayerTypeRow, ...]
-    vertex_s: Mapping[str, float]
+    vertex_s: Annotated[Mapping[str, float], Field(exclude=True)]
+    vertices_measured: int
     source: str
     per_node: bool
-
-    def to_json(self) -> dict[str, Any]:
-        return {"flops": self.flops, "time_s": self.time_s, "period_s": self.period_s,
-                "peak_flops_per_s": self.peak_flops_per_s, "mfu": self.mfu,
-                "mfu_throughput": self.mfu_throughput, "busy_s": self.busy_s,
-                "memory_bound_fraction": self.memory_bound_fraction,
-                "by_layer_type": [r.to_json() for r in self.by_layer_type],
-                "vertices_measured": len(self.vertex_s), "source": self.source,
-                "per_node": self.per_node}
-
 
 @dataclass(frozen=True, slots=True)
 class Utilization:
@@ -221,24 +212,15 @@ class Utilization:
     memory_term_fraction: float
     bottleneck_s: Mapping[str, float]
     by_layer_type: tuple[LayerTypeRow, ...]
-    vertices: tuple[VertexUse, ...] = field(repr=False)
+    vertices: Annotated[tuple[VertexUse, ...], Field(exclude=True)] = field(repr=False)
     measured: MeasuredUtilization | None = None
     exact: bool = True
     convention: Mapping[str, str] = field(default_factory=lambda: dict(CONVENTION))
 
     def to_json(self) -> dict[str, Any]:
-        return {"model": self.model, "batch": self.batch, "flops": self.flops,
-                "uncounted": list(self.uncounted), "time_s": self.time_s,
-                "period_s": self.period_s, "peak_flops_per_s": self.peak_flops_per_s,
-                "peaks": [p.to_json() for p in self.peaks], "mfu": self.mfu,
-                "mfu_throughput": self.mfu_throughput, "busy_s": self.busy_s,
-                "movement_s": self.movement_s, "memory_bound_s": self.memory_bound_s,
-                "memory_bound_fraction": self.memory_bound_fraction,
-                "memory_term_fraction": self.memory_term_fraction,
-                "bottleneck_s": dict(self.bottleneck_s),
-                "by_layer_type": [r.to_json() for r in self.by_layer_type],
-                "measured": None if self.measured is None else self.measured.to_json(),
-                "exact": self.exact, "convention": dict(self.convention)}
+        """JSON-ready values of every field but ``vertices`` (``records.to_json``)."""
+        out: dict[str, Any] = to_json(self)
+        return out
 
 
 # ---- the plan's graph and machine ----------------------------------------------------------
@@ -246,10 +228,6 @@ def plan_graph(plan: Plan, *, file: str | None = None) -> Graph:
     """The plan's model graph as it was planned: ``plan.model`` loaded at the plan's batch,
     else as it stands, else with the plan's input shapes; the first whose fingerprint is the
     plan's (``InputError`` naming the fingerprint when none is)."""
-    from placewise.errors import PlacewiseError
-    from placewise.graph.load import load_model
-    from placewise.plan import check_fingerprints
-
     shapes = {n: tuple(plan.tensors[n].shape) for n in plan.graph_inputs if n in plan.tensors}
     attempts: list[dict[str, Any]] = [{"batch": int(plan.batch)}, {}]
     if shapes:
@@ -278,8 +256,6 @@ def plan_machine(plan: Plan, *, file: str | None = None) -> Machine:
     """The plan's machine: its preset, this machine for a ``local`` plan (probed once and
     cached), or the spec file it recorded, fingerprint checked
     (``placewise.plan_sources.plan_machine``)."""
-    from placewise.plan_sources import plan_machine as _plan_machine
-
     return _plan_machine(plan, file=file)
 
 
@@ -296,11 +272,6 @@ def _layer_type(ops: Sequence[Any], counts: Mapping[str, Any]) -> str:
 
 def vertex_uses(plan: Plan, graph: Graph, machine: Machine) -> list[VertexUse]:
     """Every compute task of the plan as a ``VertexUse``, in schedule order."""
-    from placewise.cost.model import Term
-    from placewise.graph.count import count_op
-    from placewise.schedule.simulate import TaskKind
-    from placewise.units import DType
-
     out: list[VertexUse] = []
     for t in plan.schedule.tasks:
         if t.kind is not TaskKind.COMPUTE or t.vertex is None:
@@ -320,7 +291,6 @@ def vertex_uses(plan: Plan, graph: Graph, machine: Machine) -> list[VertexUse]:
 
 
 def _device_peaks(plan: Plan, uses: Sequence[VertexUse], machine: Machine) -> list[DevicePeak]:
-    from placewise.units import DType
 
     out = []
     for dev in plan.devices_used():
@@ -391,10 +361,6 @@ def plan_utilization(plan: Plan, *, validation: Mapping[str, Any] | None = None,
     ``plan_machine``; given ones are fingerprint-checked). A validation of another plan is
     an ``InputError`` naming ``validation_file``.
     """
-    from placewise.graph.count import count_graph
-    from placewise.plan import check_fingerprints
-    from placewise.schedule.simulate import TaskKind
-
     if graph is None:
         graph = plan_graph(plan)
     else:
@@ -427,8 +393,6 @@ def plan_utilization(plan: Plan, *, validation: Mapping[str, Any] | None = None,
 def load_validation(path: str | os.PathLike[str]) -> dict[str, Any]:
     """A validation report file (``placewise validate PLAN --json > V.json``), parsed and
     shape-checked; anything else is an ``InputError`` naming the file."""
-    from placewise.io import MAX_JSON_BYTES, load_json
-
     file = os.fspath(path)
     data = load_json(file, what="validation report", limit_bytes=MAX_JSON_BYTES)
     _shape_check(data, file)
@@ -474,8 +438,6 @@ def check_validation(plan: Plan, validation: Mapping[str, Any], *,
                      file: str | None = None) -> None:
     """Refuse (``InputError`` naming ``file``) a validation report that is malformed or was
     made for another plan: its ``plan.fingerprint`` must be ``export.plan_fingerprint(plan)``."""
-    from placewise.export import plan_fingerprint
-
     _shape_check(validation, file)
     got = validation["plan"].get("fingerprint")
     if not isinstance(got, str) or not got:
@@ -541,4 +503,4 @@ def _measured(plan: Plan, validation: Mapping[str, Any], uses: Sequence[VertexUs
     return MeasuredUtilization(
         flops, lat, period, peak, _ratio(flops, lat * peak) or 0.0,
         _ratio(flops, period * peak) if period is not None else None, busy, mem,
-        _rows(uses, times), times, source, per_node)
+        _rows(uses, times), times, len(times), source, per_node)

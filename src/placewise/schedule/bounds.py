@@ -50,12 +50,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from placewise.errors import Infeasible
+from placewise.records import dataclass_record
 from placewise.schedule.placement import Problem, feasible_assignments, pruned_assignments
 from placewise.schedule.simulate import Schedule, core_name
 
 __all__ = ["LowerBound", "problem_lower_bound", "schedule_lower_bound"]
 
 
+@dataclass_record
 @dataclass(frozen=True, slots=True)
 class LowerBound:
     """``value_s = max(critical_path_s, work_s)``; ``binding`` names what sets it

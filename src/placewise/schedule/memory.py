@@ -60,6 +60,7 @@ import numpy as np
 
 from placewise.cost.model import Representation
 from placewise.errors import InputError, MemoryInfeasible
+from placewise.records import dataclass_record
 from placewise.schedule.placement import Problem, held_rep
 from placewise.schedule.simulate import Schedule, TaskKind
 from placewise.units import format_bytes, format_seconds
@@ -180,6 +181,7 @@ class Violation:
                 + (f"; largest: {top}" if top else ""))
 
 
+@dataclass_record
 @dataclass(frozen=True, slots=True)
 class Suggestion:
     """A way an overflowing tier could fit, as data.

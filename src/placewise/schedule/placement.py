@@ -243,6 +243,79 @@ def _twins(cost_model: Any, devices: Sequence[str]) -> dict[str, str]:
     return twins
 
 
+def _groups(g: Graph, partition: PartitionLike | None) -> list[tuple[str, tuple[Op, ...]]]:
+    """The vertices' (name, ops) in a stable topological order, each vertex's ops in graph
+    order: one per op without ``partition``, else its regions (checked: disjoint, not
+    empty, covering every op)."""
+    groups: list[tuple[str, tuple[Op, ...]]]
+    if partition is None:
+        groups = [(op.name, (op,)) for op in g.ops]
+    else:
+        groups = []
+        seen: dict[str, str] = {}
+        for r in partition.regions:
+            rops: list[Op] = []
+            for name in r.ops:
+                if name in seen:
+                    raise GraphError(f"op {name!r} is in both regions {seen[name]!r} and "
+                                     f"{r.name!r}", place=f"region {r.name!r}")
+                seen[name] = r.name
+                rops.append(g.op(name))
+            if not rops:
+                raise GraphError("empty region", place=f"region {r.name!r}")
+            groups.append((r.name, tuple(rops)))
+        missing = [op.name for op in g.ops if op.name not in seen]
+        if missing:
+            raise GraphError(f"the partition does not cover op {missing[0]!r} "
+                             f"({len(missing)} ops uncovered)", place=f"op {missing[0]!r}")
+    # order ops inside a group topologically, then the groups (Kahn, stable)
+    pos = {op.name: i for i, op in enumerate(g.ops)}
+    groups = [(n, tuple(sorted(ops, key=lambda o: pos[o.name]))) for n, ops in groups]
+    group_of: dict[str, int] = {}
+    for gi, (_, ops) in enumerate(groups):
+        for op in ops:
+            group_of[op.name] = gi
+    gpreds: list[set[int]] = [set() for _ in groups]
+    for gi, (_, ops) in enumerate(groups):
+        for op in ops:
+            for t in op.inputs:
+                prod = g.producer(t) if t else None
+                if prod is not None and group_of[prod.name] != gi:
+                    gpreds[gi].add(group_of[prod.name])
+    order = _kahn([pos[ops[0].name] for _, ops in groups], gpreds, [n for n, _ in groups])
+    return [groups[gi] for gi in order]
+
+
+def _vertex(g: Graph, vi: int, name: str, ops: tuple[Op, ...], outputs: set[str]) -> Vertex:
+    """Vertex ``vi`` holding ``ops``: the tensors it reads from outside (weights apart),
+    those it produces for others (or as graph ``outputs``) and those that never leave it."""
+    opset = {o.name for o in ops}
+    produced: dict[str, None] = {}
+    for op in ops:
+        for t in op.outputs:
+            produced[t] = None
+    ins: dict[str, None] = {}
+    params: dict[str, None] = {}
+    for op in ops:
+        for t in op.inputs:
+            if not t or t in produced:
+                continue
+            if g.tensor(t).role is Role.PARAM:
+                params[t] = None
+            else:
+                ins[t] = None
+    outs: list[str] = []
+    internal: list[str] = []
+    for t in produced:
+        cons = g.consumers(t)
+        if t in outputs or not cons or any(c.name not in opset for c in cons):
+            outs.append(t)
+        else:
+            internal.append(t)
+    return Vertex(vi, name, ops, tuple(ins), tuple(params), tuple(outs), tuple(internal),
+                  sum(o.scratch_bytes for o in ops), frozenset(o.kind for o in ops))
+
+
 class Problem:
     """The inputs of an evaluation, with the region DAG precomputed and costs memoized.
 
@@ -407,76 +480,15 @@ class Problem:
     # ---- construction ----------------------------------------------------------------
     def _build(self, partition: PartitionLike | None) -> None:
         g = self.graph
-        groups: list[tuple[str, tuple[Op, ...]]]
-        if partition is None:
-            groups = [(op.name, (op,)) for op in g.ops]
-        else:
-            groups = []
-            seen: dict[str, str] = {}
-            for r in partition.regions:
-                rops: list[Op] = []
-                for name in r.ops:
-                    if name in seen:
-                        raise GraphError(f"op {name!r} is in both regions {seen[name]!r} and "
-                                         f"{r.name!r}", place=f"region {r.name!r}")
-                    seen[name] = r.name
-                    rops.append(g.op(name))
-                if not rops:
-                    raise GraphError("empty region", place=f"region {r.name!r}")
-                groups.append((r.name, tuple(rops)))
-            missing = [op.name for op in g.ops if op.name not in seen]
-            if missing:
-                raise GraphError(f"the partition does not cover op {missing[0]!r} "
-                                 f"({len(missing)} ops uncovered)", place=f"op {missing[0]!r}")
-        # order ops inside a group topologically, then the groups (Kahn, stable)
-        pos = {op.name: i for i, op in enumerate(g.ops)}
-        groups = [(n, tuple(sorted(ops, key=lambda o: pos[o.name]))) for n, ops in groups]
-        group_of: dict[str, int] = {}
-        for gi, (_, ops) in enumerate(groups):
-            for op in ops:
-                group_of[op.name] = gi
-        gpreds: list[set[int]] = [set() for _ in groups]
-        for gi, (_, ops) in enumerate(groups):
-            for op in ops:
-                for t in op.inputs:
-                    prod = g.producer(t) if t else None
-                    if prod is not None and group_of[prod.name] != gi:
-                        gpreds[gi].add(group_of[prod.name])
-        order = _kahn([pos[ops[0].name] for _, ops in groups], gpreds, [n for n, _ in groups])
+        groups = _groups(g, partition)
         names_seen: set[str] = set()
         outputs = set(g.outputs)
         vertices: list[Vertex] = []
-        for vi, gi in enumerate(order):
-            name, ops = groups[gi]
+        for vi, (name, ops) in enumerate(groups):
             if name in names_seen:
                 raise GraphError("vertex name used twice", place=f"region {name!r}")
             names_seen.add(name)
-            opset = {o.name for o in ops}
-            produced: dict[str, None] = {}
-            for op in ops:
-                for t in op.outputs:
-                    produced[t] = None
-            ins: dict[str, None] = {}
-            params: dict[str, None] = {}
-            for op in ops:
-                for t in op.inputs:
-                    if not t or t in produced:
-                        continue
-                    if g.tensor(t).role is Role.PARAM:
-                        params[t] = None
-                    else:
-                        ins[t] = None
-            outs: list[str] = []
-            internal: list[str] = []
-            for t in produced:
-                cons = g.consumers(t)
-                if t in outputs or not cons or any(c.name not in opset for c in cons):
-                    outs.append(t)
-                else:
-                    internal.append(t)
-            vertices.append(Vertex(vi, name, ops, tuple(ins), tuple(params), tuple(outs),
-                                   tuple(internal), sum(o.scratch_bytes for o in ops),
-                                   frozenset(o.kind for o in ops)))
+            vertices.append(_vertex(g, vi, name, ops, outputs))
         self.vertices = tuple(vertices)
         self.vertex_index = {v.name: v.index for v in vertices}
         self.vertex_of_op = {op.name: v.index for v in vertices for op in v.ops}

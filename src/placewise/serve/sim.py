@@ -251,204 +251,229 @@ def simulate(workload: Workload | ClosedLoop | np.ndarray, service_s: ServiceFn,
         raise InputError(f"the padded batch must be >= 1, got {pad_to}", place="pad_to")
     if not isinstance(workload, Workload | ClosedLoop):
         workload = Workload(np.asarray(workload, dtype=float))
-    closed = workload if isinstance(workload, ClosedLoop) else None
-    n_classes = len(priorities)
     reps = [_Replica(RequestQueue(batcher, admission, priorities)) for _ in range(replicas)]
+    sim = _Service(workload, service_s, reps, len(priorities), router, pad_to, deterministic)
+    sim.in_service_max = in_flight if in_flight is not None else max(
+        1, len(sim.price(1, 0).offsets_s))
+    sim.run()
+    return sim.result()
 
-    # -- arrivals: a list grown as closed-loop clients send; open loop: given up front --
-    times: list[float]
-    classes: list[int]
-    shapes: list[int] | None = None
-    if closed is None:
-        assert isinstance(workload, Workload)
-        times = np.asarray(workload.times_s, dtype=float).tolist()
-        classes = (np.zeros(len(times), dtype=np.int64) if workload.classes is None
-                   else np.asarray(workload.classes, dtype=np.int64)).tolist()
-        if workload.shapes is not None:
-            shapes = np.asarray(workload.shapes, dtype=np.int64).tolist()
-        limit_n = len(times)
-        horizon = math.inf
-    else:
-        times, classes = [], []
-        limit_n = closed.requests if closed.requests is not None else 2**62
-        horizon = closed.duration_s if closed.duration_s is not None else math.inf
-    if classes and (min(classes) < 0 or max(classes) >= n_classes):
-        bad = min(classes) if min(classes) < 0 else max(classes)
-        raise InputError(f"a request names class {bad}, but {n_classes} classes are "
-                         f"given", place="classes")
-    rng = np.random.default_rng(closed.seed if closed else 0)
-    shares = np.asarray(closed.shares if closed else (1.0,), dtype=float)
-    shares = shares / shares.sum()
-    pending: list[tuple[float, int]] = []  # closed loop: (send time, client) heap
 
-    def client_sends(t: float, client: int) -> None:
-        think = float(rng.exponential(closed.think_s)) if closed and closed.think_s > 0 else 0.0
-        heapq.heappush(pending, (t + think, client))
+class _Service:
+    """One simulation's state: the arrivals (a list grown as closed-loop clients send;
+    open loop: given up front), the replicas, the priced batch sizes and what happened to
+    every request."""
 
-    if closed is not None:
-        for c in range(closed.clients):
-            client_sends(0.0, c)
-    owner: list[int] = []  # closed loop: request -> its client
-    parked: list[int] = []  # closed loop: clients whose request was rejected
+    def __init__(self, workload: Workload | ClosedLoop, service_s: ServiceFn,
+                 reps: list[_Replica], n_classes: int, router: str, pad_to: int | None,
+                 deterministic: bool) -> None:
+        self.service_s, self.reps, self.n_classes = service_s, reps, n_classes
+        self.router, self.pad_to, self.deterministic = router, pad_to, deterministic
+        closed = self.closed = workload if isinstance(workload, ClosedLoop) else None
+        self.shapes: list[int] | None = None
+        if closed is None:
+            assert isinstance(workload, Workload)
+            self.times: list[float] = np.asarray(workload.times_s, dtype=float).tolist()
+            self.classes: list[int] = (
+                np.zeros(len(self.times), dtype=np.int64) if workload.classes is None
+                else np.asarray(workload.classes, dtype=np.int64)).tolist()
+            if workload.shapes is not None:
+                self.shapes = np.asarray(workload.shapes, dtype=np.int64).tolist()
+            self.limit_n = len(self.times)
+            self.horizon = math.inf
+        else:
+            self.times, self.classes = [], []
+            self.limit_n = closed.requests if closed.requests is not None else 2**62
+            self.horizon = closed.duration_s if closed.duration_s is not None else math.inf
+        classes = self.classes
+        if classes and (min(classes) < 0 or max(classes) >= n_classes):
+            bad = min(classes) if min(classes) < 0 else max(classes)
+            raise InputError(f"a request names class {bad}, but {n_classes} classes are "
+                             f"given", place="classes")
+        self.rng = np.random.default_rng(closed.seed if closed else 0)
+        shares = np.asarray(closed.shares if closed else (1.0,), dtype=float)
+        self.shares = shares / shares.sum()
+        self.pending: list[tuple[float, int]] = []  # closed loop: (send time, client) heap
+        if closed is not None:
+            for c in range(closed.clients):
+                self.client_sends(0.0, c)
+        self.owner: list[int] = []  # closed loop: request -> its client
+        self.parked: list[int] = []  # closed loop: clients whose request was rejected
+        self.cache: dict[tuple[int, int], StageTimes] = {}
+        self.names: tuple[str, ...] = ()
+        self.latency: list[float] = []
+        self.wait: list[float] = []
+        self.done_ids: list[int] = []
+        self.sizes: list[int] = []
+        self.rejected_ids: list[int] = []
+        self.dropped_ids: list[int] = []
+        self.padded = 0
+        self.end = 0.0
+        self.rr = 0
+        self.in_service_max = 1
+        self.track_load = router == "least-outstanding" and len(reps) > 1
 
-    cache: dict[tuple[int, int], StageTimes] = {}
-    names: tuple[str, ...] = ()
-    latency: list[float] = []
-    wait: list[float] = []
-    done_ids: list[int] = []
-    sizes: list[int] = []
-    rejected_ids: list[int] = []
-    dropped_ids: list[int] = []
-    padded = 0
-    end = 0.0
-    rr = 0
-    nxt = 0  # next open-loop arrival
+    def client_sends(self, t: float, client: int) -> None:
+        closed = self.closed
+        think = float(self.rng.exponential(closed.think_s)) \
+            if closed and closed.think_s > 0 else 0.0
+        heapq.heappush(self.pending, (t + think, client))
 
-    def price(k: int, shape: int) -> StageTimes:
-        nonlocal names
+    def price(self, k: int, shape: int) -> StageTimes:
+        """The stage times of a batch of ``k`` requests of (largest) shape ``shape``."""
         key = (k, shape)
-        st = cache.get(key) if deterministic else None
+        st = self.cache.get(key) if self.deterministic else None
         if st is None:
-            raw = service_s(k) if shapes is None else service_s(k, shape)
+            raw = self.service_s(k) if self.shapes is None else self.service_s(k, shape)
             st = as_stages(raw)
             if len(st.offsets_s) != len(st.occupancy_s):
                 raise InputError("a batch's offsets and occupancies differ in length",
                                  place="service")
-            cache[key] = st
-            if not names:
-                names = st.resources or tuple(f"stage{j}" for j in range(len(st.offsets_s)))
+            self.cache[key] = st
+            if not self.names:
+                self.names = st.resources or tuple(f"stage{j}"
+                                                   for j in range(len(st.offsets_s)))
         return st
 
-    in_service_max = in_flight if in_flight is not None else max(
-        1, len(price(1, 0).offsets_s))
-
-    track_load = router == "least-outstanding" and replicas > 1
-
-    def plan_next(rep: _Replica, now: float) -> None:
+    def plan_next(self, rep: _Replica, now: float) -> None:
         """When ``rep`` next dispatches if nothing else happens."""
         if not len(rep.queue):
             rep.next_t = math.inf
             return
         gate = now
-        if len(rep.out) >= in_service_max:
+        if len(rep.out) >= self.in_service_max:
             # the in_flight-th earliest completion frees a place
-            gate = max(now, heapq.nsmallest(len(rep.out) - in_service_max + 1, rep.out)[-1])
+            gate = max(now, heapq.nsmallest(len(rep.out) - self.in_service_max + 1,
+                                            rep.out)[-1])
         rep.next_t = rep.queue.next_time(gate)
 
-    def dispatch(rep: _Replica, t: float) -> None:
-        nonlocal padded, end
+    def dispatch(self, rep: _Replica, t: float) -> None:
+        """``rep`` takes a batch off its queue at ``t`` (and drops the requests that timed
+        out); rejected clients try again when a queue has room."""
         out = rep.out
         while out and out[0] <= t:
             heapq.heappop(out)
         batch, dropped = rep.queue.take(t)
         for r in dropped:
-            dropped_ids.append(r)
-            if closed is not None:
-                client_sends(t, owner[r])
-        if parked and (batch or dropped):  # room in a queue: rejected clients try again
-            for c in parked:
-                client_sends(t, c)
-            parked.clear()
+            self.dropped_ids.append(r)
+            if self.closed is not None:
+                self.client_sends(t, self.owner[r])
+        if self.parked and (batch or dropped):  # room in a queue: rejected clients retry
+            for c in self.parked:
+                self.client_sends(t, c)
+            self.parked.clear()
         if batch:
-            k = len(batch)
-            shape = max(shapes[r] for r in batch) if shapes is not None else 0
-            run = k if pad_to is None else max(k, pad_to)
-            padded += run - k
-            st = price(run, shape)
-            if not rep.free:
-                rep.free = [0.0] * len(st.offsets_s)
-                rep.busy = [0.0] * len(st.offsets_s)
-            free, busy = rep.free, rep.busy
-            shift = 0.0
-            for j, (a, w) in enumerate(zip(st.offsets_s, st.occupancy_s, strict=True)):
-                s = t + a + shift
-                if free[j] > s:
-                    shift += free[j] - s
-                    s = free[j]
-                free[j] = s + w
-                busy[j] += w
-            fin = t + st.latency_s + shift
-            heapq.heappush(out, fin)
-            if track_load:
-                heapq.heappush(rep.outstanding, (fin, k))
-            sizes.append(k)
-            if fin > end:
-                end = fin
-            for r in batch:
-                done_ids.append(r)
-                latency.append(fin - times[r])
-                wait.append(t - times[r])
-                if closed is not None:
-                    client_sends(fin, owner[r])
-        plan_next(rep, t)
+            self.serve(rep, batch, t)
+        self.plan_next(rep, t)
 
-    def arrive(rid: int, t: float, cls: int) -> None:
-        nonlocal rr
-        if router == "round-robin" or replicas == 1:
-            rep = reps[rr % replicas]
-            rr += 1
+    def serve(self, rep: _Replica, batch: list[int], t: float) -> None:
+        """Run ``batch``, dispatched at ``t``, through ``rep``'s pipeline of resources."""
+        k = len(batch)
+        shapes = self.shapes
+        shape = max(shapes[r] for r in batch) if shapes is not None else 0
+        run = k if self.pad_to is None else max(k, self.pad_to)
+        self.padded += run - k
+        st = self.price(run, shape)
+        if not rep.free:
+            rep.free = [0.0] * len(st.offsets_s)
+            rep.busy = [0.0] * len(st.offsets_s)
+        free, busy = rep.free, rep.busy
+        shift = 0.0
+        for j, (a, w) in enumerate(zip(st.offsets_s, st.occupancy_s, strict=True)):
+            s = t + a + shift
+            if free[j] > s:
+                shift += free[j] - s
+                s = free[j]
+            free[j] = s + w
+            busy[j] += w
+        fin = t + st.latency_s + shift
+        heapq.heappush(rep.out, fin)
+        if self.track_load:
+            heapq.heappush(rep.outstanding, (fin, k))
+        self.sizes.append(k)
+        if fin > self.end:
+            self.end = fin
+        times = self.times
+        for r in batch:
+            self.done_ids.append(r)
+            self.latency.append(fin - times[r])
+            self.wait.append(t - times[r])
+            if self.closed is not None:
+                self.client_sends(fin, self.owner[r])
+
+    def arrive(self, rid: int, t: float, cls: int) -> None:
+        reps = self.reps
+        if self.router == "round-robin" or len(reps) == 1:
+            rep = reps[self.rr % len(reps)]
+            self.rr += 1
         else:
             rep = min(reps, key=lambda p: p.load(t))
         lost = rep.queue.offer(rid, t, cls)
         for r in lost:
-            rejected_ids.append(r)
-            if closed is not None:
-                parked.append(owner[r])
-        plan_next(rep, t)
+            self.rejected_ids.append(r)
+            if self.closed is not None:
+                self.parked.append(self.owner[r])
+        self.plan_next(rep, t)
 
-    issued = 0
-    while True:
-        if closed is None:
-            ta = times[nxt] if nxt < limit_n else math.inf
-        else:
-            ta = pending[0][0] if pending and issued < limit_n else math.inf
-            if ta > horizon:
-                ta = math.inf
-        rep = reps[0] if replicas == 1 else min(reps, key=lambda p: p.next_t)
-        if ta <= rep.next_t and ta < math.inf:
+    def run(self) -> None:
+        """Take events in time order until none is left (module docstring)."""
+        closed, reps, pending = self.closed, self.reps, self.pending
+        issued = nxt = 0  # nxt: the next open-loop arrival
+        while True:
             if closed is None:
-                arrive(nxt, ta, classes[nxt])
-                nxt += 1
+                ta = self.times[nxt] if nxt < self.limit_n else math.inf
             else:
-                _, client = heapq.heappop(pending)
-                cls = int(rng.choice(len(shares), p=shares)) if len(shares) > 1 else 0
-                times.append(ta)
-                classes.append(cls)
-                owner.append(client)
-                arrive(len(owner) - 1, ta, cls)
-            issued += 1
-        elif rep.next_t < math.inf:
-            dispatch(rep, rep.next_t)
-        else:
-            break
+                ta = pending[0][0] if pending and issued < self.limit_n else math.inf
+                if ta > self.horizon:
+                    ta = math.inf
+            rep = reps[0] if len(reps) == 1 else min(reps, key=lambda p: p.next_t)
+            if ta <= rep.next_t and ta < math.inf:
+                if closed is None:
+                    self.arrive(nxt, ta, self.classes[nxt])
+                    nxt += 1
+                else:
+                    _, client = heapq.heappop(pending)
+                    shares = self.shares
+                    cls = int(self.rng.choice(len(shares), p=shares)) if len(shares) > 1 else 0
+                    self.times.append(ta)
+                    self.classes.append(cls)
+                    self.owner.append(client)
+                    self.arrive(len(self.owner) - 1, ta, cls)
+                issued += 1
+            elif rep.next_t < math.inf:
+                self.dispatch(rep, rep.next_t)
+            else:
+                break
 
-    in_flight_n = sum(len(r.queue.drain()) for r in reps)
-    n = len(times)
-    order = np.argsort(np.asarray(done_ids, dtype=np.int64), kind="stable")
-    lat = np.asarray(latency)[order]
-    wt = np.asarray(wait)[order]
-    cls_arr = np.asarray(classes, dtype=np.int64)
-    done_cls = cls_arr[np.asarray(done_ids, dtype=np.int64)[order]] if done_ids else \
-        np.zeros(0, dtype=np.int64)
+    def result(self) -> ServeResult:
+        reps, n_classes, times, done_ids = self.reps, self.n_classes, self.times, self.done_ids
+        in_flight_n = sum(len(r.queue.drain()) for r in reps)
+        n = len(times)
+        order = np.argsort(np.asarray(done_ids, dtype=np.int64), kind="stable")
+        cls_arr = np.asarray(self.classes, dtype=np.int64)
+        done_cls = cls_arr[np.asarray(done_ids, dtype=np.int64)[order]] if done_ids else \
+            np.zeros(0, dtype=np.int64)
 
-    def by_class(ids: list[int]) -> tuple[int, ...]:
-        return tuple(int(x) for x in np.bincount(cls_arr[np.asarray(ids, dtype=np.int64)],
-                                                 minlength=n_classes)) if ids else \
-            (0,) * n_classes
+        def by_class(ids: list[int]) -> tuple[int, ...]:
+            return tuple(int(x) for x in np.bincount(cls_arr[np.asarray(ids, dtype=np.int64)],
+                                                     minlength=n_classes)) if ids else \
+                (0,) * n_classes
 
-    first = min(times) if times else 0.0
-    busy_all: list[float] = []
-    res_names: list[str] = []
-    for i, r in enumerate(reps):
-        width = len(names) or len(r.busy)
-        vals = r.busy or [0.0] * width
-        busy_all.extend(vals)
-        res_names.extend(names if replicas == 1 else [f"r{i}/{x}" for x in names])
-    return ServeResult(
-        n, len(done_ids), len(rejected_ids), len(dropped_ids), in_flight_n, lat, wt,
-        np.asarray(sizes, dtype=np.int64), tuple(busy_all), max(0.0, end - first),
-        done_cls, tuple(res_names), sum(r.queue.preempted for r in reps),
-        sum(r.queue.delayed for r in reps), padded,
-        tuple(int(x) for x in np.bincount(cls_arr, minlength=n_classes)) if n else
-        (0,) * n_classes,
-        by_class(rejected_ids), by_class(dropped_ids))
+        first = min(times) if times else 0.0
+        busy_all: list[float] = []
+        res_names: list[str] = []
+        names = self.names
+        for i, r in enumerate(reps):
+            width = len(names) or len(r.busy)
+            busy_all.extend(r.busy or [0.0] * width)
+            res_names.extend(names if len(reps) == 1 else [f"r{i}/{x}" for x in names])
+        return ServeResult(
+            n, len(done_ids), len(self.rejected_ids), len(self.dropped_ids), in_flight_n,
+            np.asarray(self.latency)[order], np.asarray(self.wait)[order],
+            np.asarray(self.sizes, dtype=np.int64), tuple(busy_all),
+            max(0.0, self.end - first), done_cls, tuple(res_names),
+            sum(r.queue.preempted for r in reps), sum(r.queue.delayed for r in reps),
+            self.padded,
+            tuple(int(x) for x in np.bincount(cls_arr, minlength=n_classes)) if n else
+            (0,) * n_classes,
+            by_class(self.rejected_ids), by_class(self.dropped_ids))
