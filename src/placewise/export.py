@@ -35,7 +35,6 @@ README shows the dozen lines that chain them.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import secrets
 import shutil
@@ -56,6 +55,7 @@ from placewise.io import (
     read_file_bytes,
     validate_record,
 )
+from placewise.runtime.planned import plan_fingerprint
 from placewise.units import DType
 
 __all__ = [
@@ -331,14 +331,6 @@ def manifest_summary(manifest: Manifest, folder: str | os.PathLike[str]) -> dict
             "bytes": size(MANIFEST_FILE) + sum(size(p["file"]) for p in parts)
             + sum(size(x) for x in shared),
             "fingerprints": manifest.fingerprints.model_dump()}
-
-
-def plan_fingerprint(plan: Any) -> str:
-    """``sha256:`` of the plan's canonical text (``plan.dumps_plan``): the same for a plan
-    and the file ``save_plan`` wrote of it."""
-    from placewise.plan import dumps_plan
-
-    return "sha256:" + hashlib.sha256(dumps_plan(plan).encode("utf-8")).hexdigest()
 
 
 # ---- the export ---------------------------------------------------------------------------

@@ -3,7 +3,7 @@ window on every arm, the rollback check, recalibration, replanning and the guard
 
 Every step calls the piece that owns the work: plan sets ``adapt.planset``
 (``build_plan_set``, ``mix_of_trace``), serving ``adapt.serving.open_service``, telemetry
-windows ``adapt.telemetry.windows_from_telemetry``, recalibration
+windows ``runtime.windows.windows_from_telemetry``, recalibration
 ``adapt.recalibrate.recalibrate``, the guardrail ``adapt.guardrail.decide`` and
 ``adapt.promote.promote``, the last-known-good ``adapt.store.LastKnownGood``, the
 evaluator ``schedule.evaluate`` (a plan's placement priced under another calibration), tags
@@ -380,7 +380,7 @@ def expected_cost(st: LoopState, arm: Arm, mix: Any) -> float:
 def _runs(st: LoopState, arm: Arm, blocks: Sequence[Any], cfg: Any) -> dict[str, list[Any]]:
     """Bucket -> the telemetry windows of each of ``blocks`` (in order), lined up with the
     bucket's plan priced under the current calibration."""
-    from placewise.adapt.telemetry import windows_from_telemetry
+    from placewise.runtime.windows import windows_from_telemetry
     from placewise.serve.real import SERVE
 
     out: dict[str, list[Any]] = {}

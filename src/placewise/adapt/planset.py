@@ -590,8 +590,8 @@ def _assemble(model: str, machine: Machine, axes: tuple[str, ...],
 # ---- the file ---------------------------------------------------------------------------------
 def _doc(ps: PlanSet) -> dict[str, Any]:
     """The plan set's document without ``fingerprints.planset``."""
-    from placewise.export import plan_fingerprint
     from placewise.plan import plan_to_json
+    from placewise.runtime.planned import plan_fingerprint
 
     entry_fps = [plan_fingerprint(p) for p in ps.plans]
     bucket_fps = [plan_fingerprint(p) for p in ps.bucket_plans]

@@ -233,7 +233,7 @@ def plan_set_from_json(data: Mapping[str, Any] | str | bytes, *, file: str | Non
 
 
 def _check_fingerprints(doc: _Doc, entries: list[Any], own: list[Any], file: str) -> None:
-    from placewise.export import plan_fingerprint
+    from placewise.runtime.planned import plan_fingerprint
 
     fps = doc.fingerprints
     if len(fps.plans) != len(entries) or len(fps.bucket_plans) != len(own):

@@ -34,7 +34,7 @@ elements, the padded share and the seconds it cost.
 **Telemetry.** Each block's executor records (phase ``serve``) per bucket
 (``ServedBlock.telemetry``), with the stable tags of the run (``runtime.telemetry``) and,
 when ``window_requests`` is given, windowed per-term residuals in the telemetry-run format
-of ``adapt.telemetry`` (``ServedBlock.runs``).
+of ``runtime.windows`` (``ServedBlock.runs``).
 
 **Conservation**: per block ``arrived = completed + rejected + timed_out + in_flight``, in
 all and per bucket.
@@ -118,7 +118,7 @@ class BucketServed:
     mean_s: float
     padding: Padding
     telemetry: Telemetry | None = None
-    run: Any = None  # adapt.telemetry.TelemetryRun, when windows were asked for
+    run: Any = None  # runtime.windows.TelemetryRun, when windows were asked for
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "lower": dict(self.lower), "upper": dict(self.upper),
@@ -249,7 +249,7 @@ class Service:
         """Serve ``trace`` (its arrivals on this block's clock) on the resident executors
         (module docstring); at most ``limit_s`` seconds. ``warmup``: untimed executor
         requests per bucket first. ``window_requests``: per-bucket telemetry windows of
-        that many executor requests (``adapt.telemetry``). ``batcher``: for a plain plan
+        that many executor requests (``runtime.windows``). ``batcher``: for a plain plan
         serving one-row requests, a batcher that merges them (default: none).
         ``admission``: this block's queue policy (default: the service's)."""
         from placewise.serve.policies import NoBatcher
@@ -416,10 +416,10 @@ def _arrival_tag(trace: ShapeTrace) -> str:
 
 def _windows(b: _Bucket, tel: Telemetry | None, window_requests: int | None,
              tags: Mapping[str, str]) -> Any:
-    """The bucket's telemetry windows (``adapt.telemetry``), when asked for."""
+    """The bucket's telemetry windows (``runtime.windows``), when asked for."""
     if window_requests is None or tel is None:
         return None
-    from placewise.adapt.telemetry import windows_from_telemetry
+    from placewise.runtime.windows import windows_from_telemetry
 
     return windows_from_telemetry(b.plan, tel, window_requests=window_requests,
                                   tags=dict(tel.tags), program=b.program, phases=(SERVE,),
@@ -430,7 +430,7 @@ def _tags_of(b: _Bucket, seed: int, *, plan_fingerprint: str | None = None
              ) -> dict[str, str]:
     """The stable tags of a bucket's runs (``runtime.telemetry.stable_tags``; the arrival
     is set per block), plus the volatile ones of ``collect_tags``."""
-    from placewise.export import plan_fingerprint as _plan_fp
+    from placewise.runtime.planned import plan_fingerprint as _plan_fp
     from placewise.runtime.telemetry import collect_tags, model_fingerprint, stable_tags
 
     threads = {d.device: d.threads for d in b.lane.ex.telemetry().devices}
@@ -454,7 +454,7 @@ def _start_bucket(name: str, lower: Mapping[str, int], upper: Mapping[str, int],
     ``stack``)."""
     from placewise.runtime.executor import Executor
     from placewise.runtime.opexec import request_inputs
-    from placewise.validate.run import planned_program
+    from placewise.runtime.planned import planned_program
 
     machine, src, program = planned_program(plan, machine, model, shapes, file)
     pool = request_inputs(src, program.graph, inputs, seed)

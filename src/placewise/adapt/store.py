@@ -108,7 +108,7 @@ def identity_of(obj: Any, file: str, data: bytes | None = None) -> Header:
     """The header's identity fields of a loaded plan or plan set read from ``file``
     (``data``: its bytes, read when not given); ``InputError`` when its plans were made
     for more than one machine."""
-    from placewise.export import plan_fingerprint
+    from placewise.runtime.planned import plan_fingerprint
     from placewise.runtime.telemetry import model_fingerprint
 
     plans = tuple(getattr(obj, "plans", None) or (obj,))

@@ -147,7 +147,7 @@ def serve(
         duration_s=dur, seed=seed, replicas=replicas, router=router,
         in_flight=in_flight or default_window(services[0], batcher), pad_to=plan.batch if real else None,
         slo_p99_s=slo)
-    from placewise.export import plan_fingerprint
+    from placewise.runtime.planned import plan_fingerprint
 
     result: dict[str, Any] = {"plan": str(plan_file), "plan_fingerprint": plan_fingerprint(plan),
                               "machine": machine.name,
@@ -268,7 +268,7 @@ def demo_serve(plan: Any, plan_file: Path, cal_file: Path, machine: Any) -> dict
     """Serve the demo's local plan at half its predicted capacity, simulated and real; the
     result as ``serve --real --json`` prints it."""
     from placewise.cost.load import load_cost_model
-    from placewise.export import plan_fingerprint
+    from placewise.runtime.planned import plan_fingerprint
     from placewise.serve.policies import parse_batching
     from placewise.serve.real import serve_real
     from placewise.serve.report import summarize
@@ -417,7 +417,7 @@ def _shapes_result(block: Any, classes: Any) -> dict[str, Any]:
 
 def _write_runs(block: Any, path: Path, names: tuple[str, ...]) -> list[str]:
     """Each bucket's telemetry run (buckets that ran nothing have none)."""
-    from placewise.adapt.telemetry import save_telemetry_run
+    from placewise.runtime.windows import save_telemetry_run
 
     runs = block.runs
     out: list[str] = []

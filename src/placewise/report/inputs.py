@@ -197,7 +197,7 @@ def _check_tags(got: ReportInputs, allow: bool) -> list[str]:
 
 
 def _check_results(got: ReportInputs) -> None:
-    from placewise.export import plan_fingerprint
+    from placewise.runtime.planned import plan_fingerprint
 
     mine: str | None = None
     for kind in ("validation", "serve"):

@@ -49,11 +49,14 @@ import os
 import platform
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from placewise.errors import InputError
 from placewise.hardware.probe import cpu_model as _cpu_model
 from placewise.hardware.probe import package_version as _version
+
+if TYPE_CHECKING:
+    from placewise.cost.calibrated import Calibration
 
 __all__ = [
     "MACHINE_TAG_KEYS",
@@ -65,6 +68,7 @@ __all__ = [
     "TaskRecord",
     "Telemetry",
     "WaitRecord",
+    "calibration_tag_keys",
     "collect_tags",
     "memory_timeline",
     "model_fingerprint",
@@ -381,6 +385,19 @@ STABLE_TAG_KEYS: tuple[str, ...] = (
 #: under): comparable between a calibration and a run of any plan on that machine
 MACHINE_TAG_KEYS: tuple[str, ...] = ("placewise", "onnxruntime", "torch", "python",
                                      "cpu_model", "cores")
+
+
+def calibration_tag_keys(cal: Calibration) -> tuple[str, ...]:
+    """The stable machine tags (``MACHINE_TAG_KEYS``) ``cal`` records, to compare a run
+    with: ``placewise profile`` records ``cores`` as each device's pinning, not as the
+    usable core count, so it is compared only when it is a count.
+
+    >>> from placewise.cost.calibrated import Calibration
+    >>> calibration_tag_keys(Calibration(tags={"torch": "2", "cores": "cpu0=0"}))
+    ('torch',)
+    """
+    return tuple(k for k in MACHINE_TAG_KEYS if k in cal.tags
+                 and (k != "cores" or cal.tags[k].isdigit()))
 
 
 def _affinity() -> int:

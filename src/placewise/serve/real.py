@@ -136,7 +136,7 @@ def serve_real(plan: Plan | str | os.PathLike[str], workload: Workload | np.ndar
     from placewise.plan import Plan as _Plan
     from placewise.plan import load_plan
     from placewise.runtime.opexec import request_inputs
-    from placewise.validate.run import planned_program
+    from placewise.runtime.planned import planned_program
 
     report: Progress = progress or (lambda _m, _f: None)
     wl = workload if isinstance(workload, Workload) else Workload(np.asarray(workload,

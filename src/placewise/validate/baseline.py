@@ -24,11 +24,12 @@ import numpy as np
 
 from placewise.errors import PlacewiseError, UnsupportedError
 from placewise.graph.ir import Graph
+from placewise.precision.metrics import OutputQuality
 from placewise.runtime.program import ExecProgram
 from placewise.schedule.simulate import TaskKind
 from placewise.units import DType
 from placewise.validate.quality import looks_like_logits, output_quality
-from placewise.validate.records import BaselineReport, OutputQuality, latency_stats
+from placewise.validate.records import BaselineReport, latency_stats
 
 if TYPE_CHECKING:
     from placewise.runtime.opexec import ModelSource

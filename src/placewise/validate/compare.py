@@ -6,7 +6,7 @@
   an ``InputError``) and measured under this machine's stable tags (versions, CPU model,
   cores: the ``MACHINE_TAG_KEYS`` the calibration records), checked before anything runs;
 - ``compare_with(report, path)``: an earlier run (``validate --against PREV``: the JSON of
-  ``validate --json``, or a telemetry run file, ``placewise.adapt.telemetry``) must carry the
+  ``validate --json``, or a telemetry run file, ``placewise.runtime.windows``) must carry the
   same stable tags as this one; the comparison is its measured latency and throughput
   next to this run's. ``compare_tags_with(tags, path)`` is the same check for any run's
   tags (``serve --against PREV``: the JSON of an earlier ``serve --json``).
@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from placewise.errors import InputError
-from placewise.runtime.telemetry import MACHINE_TAG_KEYS, require_comparable
+from placewise.runtime.telemetry import MACHINE_TAG_KEYS, calibration_tag_keys, require_comparable
 
 if TYPE_CHECKING:
     from placewise.plan import Plan
@@ -52,8 +52,6 @@ def check_calibration_tags(plan: Plan, cal_file: str | os.PathLike[str], *,
     if cal.fingerprint() != plan.fingerprints.calibration:
         raise InputError(f"the plan was made with calibration {plan.fingerprints.calibration}, "
                          f"this file is {cal.fingerprint()}", file=file, place="--calibration")
-    from placewise.adapt.recalibrate import calibration_tag_keys
-
     try:
         return require_comparable(cal.tags, machine_tags(), keys=calibration_tag_keys(cal),
                                   what="the calibration against this run",
@@ -73,7 +71,7 @@ def run_tags(path: str | os.PathLike[str]) -> tuple[str, dict[str, str], Mapping
     if not isinstance(data, dict):
         raise InputError("expected a JSON object at the top level", file=file)
     if data.get("format") == "placewise-telemetry":
-        from placewise.adapt.telemetry import load_telemetry_run
+        from placewise.runtime.windows import load_telemetry_run
 
         return "telemetry", dict(load_telemetry_run(file).tags), data
     if {"plan", "predicted", "measured"} <= set(data):
@@ -93,7 +91,7 @@ def run_tags(path: str | os.PathLike[str]) -> tuple[str, dict[str, str], Mapping
 def plan_tags(plan: Plan) -> dict[str, str]:
     """The stable tags a run of ``plan`` in this process will record, as far as they are
     known before it runs: the fingerprints and the machine tags."""
-    from placewise.export import plan_fingerprint
+    from placewise.runtime.planned import plan_fingerprint
     from placewise.runtime.telemetry import model_fingerprint
 
     return {"model_fingerprint": model_fingerprint(plan.model),

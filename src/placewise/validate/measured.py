@@ -164,7 +164,7 @@ def _planned_graph(plan: Plan, file: str | None) -> tuple[Graph, Any]:
     checked) and, for an ONNX model, its ``ModelProto`` (onnxruntime's node names)."""
     from placewise.errors import InputError
     from placewise.plan import check_fingerprints
-    from placewise.validate.run import load_planned_source
+    from placewise.runtime.planned import load_planned_source
 
     src = load_planned_source(plan.model, plan, None)
     if src.graph is None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from placewise.errors import InputError
 from placewise.hardware.spec import Machine
+from placewise.precision.metrics import OutputQuality
 from placewise.runtime.campaign import (
     CAPTURE,
     ISOLATED,
@@ -27,7 +28,8 @@ from placewise.runtime.campaign import (
     run_campaign,
 )
 from placewise.runtime.executor import Executor
-from placewise.runtime.program import ExecProgram, program_from_plan
+from placewise.runtime.planned import plan_fingerprint, planned_program
+from placewise.runtime.program import ExecProgram
 from placewise.runtime.telemetry import Telemetry
 from placewise.validate.attribution import attribute_latency, attribute_throughput
 from placewise.validate.baseline import plan_baselines
@@ -36,7 +38,6 @@ from placewise.validate.quality import looks_like_logits, output_quality, refere
 from placewise.validate.records import (
     BaselineReport,
     MemoryComparison,
-    OutputQuality,
     QualityCheck,
     ValidationReport,
     latency_stats,
@@ -46,103 +47,9 @@ if TYPE_CHECKING:
     from placewise.plan import Plan
     from placewise.runtime.opexec import ModelSource
 
-__all__ = ["check_machine", "check_runnable", "load_planned_source", "planned_program",
-           "validate_plan", "validation_stable_tags"]
+__all__ = ["validate_plan", "validation_stable_tags"]
 
 Progress = Callable[[str, float], None]
-
-
-def check_machine(plan: Plan, machine: Machine | None, file: str | None) -> Machine:
-    """The machine ``plan`` runs on: ``machine``, or this one (``load_local()``); a plan
-    made for a preset, or whose machine fingerprint is not this machine's, is an
-    ``InputError`` (``file``: the plan file, named in the message)."""
-    from placewise.hardware.power import split_ref
-    from placewise.hardware.spec import list_presets
-    from placewise.plan import check_fingerprints
-
-    name = plan.machine.name
-    if machine is None:
-        if split_ref(name)[0] in list_presets():
-            raise InputError(f"the plan was made for the preset machine {name!r}, which is not "
-                             f"here: validate runs plans on this machine's devices (plan with "
-                             f"--hw local)", file=file, place="machine")
-        from placewise.hardware.probe import load_local
-
-        machine = load_local()
-    check_fingerprints(plan, machine=machine, file=file)
-    return machine
-
-
-def check_runnable(plan: Plan, machine: Machine, file: str | None) -> None:
-    """Refuse, before anything is loaded or run, a plan the independent checker
-    (``placewise.check``) finds broken on ``machine``: a device the machine lacks, a kernel
-    its backends do not have (int8 outside ``graph.ir.INT8_KINDS``), an impossible
-    schedule; a device used by the plan that no backend of this build runs (a probed GPU:
-    ``runtime.backends.backend_gap``) comes before all of them. The first error is the
-    message, support errors first."""
-    from placewise.check import Check, Severity, check_plan
-    from placewise.runtime.backends import backend_gap
-
-    for name in plan.devices_used():
-        if name in machine.device_names:
-            gap = backend_gap(machine.device(name))
-            if gap is not None:
-                raise InputError(f"the plan cannot run here: {gap}", file=file,
-                                 place=f"device {name!r}")
-    errors = [f for f in check_plan(plan, machine=machine, file=file)
-              if f.severity is Severity.ERROR]
-    if not errors:
-        return
-    order = {Check.SUPPORT: 0, Check.COVERAGE: 1}
-    errors.sort(key=lambda f: order.get(f.check, 2))
-    first = errors[0]
-    more = (f" ({len(errors) - 1} more error{'s' if len(errors) > 2 else ''}: placewise "
-            f"check {file or 'PLAN'} --hw local lists them)" if len(errors) > 1 else "")
-    raise InputError(f"the plan cannot run here: {first.subject} {first.message}{more}",
-                     file=file, place=f"check {first.check.value}")
-
-
-def load_planned_source(ref: str, plan: Plan, shapes: Any) -> ModelSource:
-    """The plan's model as it was planned: bound to the plan's batch, or (a model whose
-    inputs have a fixed leading dim, or a zoo reference that names its own batch, planned
-    without ``--batch``) as it is; the graph fingerprint decides which."""
-    from placewise.runtime.opexec import load_source
-
-    values = plan.values or None  # the inputs given a value when the plan was made
-    try:
-        src = load_source(ref, batch=plan.batch, shapes=shapes, values=values)
-    except InputError as exc:
-        if exc.place != "--batch":
-            raise
-        return load_source(ref, shapes=shapes, values=values)  # the fingerprint check follows
-    if src.graph is not None and src.graph.fingerprint() != plan.fingerprints.graph:
-        own = load_source(ref, shapes=shapes, values=values)
-        if own.graph is not None and own.graph.fingerprint() == plan.fingerprints.graph:
-            return own
-    return src
-
-
-def planned_program(plan: Plan, machine: Machine | None, source: ModelSource | str | None,
-                    shapes: Any, file: str | None
-                    ) -> tuple[Machine, ModelSource, ExecProgram]:
-    """The checked way from a plan to what the executor runs (``validate`` and ``serve
-    --real``): this machine (``check_machine``), the plan runnable on it
-    (``check_runnable``) before anything of the model is loaded, the model as planned
-    (read by the checked loaders: a .pt2 archive is checked entry by entry before torch
-    sees it, with weights-only unpickling forced) whose graph's fingerprint must be the
-    plan's, and the program."""
-    from placewise.plan import check_fingerprints
-
-    machine = check_machine(plan, machine, file)
-    check_runnable(plan, machine, file)
-    if source is None or isinstance(source, str):
-        src = load_planned_source(source or plan.model, plan, shapes)
-    else:
-        src = source
-    if src.graph is None:
-        raise InputError("the model source has no graph", file=src.ref)
-    check_fingerprints(plan, graph=src.graph, file=file)
-    return machine, src, program_from_plan(plan, src.graph, machine)
 
 
 def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
@@ -171,10 +78,9 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
     model. ``profile_nodes``: after the timed runs, profile each partition's nodes with
     onnxruntime's profiler (``placewise.validate.nodes``; ``ValidationReport.nodes``).
     ``window_requests``: also cut the telemetry into windows of that many requests per
-    cost key (``placewise.adapt.telemetry``; ``ValidationReport.telemetry_run``, 0: about
+    cost key (``placewise.runtime.windows``; ``ValidationReport.telemetry_run``, 0: about
     ten windows).
     """
-    from placewise.export import plan_fingerprint
     from placewise.plan import Plan as _Plan
     from placewise.plan import load_plan
 
@@ -291,7 +197,6 @@ def validation_stable_tags(plan: Plan, tel: Telemetry, *, seed: int, in_flight: 
     fingerprints, this process's versions and CPU, the devices' threads as they ran, and the
     campaign as the arrival process (isolated requests, then a closed-loop stream of
     ``in_flight``), with the seed of the generated inputs."""
-    from placewise.export import plan_fingerprint
     from placewise.runtime.telemetry import model_fingerprint, stable_tags
 
     return stable_tags(
@@ -304,12 +209,12 @@ def validation_stable_tags(plan: Plan, tel: Telemetry, *, seed: int, in_flight: 
 
 def _telemetry_run(plan: Plan, tel: Telemetry, program: ExecProgram,
                    tags: Mapping[str, str], window_requests: int | None) -> Any:
-    """The run's telemetry windows (``adapt.telemetry``): ``window_requests`` requests each
+    """The run's telemetry windows (``runtime.windows``): ``window_requests`` requests each
     over the isolated requests and the stream in order; 0: per phase, five windows of the
     isolated requests (where the request hand-off is measured) then ten of the stream."""
     if window_requests is None:
         return None
-    from placewise.adapt.telemetry import concat_runs, windows_from_telemetry
+    from placewise.runtime.windows import concat_runs, windows_from_telemetry
 
     if window_requests:
         return windows_from_telemetry(plan, tel, window_requests=window_requests, tags=tags,
