@@ -21,6 +21,13 @@ from typing import Any
 
 import numpy as np
 
+from placewise.adapt.loop_figures import (
+    mix_distance,
+    prediction_rows,
+    split_windows,
+    total_error,
+    window_gain,
+)
 from placewise.adapt.trace import ShapeTrace, save_shape_trace
 
 __all__ = ["ALLOWED_TO_DIFFER", "Arm", "LoopState", "adapt", "envelope_of", "expected_cost",
@@ -111,7 +118,7 @@ def envelope_of(trace: ShapeTrace) -> dict[str, list[int]]:
 
 
 def mix_json(mix: Any) -> list[dict[str, Any]]:
-    """A ``planset_mix.Mix`` as LOOP.json lists it: ``[{"shape", "weight"}]``, most frequent
+    """A ``planset.mix.Mix`` as LOOP.json lists it: ``[{"shape", "weight"}]``, most frequent
     first."""
     items = sorted(mix.items, key=lambda it: (-it[1], sorted(it[0].items())))
     return [{"shape": dict(s), "weight": float(p)} for s, p in items]
@@ -192,7 +199,7 @@ def initial_state(model: str, machine: Any, trace: ShapeTrace, first: ShapeTrace
                   work: Path, calibration: str | Path | None, stack: ExitStack) -> LoopState:
     """Plan the initial plan set for the first window's mix, keep it as the first
     last-known-good and open both arms' services on it."""
-    from placewise.adapt.planset_mix import mix_of_trace
+    from placewise.adapt.planset.mix import mix_of_trace
     from placewise.adapt.recalibrate import empty_calibration
     from placewise.adapt.store import LastKnownGood
     from placewise.cost.calibrated import load_calibration
@@ -297,8 +304,7 @@ def serve_window(i: int, win: ShapeTrace, st: LoopState, cfg: Any, left_s: float
     even slices of even windows, adaptive first in odd ones; a set on probation last), so
     that both arms see the same requests under the same conditions. Returns the window's
     record and, per arm, its blocks in slice order."""
-    from placewise.adapt.loop import split_windows
-    from placewise.adapt.planset_mix import mix_of_trace
+    from placewise.adapt.planset.mix import mix_of_trace
     from placewise.runtime.telemetry import require_comparable
 
     arms = _arms_of(st)
@@ -322,8 +328,6 @@ def serve_window(i: int, win: ShapeTrace, st: LoopState, cfg: Any, left_s: float
     diffs = require_comparable(blocks["static"][0].tags, blocks["adaptive"][0].tags,
                                what=f"window {i}: static against adaptive",
                                allow_mismatch=True, keys=keys)
-    from placewise.adapt.loop import window_gain
-
     rec: dict[str, Any] = {"index": i, "requests": len(win), "duration_s": win.duration_s,
                            "mix": mix_json(mix_of_trace(win)), "slices": len(pieces),
                            "first": arms[0].name if i % 2 == 0 else arms[1].name,
@@ -418,8 +422,7 @@ def adapt(i: int, last: bool, win: ShapeTrace, rec: dict[str, Any], blocks: Mapp
         actions.append(recal)
     if last:
         return actions
-    from placewise.adapt.loop import mix_distance
-    from placewise.adapt.planset_mix import mix_of_trace
+    from placewise.adapt.planset.mix import mix_of_trace
 
     observed = mix_of_trace(win)
     dist = mix_distance(mix_json(observed), mix_json(st.adaptive.mix))
@@ -518,12 +521,10 @@ def _recalibrate(rec: dict[str, Any], blocks: Sequence[Any], arm: Arm, st: LoopS
                                "changed": [c.to_json() for c in changed][:50],
                                "unchanged": len(r.changes) - len(changed)}}
     after = _runs(st, arm, blocks, cfg) if changed else before
-    from placewise.adapt.loop import _total_error, prediction_rows
-
     rows = [row for name in before for row in prediction_rows(before[name], after[name], name)]
     rec["prediction"] = rows
-    rec["prediction_error"] = {"before": _total_error(rows, "before"),
-                               "after": _total_error(rows, "after")}
+    rec["prediction_error"] = {"before": total_error(rows, "before"),
+                               "after": total_error(rows, "after")}
     return action
 
 

@@ -109,8 +109,8 @@ def check_plan_set(ps: Any, *, machine: Any = None,
     """(bucket name or ``residency``, ``Finding``) for everything wrong (module
     docstring). ``graph_of(bucket)``: the bucket's graph, to check each plan against its
     model too; ``machine``: the machine, to check support and fingerprints."""
-    from placewise.adapt.planset import grid_facts
-    from placewise.adapt.planset_choice import resident_bytes
+    from placewise.adapt.planset.build import grid_facts
+    from placewise.adapt.planset.choice import resident_bytes
     from placewise.check import Check, Finding, Severity, check_plan
 
     out: list[tuple[str, Any]] = []

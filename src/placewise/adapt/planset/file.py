@@ -14,9 +14,19 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from placewise.adapt.planset.mix import Mix
+from placewise.adapt.planset.record import (
+    FORMAT,
+    Bucket,
+    PlanSet,
+    _doc_fingerprint,
+    is_plan_set,
+    parse_envelope,
+)
 from placewise.errors import SpecError
+from placewise.plan import load_plan
 
-__all__ = ["load_plan_set", "plan_set_from_json"]
+__all__ = ["load_plan_or_set", "load_plan_set", "plan_set_from_json"]
 
 Size = int
 
@@ -174,14 +184,6 @@ def _plans(raw: list[Any], file: str, what: str) -> list[Any]:
 def plan_set_from_json(data: Mapping[str, Any] | str | bytes, *, file: str | None = None
                        ) -> Any:
     """A ``PlanSet`` from its document (or text); ``SpecError`` on any problem."""
-    from placewise.adapt.planset import (
-        FORMAT,
-        Bucket,
-        Mix,
-        PlanSet,
-        _doc_fingerprint,
-        parse_envelope,
-    )
     from placewise.io import check_numbers, parse_json, validate_record
 
     file = file or "<plan set>"
@@ -300,3 +302,13 @@ def load_plan_set(path: str | os.PathLike[str] | Mapping[str, Any], *,
     data = read_file_bytes(os.fspath(path), what="plan set", limit_bytes=MAX_JSON_BYTES,
                            error=SpecError)
     return plan_set_from_json(data, file=name)
+
+
+def load_plan_or_set(path: str | os.PathLike[str]) -> Any:
+    """A plan set or a plan file, each by its own checked loader: the one way every
+    command that takes either (serve, promote, the store, the loop) loads it. A missing
+    file, a FIFO or a device is refused by the plan loader (``InputError``)."""
+    file = os.fspath(path)
+    if is_plan_set(file):
+        return load_plan_set(file)
+    return load_plan(file)

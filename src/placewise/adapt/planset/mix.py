@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from placewise.adapt.planset_choice import Point, cover_point, grid_points
+from placewise.adapt.planset.choice import Point, cover_point, grid_points
 from placewise.errors import InputError
 
 __all__ = ["AXES", "Mix", "grid_probabilities", "load_mix", "mix_of_trace"]

@@ -137,7 +137,8 @@ def export_plan_set(ps: Any, out_dir: str | os.PathLike[str], *, machine: Any = 
     one weights file (module docstring); returns the summary ``planset-export.json``
     holds. ``machine``: the plan set's machine (default: its preset or this machine).
     ``InputError`` as ``export_plan`` raises it; nothing is written then."""
-    from placewise.adapt.planset import PlanSet, load_plan_set
+    from placewise.adapt.planset.file import load_plan_set
+    from placewise.adapt.planset.record import PlanSet
     from placewise.export import _check_out_dir, _plan_machine, _staging, export_plan
     from placewise.io import atomic_write_json
 
