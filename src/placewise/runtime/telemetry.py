@@ -45,6 +45,7 @@ directly. Durations in ``*_ns`` fields are measured inside one process.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import os
 import platform
 from collections.abc import Iterable, Mapping, Sequence
@@ -423,8 +424,6 @@ def model_fingerprint(ref: str) -> str:
     >>> model_fingerprint("zoo:mlp?layers=2") == model_fingerprint("zoo:mlp?layers=2")
     True
     """
-    import hashlib
-
     h = hashlib.sha256()
     path = ref.split("?", 1)[0]
     if os.path.isfile(path):

@@ -16,6 +16,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from placewise.runtime.compile import compile_partitions
+from placewise.runtime.profiler import chain, profile_partition
+
 __all__ = ["METHOD", "NodeTimes", "PartitionNodes", "profile_nodes"]
 
 METHOD = ("onnxruntime profiler (enable_profiling), each partition alone after the timed "
@@ -63,11 +68,6 @@ def profile_nodes(program: Any, source: Any, request: Sequence[Any], machine: An
     """Profile every partition of ``program`` (a ``runtime.program.ExecProgram``) of
     ``source`` (its ``runtime.opexec.ModelSource``) on ``request`` (one value per graph
     input) on ``machine``'s devices (their cores)."""
-    import numpy as np
-
-    from placewise.runtime.compile import compile_partitions
-    from placewise.runtime.profiler import chain, profile_partition
-
     graph = program.graph
     parts = list(program.partitions)
     models = compile_partitions(source, parts, graph)

@@ -17,7 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from placewise.errors import InputError
 from placewise.hardware.spec import Machine
-from placewise.precision.metrics import OutputQuality
+from placewise.plan import Plan, load_plan
+from placewise.precision.inputs import load_inputs
+from placewise.precision.metrics import OutputQuality, worst_quality
+from placewise.precision.policy import QualityBudget
 from placewise.runtime.campaign import (
     CAPTURE,
     ISOLATED,
@@ -30,9 +33,11 @@ from placewise.runtime.campaign import (
 from placewise.runtime.executor import Executor
 from placewise.runtime.planned import plan_fingerprint, planned_program
 from placewise.runtime.program import ExecProgram
-from placewise.runtime.telemetry import Telemetry
+from placewise.runtime.telemetry import Telemetry, model_fingerprint, stable_tags
+from placewise.runtime.windows import concat_runs, windows_from_telemetry
 from placewise.validate.attribution import attribute_latency, attribute_throughput
 from placewise.validate.baseline import plan_baselines
+from placewise.validate.nodes import profile_nodes as _profile_nodes
 from placewise.validate.power import EnergyMeter, energy_comparison
 from placewise.validate.quality import looks_like_logits, output_quality, reference_outputs
 from placewise.validate.records import (
@@ -44,7 +49,6 @@ from placewise.validate.records import (
 )
 
 if TYPE_CHECKING:
-    from placewise.plan import Plan
     from placewise.runtime.opexec import ModelSource
 
 __all__ = ["validate_plan", "validation_stable_tags"]
@@ -81,24 +85,20 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
     cost key (``placewise.runtime.windows``; ``ValidationReport.telemetry_run``, 0: about
     ten windows).
     """
-    from placewise.plan import Plan as _Plan
-    from placewise.plan import load_plan
-
     report: Progress = progress or (lambda _m, _f: None)
     if requests < 1:
         raise InputError(f"requests must be >= 1, got {requests}", place="--requests")
     file: str | None = None
-    if not isinstance(plan, _Plan):
+    if not isinstance(plan, Plan):
         file = os.fspath(plan)
         plan = load_plan(file)
     report("checking the plan against this machine and the model", 0.0)
     machine, src, program = planned_program(plan, machine, source, shapes, file)
     graph = program.graph
+    # lazy: torch (runtime.opexec imports it) is heavy to import, loaded only when this runs
     from placewise.runtime.opexec import request_inputs
 
     if inputs is not None:
-        from placewise.precision.inputs import load_inputs
-
         given = load_inputs(inputs, list(graph.inputs), request_inputs(src, graph, 1, seed)[0])
         inputs_text = f"file {os.fspath(inputs)}: {len(given)} requests"
         reqs = [given[k % len(given)] for k in range(max(requests, len(given)))]
@@ -165,8 +165,6 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
                                    stream_s=stream_s)
     nodes = None
     if profile_nodes:
-        from placewise.validate.nodes import profile_nodes as _profile_nodes
-
         report("profiling each partition's nodes (onnxruntime profiler)", 0.9)
         nodes = _profile_nodes(program, src, reqs[0], machine)
     tags = dict(tel.tags)
@@ -197,8 +195,6 @@ def validation_stable_tags(plan: Plan, tel: Telemetry, *, seed: int, in_flight: 
     fingerprints, this process's versions and CPU, the devices' threads as they ran, and the
     campaign as the arrival process (isolated requests, then a closed-loop stream of
     ``in_flight``), with the seed of the generated inputs."""
-    from placewise.runtime.telemetry import model_fingerprint, stable_tags
-
     return stable_tags(
         model_fingerprint=model_fingerprint(plan.model),
         graph_fingerprint=plan.fingerprints.graph, plan_fingerprint=plan_fingerprint(plan),
@@ -214,7 +210,6 @@ def _telemetry_run(plan: Plan, tel: Telemetry, program: ExecProgram,
     isolated requests (where the request hand-off is measured) then ten of the stream."""
     if window_requests is None:
         return None
-    from placewise.runtime.windows import concat_runs, windows_from_telemetry
 
     if window_requests:
         return windows_from_telemetry(plan, tel, window_requests=window_requests, tags=tags,
@@ -232,8 +227,6 @@ def _quality_check(plan: Plan, quality: Sequence[OutputQuality], inputs: str
                    ) -> QualityCheck | None:
     """The measured quality against the plan's precision budget (None: the plan records
     no precision policy)."""
-    from placewise.precision.policy import QualityBudget
-
     pr = plan.precision
     if pr is None:
         return None
@@ -261,8 +254,6 @@ def _load_note(tags: Mapping[str, str]) -> str:
 
 def _worst(quality: Sequence[OutputQuality]) -> dict[str, float]:
     """The worst output's figures, named as quality budgets name them."""
-    from placewise.precision.metrics import worst_quality
-
     if not quality:
         return {}
     return worst_quality((q.rel_l2_max, q.cosine_min, q.max_abs, q.top1_agreement)

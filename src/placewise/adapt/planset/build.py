@@ -38,6 +38,7 @@ from placewise.planning import build_problem, plan_model
 from placewise.precision.policy import parse_policy
 from placewise.schedule.placement import held_dtype
 from placewise.search.api import CommandBudget, minimum_time_s
+from placewise.sweep.cells import seq_ref
 from placewise.units import DType
 
 __all__ = ["build_plan_set", "grid_facts", "plan_memories", "plan_weights"]
@@ -52,8 +53,6 @@ def _binder(model: str, axes: Sequence[str]) -> Callable[[Mapping[str, int]], Bi
     """point -> (model ref, input shapes, batch) binding the envelope's axes to the model
     (module docstring); ``InputError`` for an axis the model does not have."""
     if model.startswith("zoo:"):
-        from placewise.sweep.cells import seq_ref
-
         if "seq" in axes and seq_ref(model, 1) is None:
             raise InputError("the model has no 'seq' option: the envelope's seq axis does "
                              "not apply", file=model, place="--envelope seq")
