@@ -49,6 +49,7 @@ from placewise.validate.records import (
 )
 
 if TYPE_CHECKING:
+    from placewise.graph.ir import Graph
     from placewise.runtime.opexec import ModelSource
 
 __all__ = ["validate_plan", "validation_stable_tags"]
@@ -95,16 +96,7 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
     report("checking the plan against this machine and the model", 0.0)
     machine, src, program = planned_program(plan, machine, source, shapes, file)
     graph = program.graph
-    # lazy: torch (runtime.opexec imports it) is heavy to import, loaded only when this runs
-    from placewise.runtime.opexec import request_inputs
-
-    if inputs is not None:
-        given = load_inputs(inputs, list(graph.inputs), request_inputs(src, graph, 1, seed)[0])
-        inputs_text = f"file {os.fspath(inputs)}: {len(given)} requests"
-        reqs = [given[k % len(given)] for k in range(max(requests, len(given)))]
-    else:
-        reqs = request_inputs(src, graph, requests, seed)
-        inputs_text = f"generated: {requests} requests from seed {seed}"
+    reqs, inputs_text = _requests(src, graph, inputs, requests, seed)
     requests = len(reqs)
     report("computing the fp32 reference outputs", 0.05)
     reference = reference_outputs(src, graph, reqs)
@@ -113,22 +105,9 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
     settings = CampaignSettings(warmup=warmup, in_flight=k, stream_s=max(stream_s, 0.0),
                                 solo_repeats=solo_repeats)
     notes: list[str] = []
-    timeout = max(timeout_s, 100.0 * float(plan.makespan_s))
-    fraction = {WARMUP: 0.3, ISOLATED: 0.35, STREAM: 0.55, CAPTURE: 0.7}
     meter = EnergyMeter()  # measured energy over the stream: RAPL / NVML where they exist
-
-    def on_phase(phase: str, m: str) -> None:
-        if phase == STREAM:
-            meter.start()
-        elif phase == CAPTURE:
-            meter.mark()
-        report(m, fraction[phase])
-
-    with Executor(program, src, reference_inputs=reqs[0], slots=k,
-                  timeout_s=timeout) as ex:
-        ex.start(lambda m: report(m, 0.1))
-        got = run_campaign(ex, reqs, settings, progress=on_phase)
-        peaks = ex.peak_live_bytes(ISOLATED)
+    got, peaks = _run(program, src, reqs, settings, max(timeout_s, 100.0 * float(plan.makespan_s)),
+                      report, meter)
     outputs, tel, solo = got.outputs, got.telemetry, list(got.solo)
     assert got.stream is not None
     # -- measured --
@@ -137,21 +116,10 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
     batch = max(1, int(plan.batch))
     period = got.stream.period_s
     rps = batch / period if period else 0.0
-    # -- memory --
-    mem: list[MemoryComparison] = []
-    for d in program.devices:
-        tiers = plan.memory.devices.get(d.name, {})
-        tier = tiers.get(d.main_memory.name) or (next(iter(tiers.values())) if tiers else None)
-        pred_b = int(tier.peak_bytes) if tier is not None else 0
-        rec = tel.device(d.name)
-        mem.append(MemoryComparison(d.name, pred_b, int(peaks.get(d.name, 0)),
-                                    rec.weights_bytes, rec.rss_ready_bytes, rec.rss_peak_bytes))
-    # -- quality --
-    quality: list[OutputQuality] = []
-    for j, name in enumerate(graph.outputs):
-        quality.append(output_quality(name, [o[j] for o in outputs],
-                                      [rf[j] for rf in reference],
-                                      logits=looks_like_logits(graph, name)))
+    mem = _memory(plan, program, tel, peaks)
+    quality = [output_quality(name, [o[j] for o in outputs], [rf[j] for rf in reference],
+                              logits=looks_like_logits(graph, name))
+               for j, name in enumerate(graph.outputs)]
     # -- attribution --
     report("attributing the difference", 0.8)
     attribution, lat_on_cpu = attribute_latency(program, plan, tel, solo, ISOLATED)
@@ -187,6 +155,56 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
         plan_fingerprint=plan_fingerprint(plan),
         energy=energy_comparison(plan, machine, meter, runs=got.stream.requests, batch=batch),
         nodes=nodes, stable_tags=stable, telemetry_run=run)
+
+
+def _requests(src: ModelSource, graph: Graph, inputs: str | os.PathLike[str] | None,
+              requests: int, seed: int) -> tuple[list[Any], str]:
+    """The requests to run (the inputs file's, cycled up to ``requests``, or ``requests``
+    generated from ``seed``) and how they were made, as the report says it."""
+    # lazy: torch (runtime.opexec imports it) is heavy to import, loaded only when this runs
+    from placewise.runtime.opexec import request_inputs
+
+    if inputs is None:
+        return (request_inputs(src, graph, requests, seed),
+                f"generated: {requests} requests from seed {seed}")
+    given = load_inputs(inputs, list(graph.inputs), request_inputs(src, graph, 1, seed)[0])
+    return ([given[k % len(given)] for k in range(max(requests, len(given)))],
+            f"file {os.fspath(inputs)}: {len(given)} requests")
+
+
+def _run(program: ExecProgram, src: ModelSource, reqs: Sequence[Any],
+         settings: CampaignSettings, timeout_s: float, report: Progress, meter: EnergyMeter
+         ) -> tuple[Any, Mapping[str, int]]:
+    """The campaign on the executor (the energy meter over the stream), and the peak live
+    bytes per device over the isolated requests."""
+    fraction = {WARMUP: 0.3, ISOLATED: 0.35, STREAM: 0.55, CAPTURE: 0.7}
+
+    def on_phase(phase: str, m: str) -> None:
+        if phase == STREAM:
+            meter.start()
+        elif phase == CAPTURE:
+            meter.mark()
+        report(m, fraction[phase])
+
+    with Executor(program, src, reference_inputs=reqs[0], slots=settings.in_flight or 1,
+                  timeout_s=timeout_s) as ex:
+        ex.start(lambda m: report(m, 0.1))
+        got = run_campaign(ex, reqs, settings, progress=on_phase)
+        return got, ex.peak_live_bytes(ISOLATED)
+
+
+def _memory(plan: Plan, program: ExecProgram, tel: Telemetry, peaks: Mapping[str, int]
+            ) -> list[MemoryComparison]:
+    """Per device: the plan's peak bytes in its main memory against the live bytes measured."""
+    mem: list[MemoryComparison] = []
+    for d in program.devices:
+        tiers = plan.memory.devices.get(d.name, {})
+        tier = tiers.get(d.main_memory.name) or (next(iter(tiers.values())) if tiers else None)
+        pred_b = int(tier.peak_bytes) if tier is not None else 0
+        rec = tel.device(d.name)
+        mem.append(MemoryComparison(d.name, pred_b, int(peaks.get(d.name, 0)),
+                                    rec.weights_bytes, rec.rss_ready_bytes, rec.rss_peak_bytes))
+    return mem
 
 
 def validation_stable_tags(plan: Plan, tel: Telemetry, *, seed: int, in_flight: int
