@@ -35,6 +35,7 @@ import numpy as np
 
 from placewise.errors import PlacewiseError
 from placewise.graph.ir import GEMM_KINDS, Graph
+from placewise.records import to_json
 
 __all__ = ["METRICS", "Comparison", "OutputQuality", "compare", "looks_like_logits", "output_quality",
            "quality_of", "worst_quality"]
@@ -62,9 +63,7 @@ class OutputQuality:
     top1_agreement: float | None
 
     def to_json(self) -> dict[str, Any]:
-        return {"output": self.output, "n": self.n, "rel_l2_median": self.rel_l2_median,
-                "rel_l2_max": self.rel_l2_max, "max_abs": self.max_abs,
-                "cosine_min": self.cosine_min, "top1_agreement": self.top1_agreement}
+        return to_json(self)
 
 
 

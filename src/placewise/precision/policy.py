@@ -51,6 +51,7 @@ from typing import Any, Protocol
 
 from placewise.errors import InputError, UnsupportedError
 from placewise.graph.ir import OpKind
+from placewise.records import to_json
 from placewise.schedule.placement import Problem
 from placewise.schedule.placement import natural_dtype as natural_of
 from placewise.units import DType
@@ -319,11 +320,7 @@ class Decision:
     reason: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"vertex": self.vertex, "dtype": self.dtype.value,
-                "natural": self.natural.value, "ops": list(self.ops),
-                "gain_s": self.gain_s, "quality": dict(self.quality),
-                "error": self.error, "admitted": self.admitted, "chosen": self.chosen,
-                "fallback": self.fallback, "reason": self.reason}
+        return to_json(self)
 
 
 def _best_time(problem: Problem, vi: int, dtype: DType) -> float | None:

@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 from placewise.errors import InputError
 from placewise.hardware.probe import cpu_model as _cpu_model
 from placewise.hardware.probe import package_version as _version
+from placewise.records import to_json
 
 if TYPE_CHECKING:
     from placewise.cost.calibrated import Calibration
@@ -147,9 +148,7 @@ class OpRecord:
         return self.end_ns - self.start_ns
 
     def to_json(self) -> dict[str, Any]:
-        return {"request": self.request, "op": self.op, "vertex": self.vertex,
-                "device": self.device, "start_ns": self.start_ns, "end_ns": self.end_ns,
-                "phase": self.phase}
+        return to_json(self)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> OpRecord:
@@ -173,8 +172,7 @@ class WaitRecord:
         return self.end_ns - self.start_ns
 
     def to_json(self) -> dict[str, Any]:
-        return {"request": self.request, "device": self.device, "for_task": self.for_task,
-                "start_ns": self.start_ns, "end_ns": self.end_ns, "phase": self.phase}
+        return to_json(self)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> WaitRecord:
@@ -202,9 +200,7 @@ class RequestRecord:
         return max(self.client_ns, self.outputs_ns) - self.submit_ns
 
     def to_json(self) -> dict[str, Any]:
-        return {"request": self.request, "phase": self.phase, "submit_ns": self.submit_ns,
-                "outputs_ns": self.outputs_ns, "done_ns": self.done_ns,
-                "client_ns": self.client_ns}
+        return to_json(self)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> RequestRecord:
@@ -237,11 +233,7 @@ class DeviceRecord:
     rss_peak_bytes: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"device": self.device, "pid": self.pid, "cores": list(self.cores),
-                "threads": self.threads, "backend": self.backend,
-                "weights_bytes": self.weights_bytes, "peak_live_bytes": self.peak_live_bytes,
-                "rss_start_bytes": self.rss_start_bytes, "rss_ready_bytes": self.rss_ready_bytes,
-                "rss_peak_bytes": self.rss_peak_bytes}
+        return to_json(self)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> DeviceRecord:
@@ -268,9 +260,7 @@ class SoloRecord:
     repeats: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"task": self.task, "device": self.device, "total_s": self.total_s,
-                "kernel_s": self.kernel_s, "hidden_conversion_s": self.hidden_conversion_s,
-                "repeats": self.repeats}
+        return to_json(self)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> SoloRecord:

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from placewise.energy import plan_energy
+from placewise.records import to_json
 
 __all__ = ["RAPL_ROOT", "EnergyComparison", "EnergyMeter", "MeasuredEnergy", "energy_comparison",
            "rapl_zones"]
@@ -64,11 +65,7 @@ class MeasuredEnergy:
     covers: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"available": self.available, "reason": self.reason, "source": self.source,
-                "requests": self.requests, "window_s": self.window_s,
-                "energy_j": self.energy_j, "energy_per_request_j": self.energy_per_request_j,
-                "average_power_w": self.average_power_w,
-                "by_counter_j": dict(self.by_counter_j), "covers": self.covers}
+        return to_json(self)
 
 
 @dataclass(frozen=True, slots=True)

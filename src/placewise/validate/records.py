@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from placewise.precision.metrics import OutputQuality
+from placewise.records import to_json
 from placewise.runtime.telemetry import SoloRecord, Telemetry
 from placewise.validate.nodes import NodeTimes
 from placewise.validate.power import EnergyComparison
@@ -57,8 +58,7 @@ class LatencyStats:
     max_s: float
 
     def to_json(self) -> dict[str, Any]:
-        return {"n": self.n, "p50_s": self.p50_s, "p90_s": self.p90_s, "p99_s": self.p99_s,
-                "mean_s": self.mean_s, "min_s": self.min_s, "max_s": self.max_s}
+        return to_json(self)
 
 
 def _rank(sorted_x: Sequence[float], q: float) -> float:
@@ -159,10 +159,7 @@ class StepShare:
     off_cpu_s: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
-        return {"step": self.step, "task": self.task, "kind": self.kind,
-                "device": self.device, "label": self.label, "measured_s": self.measured_s,
-                "predicted_s": self.predicted_s, "gap_s": self.gap_s,
-                "terms_s": dict(self.terms_s), "off_cpu_s": self.off_cpu_s}
+        return to_json(self)
 
 
 @dataclass(frozen=True, slots=True)
