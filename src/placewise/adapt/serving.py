@@ -523,7 +523,6 @@ def open_service(plan_or_planset: Any, *, priorities: Sequence[int] = (1,), seed
         tags = _tags_of(buckets[0], seed, plan_fingerprint=None if ps is None
                         else str(ps.fingerprint()))
         if ps is not None:  # a plan set is of one model, whatever shape its first bucket binds
-
             tags["model_fingerprint"] = model_fingerprint(ps.model)
     except BaseException:
         stack.close()

@@ -339,7 +339,6 @@ def _best_time(problem: Problem, vi: int, dtype: DType) -> float | None:
 class EmulatorLike(Protocol):
     def outputs(self, requests: Sequence[Sequence[Any]], lowered: Mapping[str, DType]
                 ) -> list[list[Any]]: ...
-
     def why_not(self, op_name: str, dtype: DType) -> str: ...
 
 

@@ -72,7 +72,6 @@ def _binder(model: str, axes: Sequence[str]) -> Callable[[Mapping[str, int]], Bi
 
 
 def _onnx_binder(model: str, axes: Sequence[str]) -> Callable[[Mapping[str, int]], Binding]:
-
     g = load_model(model)
     inputs = {n: g.tensor(n).shape for n in g.inputs}
     lead = {d[0] for d in inputs.values() if d and isinstance(d[0], str)}
@@ -116,7 +115,6 @@ def _plan_point(ref: str, shapes: Mapping[str, list[int]] | None, batch: int | N
                 machine: Machine, cost_model: Any, *, objective: str, strategy: str,
                 policy: Any, seed: int, time_limit_s: float | None,
                 sources: Mapping[str, Any] | None = None) -> Any:
-
     start = time.perf_counter()
     problem = build_problem(ref, machine, shapes=shapes, batch=batch, cost_model=cost_model)
     clock = CommandBudget.make(time_limit_s, ops=len(problem.graph.ops), start=start,
@@ -147,7 +145,6 @@ def build_plan_set(model: str, machine: Machine, envelope: Mapping[str, Sequence
     file's path, and the calibration's, ``placewise.plan_sources``).
     ``InputError`` for an envelope or mix the model cannot take; ``Infeasible`` naming the
     grid point that does not fit."""
-
     t0 = time.perf_counter()
     env = parse_envelope(envelope) if not isinstance(envelope, Mapping) else \
         parse_envelope([f"{a}={','.join(map(str, v))}" for a, v in envelope.items()])
@@ -213,7 +210,6 @@ def plan_weights(plan: Plan) -> dict[str, dict[tuple[str, str, str], int]]:
     and shape in two bucket plans is the same weight (the same model at another shape: a
     zoo model's weights do not depend on its batch, nor, but for its position table, on
     its sequence length); one whose shape changes with the bucket is another."""
-
     out: dict[str, dict[tuple[str, str, str], int]] = {}
     for v, a in plan.placement.items():
         dev = a["device"]
@@ -281,7 +277,6 @@ def _assemble(model: str, machine: Machine, axes: tuple[str, ...],
               bindings: Mapping[Point, Binding], facts: GridFacts, edges: Edges,
               choice: dict[str, Any], probs: Mapping[Point, float], mix: Mix | None,
               objective: str, created_by: str) -> PlanSet:
-
     ranges = _ranges(edges, env, axes)
     kept = set(serving(facts, edges, probs)[0])
     upper = {c: tuple(ranges[i][k][1] for i, k in enumerate(c))

@@ -221,7 +221,6 @@ class PlanSet:
 # ---- the file ---------------------------------------------------------------------------------
 def _doc(ps: PlanSet) -> dict[str, Any]:
     """The plan set's document without ``fingerprints.planset``."""
-
     entry_fps = [plan_fingerprint(p) for p in ps.plans]
     bucket_fps = [plan_fingerprint(p) for p in ps.bucket_plans]
     first = ps.plans[0].fingerprints if ps.plans else None
@@ -253,7 +252,6 @@ def _doc_fingerprint(doc: Mapping[str, Any]) -> str:
 
 
 def _with_fingerprints(ps: PlanSet, *, timing: dict[str, Any] | None = None) -> PlanSet:
-
     doc = _doc(ps)
     fps = {**doc["fingerprints"], "planset": _doc_fingerprint(doc)}
     return replace(ps, fingerprints=fps, timing=timing or ps.timing)
@@ -278,7 +276,6 @@ def dumps_plan_set(ps: PlanSet) -> str:
 
 def save_plan_set(ps: PlanSet, path: str | os.PathLike[str]) -> None:
     """Write ``ps`` to ``path`` atomically (deterministic JSON)."""
-
     atomic_write_text(os.fspath(path), dumps_plan_set(ps))
 
 
