@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from placewise.adapt.planset import Mix, build_plan_set, save_plan_set  # noqa: E402
-from placewise.adapt.planset_export import export_plan_set  # noqa: E402
+from placewise.adapt.planset.export import export_plan_set  # noqa: E402
 from placewise.hardware.probe import load_local  # noqa: E402
 
 CASES: dict[str, dict[str, Any]] = {

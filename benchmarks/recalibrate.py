@@ -62,7 +62,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _term_errors(run_file: Path) -> dict[str, Any]:
-    from placewise.adapt.telemetry import load_telemetry_run
+    from placewise.runtime.windows import load_telemetry_run
 
     run = load_telemetry_run(run_file)
     out: dict[str, Any] = {}

@@ -582,12 +582,12 @@ def test_a_read_only_folder(onnx_plan: Path) -> None:  # pragma: no cover - need
 
 def test_a_failure_while_writing_leaves_nothing(onnx_plan: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    import placewise.runtime.compile as compile_mod
+    import placewise.export as export_mod
 
     def fail(*_a: Any, **_k: Any) -> Any:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(compile_mod, "write_partitions", fail)
+    monkeypatch.setattr(export_mod, "write_partitions", fail)
     folder = onnx_plan.parent
     before = listing(folder)
     with pytest.raises(InputError, match="No space left"):

@@ -155,7 +155,7 @@ def test_one_matching_for_import_and_validation(made: tuple[Path, Path, Path]) -
     from placewise.calibrate.imports.read import read_profile
     from placewise.graph.onnx_import import read_onnx_as_is
     from placewise.hardware.spec import load_machine
-    from placewise.validate.run import load_planned_source
+    from placewise.runtime.planned import load_planned_source
 
     folder, model, prof = made
     graph = load_planned_source(str(model), _plan(folder, "orin"), None).graph

@@ -35,7 +35,6 @@ README shows the dozen lines that chain them.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import secrets
 import shutil
@@ -48,6 +47,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 from placewise import __version__
 from placewise.errors import InputError, PlacewiseError, SpecError, UnsupportedError
 from placewise.graph.onnx_data import EXTERNAL_DATA_BYTES as _EXTERNAL_DATA_BYTES
+from placewise.graph.onnx_data import external_locations
 from placewise.io import (
     MAX_JSON_BYTES,
     atomic_write_json,
@@ -56,6 +56,12 @@ from placewise.io import (
     read_file_bytes,
     validate_record,
 )
+from placewise.plan import Plan, check_fingerprints, load_plan
+from placewise.plan_sources import plan_machine
+from placewise.runtime.backends.onnxruntime import provider_for
+from placewise.runtime.compile import write_partitions
+from placewise.runtime.planned import plan_fingerprint
+from placewise.runtime.program import program_from_plan
 from placewise.units import DType
 
 __all__ = [
@@ -333,14 +339,6 @@ def manifest_summary(manifest: Manifest, folder: str | os.PathLike[str]) -> dict
             "fingerprints": manifest.fingerprints.model_dump()}
 
 
-def plan_fingerprint(plan: Any) -> str:
-    """``sha256:`` of the plan's canonical text (``plan.dumps_plan``): the same for a plan
-    and the file ``save_plan`` wrote of it."""
-    from placewise.plan import dumps_plan
-
-    return "sha256:" + hashlib.sha256(dumps_plan(plan).encode("utf-8")).hexdigest()
-
-
 # ---- the export ---------------------------------------------------------------------------
 def export_plan(plan: Any, out_dir: str | os.PathLike[str], *, machine: Any = None,
                 source: Any = None, force: bool = False,
@@ -362,8 +360,6 @@ def export_plan(plan: Any, out_dir: str | os.PathLike[str], *, machine: Any = No
     ``force``), is not a folder, or cannot be written; ``UnsupportedError`` for a partition
     that cannot be compiled (fp16/bf16 ones among them).
     """
-    from placewise.plan import Plan, load_plan
-
     report: Progress = progress or (lambda _m, _f: None)
     file: str | None = None
     if not isinstance(plan, Plan):
@@ -382,7 +378,6 @@ def export_plan(plan: Any, out_dir: str | os.PathLike[str], *, machine: Any = No
     fps = ManifestFingerprints(plan=plan_fingerprint(plan), graph=plan.fingerprints.graph,
                                machine=plan.fingerprints.machine)
     report(f"compiling {len(parts)} partition{'s' if len(parts) != 1 else ''}", 0.1)
-    from placewise.runtime.compile import write_partitions
 
     with _staging(target, force=force) as tmp:
         try:
@@ -402,8 +397,6 @@ def export_plan(plan: Any, out_dir: str | os.PathLike[str], *, machine: Any = No
 
 def _plan_machine(plan: Any, machine: Any, file: str | None) -> Any:
     """The plan's machine, its fingerprint checked (``placewise.plan_sources``)."""
-    from placewise.plan_sources import plan_machine
-
     return plan_machine(plan, machine, file=file)
 
 
@@ -412,7 +405,7 @@ def _plan_source(plan: Any, source: Any, file: str | None) -> Any:
     plan's batch; when that graph differs, as the file stands (a zoo reference that names
     its own batch, a model exported with a fixed batch) and with the plan's input shapes,
     before the fingerprint is refused."""
-    from placewise.plan import check_fingerprints
+    # lazy: torch (runtime.opexec imports it) is heavy to import, loaded only when this runs
     from placewise.runtime.opexec import load_source
 
     want = plan.fingerprints.graph
@@ -452,8 +445,6 @@ def _plan_source(plan: Any, source: Any, file: str | None) -> Any:
 def _plan_partitions(plan: Any, graph: Any, machine: Any) -> list[Any]:
     """The plan's partitions in execution order: the executor's own derivation (without
     its local-device check), each partition after every partition it reads from."""
-    from placewise.runtime.program import program_from_plan
-
     for v, a in plan.placement.items():
         dtype = DType.parse(a["dtype"])
         if dtype not in (DType.FP32, DType.INT8):
@@ -479,8 +470,6 @@ def _plan_partitions(plan: Any, graph: Any, machine: Any) -> list[Any]:
 def _provider(device: Any, part: Any) -> tuple[ProviderRecord, tuple[ProviderRecord, ...],
                                                int, tuple[int, ...] | None]:
     """Provider, alternatives, threads and cores of a partition on ``device``."""
-    from placewise.runtime.backends.onnxruntime import provider_for
-
     prov = provider_for(device, part.dtype)
     cores = tuple(dict.fromkeys(device.cores)) if device.cores else None
     if cores:
@@ -495,6 +484,7 @@ def _provider(device: Any, part: Any) -> tuple[ProviderRecord, tuple[ProviderRec
 
 
 def _numpy_name(elem_type: int) -> str:
+    # lazy: onnx is heavy to import, loaded only when this runs
     import onnx
 
     if elem_type == onnx.TensorProto.BFLOAT16:
@@ -526,9 +516,8 @@ def _manifest(plan: Any, src: Any, devices: Mapping[str, Any], parts: Sequence[A
               fps: ManifestFingerprints) -> Manifest:
     """The manifest of the written partitions (their boundary types read back from the
     files), every boundary tensor's producer and readers filled in."""
+    # lazy: onnx is heavy to import, loaded only when this runs
     import onnx
-
-    from placewise.graph.onnx_data import external_locations
 
     graph = src.graph
     graph_in = set(graph.inputs)

@@ -29,18 +29,30 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from placewise.cost.load import load_cost_model
 from placewise.errors import InputError
+from placewise.graph.fuse import fuse
+from placewise.graph.load import load_model
+from placewise.plan import build_plan
+from placewise.precision.evidence import (
+    EVIDENCE_SHARE,
+    evidence_budget,
+    nominal_run_s,
+    plan_precision,
+)
+from placewise.precision.policy import DEFAULT_BUDGET, LEAST_EVALUATIONS, Policy
+from placewise.schedule.placement import Problem
+from placewise.search.api import check_scale, plan_search
 
 if TYPE_CHECKING:
     from placewise.graph.ir import Graph
     from placewise.hardware.spec import Machine
     from placewise.plan import Plan
-    from placewise.precision.policy import EvidenceBudget, Outcome, Policy, QualityBudget
-    from placewise.schedule.placement import Problem
+    from placewise.precision.policy import EvidenceBudget, Outcome, QualityBudget
     from placewise.search.api import CommandBudget
 
 __all__ = ["Planned", "build_problem", "load_graph", "plan_model"]
@@ -51,8 +63,6 @@ def load_graph(model: str, shapes: Mapping[str, Sequence[int]] | None = None,
                values: Mapping[str, Sequence[float]] | None = None) -> Graph:
     """``model`` loaded with ``shapes`` and ``batch`` bound and the inputs in ``values``
     given their value, checked to be concrete."""
-    from placewise.graph.load import load_model
-
     if batch is not None and (isinstance(batch, bool) or batch <= 0):
         raise InputError(f"batch must be a positive integer, got {batch}", place="--batch")
     graph = load_model(model, shapes=shapes, batch=batch, values=values)
@@ -69,11 +79,6 @@ def build_problem(model: str, machine: Machine, *,
     its fused partition (unless ``fuse_ops`` is False) and the cost model (``cost_model``,
     else loaded for ``machine`` with ``calibration``). ``graph``: the model already loaded
     (by ``load_graph`` with the same bindings and checked with ``check_scale``)."""
-    from placewise.cost.load import load_cost_model
-    from placewise.graph.fuse import fuse
-    from placewise.schedule.placement import Problem
-    from placewise.search.api import check_scale
-
     if graph is None:
         graph = load_graph(model, shapes, batch, values)
         check_scale(len(graph.ops), file=model)  # before anything that grows with the graph
@@ -122,16 +127,10 @@ def plan_model(problem: Problem, model: str, *, clock: CommandBudget, strategy: 
     ``sources`` record (``placewise.plan_sources.sources_json``). Raises what
     ``plan_search`` and ``plan_precision`` raise (``InputError``, ``MemoryInfeasible``...).
     """
-    from placewise.plan import build_plan
-    from placewise.precision.evidence import plan_precision
-    from placewise.precision.policy import DEFAULT_BUDGET
-    from placewise.precision.policy import Policy as _Policy
-    from placewise.search.api import plan_search
-
-    pol = _Policy.KEEP if policy is None else policy
+    pol = Policy.KEEP if policy is None else policy
     # a policy that may lower precision searches more than once: each search gets half of
     # what is left, so that the last still fits
-    share = 1.0 if pol is _Policy.KEEP else 0.5
+    share = 1.0 if pol is Policy.KEEP else 0.5
     searched = [0.0]
 
     def search(prob: Any) -> Any:
@@ -156,7 +155,7 @@ def plan_model(problem: Problem, model: str, *, clock: CommandBudget, strategy: 
         finally:
             searched[0] += time.perf_counter() - t0
 
-    evidence = _evidence_budget(problem, clock) if pol is not _Policy.KEEP else None
+    evidence = _evidence_budget(problem, clock) if pol is not Policy.KEEP else None
     t0 = time.perf_counter()
     outcome, record = plan_precision(problem, model, pol, budget or DEFAULT_BUDGET, search,
                                      shapes=shapes, batch=batch, inputs=inputs,
@@ -176,11 +175,6 @@ def _evidence_budget(problem: Problem, clock: CommandBudget) -> EvidenceBudget:
     emulated runs (deterministic), none started once its share of the wall time left (at
     least that nominal time, as a search gets its work budget) has passed. A *default* limit
     too short for the least evidence (``LEAST_EVALUATIONS``) is raised to fit it, and says so."""
-    from dataclasses import replace
-
-    from placewise.precision.evidence import EVIDENCE_SHARE, evidence_budget, nominal_run_s
-    from placewise.precision.policy import LEAST_EVALUATIONS
-
     raised = ""
     wall_s, work_s = clock.evidence_limits(EVIDENCE_SHARE)
     got = evidence_budget(problem, work_s)

@@ -13,15 +13,8 @@ from typing import Any
 import pytest
 
 from placewise.adapt import loop_steps as steps
-from placewise.adapt.loop import (
-    FORMAT,
-    LoopSettings,
-    mix_distance,
-    run_loop,
-    save_loop,
-    split_windows,
-    summarize,
-)
+from placewise.adapt.loop import FORMAT, LoopSettings, run_loop, save_loop
+from placewise.adapt.loop_figures import mix_distance, split_windows, summarize
 from placewise.adapt.trace import ShapeTrace, drifting_trace, save_shape_trace
 from placewise.cost.calibrated import load_calibration
 from placewise.errors import InputError
@@ -206,7 +199,7 @@ def test_a_promoted_set_worse_than_the_last_known_good_is_rolled_back(tmp_path: 
     to 16 on a model where 16 rows cost far more than one; served on batch-1 traffic, the
     rule rolls back to the last-known-good and the store's current entry follows."""
     from placewise.adapt.planset import build_plan_set, save_plan_set
-    from placewise.adapt.planset_mix import Mix
+    from placewise.adapt.planset.mix import Mix
     from placewise.adapt.store import LastKnownGood
     from placewise.cost.calibrated import Calibration
 

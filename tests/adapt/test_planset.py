@@ -21,7 +21,7 @@ from placewise.adapt.planset import (
     plan_weights,
     save_plan_set,
 )
-from placewise.adapt.planset_choice import (
+from placewise.adapt.planset.choice import (
     ChoiceCosts,
     GridFacts,
     Point,
@@ -270,8 +270,8 @@ def test_round_trip_and_fingerprints(mlp_set: PlanSet, tmp_path: Path) -> None:
 
 
 def test_corrupt_and_edited_files_are_refused(mlp_set: PlanSet, tmp_path: Path) -> None:
-    from placewise.adapt.planset import _doc_fingerprint
-    from placewise.adapt.planset_file import plan_set_from_json
+    from placewise.adapt.planset.file import plan_set_from_json
+    from placewise.adapt.planset.record import _doc_fingerprint
 
     doc = plan_set_to_json(mlp_set)
     edited = json.loads(json.dumps(doc))
@@ -347,7 +347,7 @@ def test_seq_axis_of_a_zoo_model(machine: Any, tmp_path: Path) -> None:
         assert ps.residency["weights_bytes"] == sum(sum(w.values()) for w in one.values()) \
             + 2 * pos
     # the export writes identical weights once: every bucket's but the position tables
-    from placewise.adapt.planset_export import export_plan_set
+    from placewise.adapt.planset.export import export_plan_set
 
     exp = export_plan_set(ps, tmp_path / "exp", machine=machine)
     assert exp["references"] > exp["initializers"]
@@ -375,7 +375,7 @@ def test_seq_axis_of_an_onnx_file(machine: Any, tmp_path: Path) -> None:
     top = ps.buckets[-1]
     assert top.shapes == {"x": [top.upper["batch"], top.upper["seq"], 32]}
     assert ps.plan_of(top).tensors["x"].shape == (top.upper["batch"], top.upper["seq"], 32)
-    from placewise.adapt.planset_export import export_plan_set
+    from placewise.adapt.planset.export import export_plan_set
 
     exp = export_plan_set(ps, tmp_path / "exp", machine=machine)  # partitions of the ONNX
     assert exp["verified_sessions"] >= len(ps.buckets)
@@ -393,7 +393,7 @@ def test_seq_axis_of_an_onnx_file(machine: Any, tmp_path: Path) -> None:
 
 def test_export_of_a_preset_plan_set_shares_one_file_between_partitions(
         tmp_path: Path) -> None:
-    from placewise.adapt.planset_export import SHARED_FILE, export_plan_set
+    from placewise.adapt.planset.export import SHARED_FILE, export_plan_set
     from placewise.export import load_manifest
     from placewise.hardware.spec import load_machine
 
@@ -411,7 +411,7 @@ def test_export_of_a_preset_plan_set_shares_one_file_between_partitions(
 def test_dynamic_programme_matches_exhaustive_search(monkeypatch: pytest.MonkeyPatch) -> None:
     import random
 
-    import placewise.adapt.planset_choice as pc
+    import placewise.adapt.planset.choice as pc
 
     rng = random.Random(7)
     for _ in range(40):

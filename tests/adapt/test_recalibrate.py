@@ -1,4 +1,4 @@
-"""Recalibration (``adapt.recalibrate``, ``adapt.telemetry``, ``cost.calibrated``
+"""Recalibration (``adapt.recalibrate``, ``runtime.windows``, ``cost.calibrated``
 adjustments): a key changes only after k consecutive windows outside its interval, only
 the keys outside change (never a global factor: an untouched key predicts exactly as
 before), each new calibration is a new revision whose parent is the old one, a replan with
@@ -14,17 +14,17 @@ from typing import Any
 import pytest
 
 from placewise.adapt.recalibrate import empty_calibration, recalibrate
-from placewise.adapt.telemetry import (
+from placewise.cost.calibrated import CalibratedModel, Calibration, region_key
+from placewise.cost.model import Term
+from placewise.errors import InputError, SpecError
+from placewise.graph.fuse import fuse
+from placewise.runtime.windows import (
     TelemetryRun,
     TermWindow,
     Window,
     load_telemetry_run,
     save_telemetry_run,
 )
-from placewise.cost.calibrated import CalibratedModel, Calibration, region_key
-from placewise.cost.model import Term
-from placewise.errors import InputError, SpecError
-from placewise.graph.fuse import fuse
 from placewise.schedule import evaluate
 from placewise.schedule.placement import Assignment, Placement, Problem
 from placewise.units import DType
@@ -385,7 +385,7 @@ def _telemetry(program: Any) -> Any:
 
 
 def test_windows_line_measured_tasks_up_with_the_plan_per_key() -> None:
-    from placewise.adapt.telemetry import windows_from_telemetry
+    from placewise.runtime.windows import windows_from_telemetry
 
     plan, program = _split_plan()
     run_ = windows_from_telemetry(plan, _telemetry(program), window_requests=3,

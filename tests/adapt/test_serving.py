@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from placewise.adapt.planset import build_plan_set, save_plan_set
-from placewise.adapt.planset_choice import ChoiceCosts
+from placewise.adapt.planset.choice import ChoiceCosts
 from placewise.adapt.serving import Service, open_service
 from placewise.adapt.trace import ShapeTrace, save_shape_trace
 from placewise.errors import InputError

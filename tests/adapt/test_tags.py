@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from placewise.adapt.recalibrate import empty_calibration
-from placewise.adapt.telemetry import TelemetryRun, TermWindow, Window, save_telemetry_run
 from placewise.errors import InputError
 from placewise.report.inputs import load_inputs
 from placewise.runtime.telemetry import (
@@ -22,6 +21,7 @@ from placewise.runtime.telemetry import (
     stable_tags,
     tag_differences,
 )
+from placewise.runtime.windows import TelemetryRun, TermWindow, Window, save_telemetry_run
 from placewise.validate.compare import machine_tags
 from tests.adapt.test_recalibrate import _cli
 from tests.runtime.helpers import local_machine
@@ -168,7 +168,8 @@ def test_serve_json_carries_stable_tags_and_refuses_an_earlier_run_of_other_tags
 
 
 def test_a_profiled_calibrations_pinning_tag_is_not_the_core_count() -> None:
-    from placewise.adapt.recalibrate import calibration_tag_keys, recalibrate
+    from placewise.adapt.recalibrate import recalibrate
+    from placewise.runtime.telemetry import calibration_tag_keys
 
     mine = machine_tags()
     tags = {k: v for k, v in mine.items() if k != "placewise"}

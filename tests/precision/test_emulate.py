@@ -178,11 +178,13 @@ def test_7bit_weights_where_the_integer_gemm_saturates(onnx_src: ModelSource,
     """Where ``int8_weights_reduced()`` (x86 without VNNI: the uint8 x int8 kernel adds
     product pairs in saturating int16), the runtime quantizes weights at 7 bits and the
     emulator models the same: they still agree, and the weights fit 7 bits."""
+    import placewise.precision.rewrite as rewrite_mod
     import placewise.runtime.compile as compile_mod
     import placewise.runtime.quantize as quantize_mod
 
     monkeypatch.setattr(compile_mod, "int8_weights_reduced", lambda: True)  # the emulator's
     monkeypatch.setattr(quantize_mod, "int8_weights_reduced", lambda: True)  # the runtime's
+    monkeypatch.setattr(rewrite_mod, "int8_weights_reduced", lambda: True)
     g = onnx_src.graph
     assert g is not None
     _int8_against_runtime(onnx_src, Emulator(onnx_src, g), _op(g, output))

@@ -3,7 +3,7 @@ window on every arm, the rollback check, recalibration, replanning and the guard
 
 Every step calls the piece that owns the work: plan sets ``adapt.planset``
 (``build_plan_set``, ``mix_of_trace``), serving ``adapt.serving.open_service``, telemetry
-windows ``adapt.telemetry.windows_from_telemetry``, recalibration
+windows ``runtime.windows.windows_from_telemetry``, recalibration
 ``adapt.recalibrate.recalibrate``, the guardrail ``adapt.guardrail.decide`` and
 ``adapt.promote.promote``, the last-known-good ``adapt.store.LastKnownGood``, the
 evaluator ``schedule.evaluate`` (a plan's placement priced under another calibration), tags
@@ -21,7 +21,36 @@ from typing import Any
 
 import numpy as np
 
+from placewise.adapt.guardrail import decide
+from placewise.adapt.loop_figures import (
+    mix_distance,
+    prediction_rows,
+    split_windows,
+    total_error,
+    window_gain,
+)
+from placewise.adapt.planset import build_plan_set, save_plan_set
+from placewise.adapt.planset.mix import mix_of_trace
+from placewise.adapt.promote import promote
+from placewise.adapt.recalibrate import empty_calibration, recalibrate
+from placewise.adapt.serving import open_service
+from placewise.adapt.store import LastKnownGood
 from placewise.adapt.trace import ShapeTrace, save_shape_trace
+from placewise.cost.calibrated import load_calibration
+from placewise.cost.load import load_cost_model
+from placewise.io import atomic_write_json
+from placewise.plan import build_plan
+from placewise.planning import build_problem
+from placewise.runtime.telemetry import (
+    STABLE_TAG_KEYS,
+    model_fingerprint,
+    require_comparable,
+    tag_differences,
+)
+from placewise.runtime.windows import windows_from_telemetry
+from placewise.schedule.evaluate import evaluate
+from placewise.serve.real import SERVE
+from placewise.validate.compare import machine_tags
 
 __all__ = ["ALLOWED_TO_DIFFER", "Arm", "LoopState", "adapt", "envelope_of", "expected_cost",
            "initial_state", "least_window_s", "mix_json", "repredict", "serve_window"]
@@ -79,8 +108,6 @@ class LoopState:
 
     def cost_model(self) -> Any:
         """The cost model of the current calibration (cached per calibration)."""
-        from placewise.cost.load import load_cost_model
-
         fp = self.calibration.fingerprint()
         if fp not in self._cost_models:
             self._cost_models[fp] = load_cost_model(self.machine, self.calibration)
@@ -111,7 +138,7 @@ def envelope_of(trace: ShapeTrace) -> dict[str, list[int]]:
 
 
 def mix_json(mix: Any) -> list[dict[str, Any]]:
-    """A ``planset_mix.Mix`` as LOOP.json lists it: ``[{"shape", "weight"}]``, most frequent
+    """A ``planset.mix.Mix`` as LOOP.json lists it: ``[{"shape", "weight"}]``, most frequent
     first."""
     items = sorted(mix.items, key=lambda it: (-it[1], sorted(it[0].items())))
     return [{"shape": dict(s), "weight": float(p)} for s, p in items]
@@ -123,8 +150,6 @@ def least_window_s(win: ShapeTrace, arms: int = 2) -> float:
 
 
 def _tags_shown(tags: Mapping[str, str]) -> dict[str, str]:
-    from placewise.runtime.telemetry import STABLE_TAG_KEYS
-
     return {k: str(tags[k]) for k in (*STABLE_TAG_KEYS, *_VOLATILE_SHOWN) if k in tags}
 
 
@@ -132,8 +157,6 @@ def _phase(st: LoopState, name: str, window: int, arm: str | None, tags: Mapping
            plan_set: str | None) -> dict[str, Any]:
     """Record a phase with its tags and which stable tags differ from the phase of the same
     kind before it (``serve``, ``plan``, ``guardrail``: its name's first word)."""
-    from placewise.runtime.telemetry import tag_differences
-
     kind = name.split()[0]
     prev = next((p["tags"] for p in reversed(st.phases) if p["kind"] == kind), None)
     rec = {"index": len(st.phases), "name": name, "kind": kind, "window": window, "arm": arm,
@@ -148,9 +171,6 @@ def _phase(st: LoopState, name: str, window: int, arm: str | None, tags: Mapping
 def _plan_tags(st: LoopState, ps: Any) -> dict[str, str]:
     """The tags of a planning phase: this machine's stable tags, the model, the calibration
     planned with and the plan set made."""
-    from placewise.runtime.telemetry import model_fingerprint
-    from placewise.validate.compare import machine_tags
-
     return {**machine_tags(), "model_fingerprint": model_fingerprint(st.model),
             "calibration_fingerprint": st.calibration.fingerprint(),
             "plan_fingerprint": str(ps.fingerprint()), "seed": str(st.seed)}
@@ -166,8 +186,6 @@ def _rel(path: Path, work: Path) -> str:
 # ---- planning ----------------------------------------------------------------------------------
 def _plan(st: LoopState, mix: Any, work: Path, name: str, cfg: Any) -> tuple[Path, Any]:
     """A plan set for ``mix`` with the current calibration, saved under ``work``."""
-    from placewise.adapt.planset import build_plan_set, save_plan_set
-
     ps = build_plan_set(st.model, st.machine, st.envelope, mix,
                         calibration=st.calibration_path, time_limit_s=cfg.plan_time_s,
                         seed=cfg.seed)
@@ -179,8 +197,6 @@ def _plan(st: LoopState, mix: Any, work: Path, name: str, cfg: Any) -> tuple[Pat
 
 
 def _open(st: LoopState, name: str, path: Path, ps: Any, mix: Any) -> Arm:
-    from placewise.adapt.serving import open_service
-
     # every device in a worker process: this process keeps its affinity, so the stable
     # tags (usable cores) of every run are the machine's, as the calibration records them
     svc = st.stack.enter_context(open_service(path, seed=st.seed, machine=st.machine,
@@ -192,12 +208,6 @@ def initial_state(model: str, machine: Any, trace: ShapeTrace, first: ShapeTrace
                   work: Path, calibration: str | Path | None, stack: ExitStack) -> LoopState:
     """Plan the initial plan set for the first window's mix, keep it as the first
     last-known-good and open both arms' services on it."""
-    from placewise.adapt.planset_mix import mix_of_trace
-    from placewise.adapt.recalibrate import empty_calibration
-    from placewise.adapt.store import LastKnownGood
-    from placewise.cost.calibrated import load_calibration
-    from placewise.validate.compare import machine_tags
-
     if calibration is None:
         cal = empty_calibration(machine, machine_tags())
         cal_path = work / "calibration-r0.json"
@@ -297,10 +307,6 @@ def serve_window(i: int, win: ShapeTrace, st: LoopState, cfg: Any, left_s: float
     even slices of even windows, adaptive first in odd ones; a set on probation last), so
     that both arms see the same requests under the same conditions. Returns the window's
     record and, per arm, its blocks in slice order."""
-    from placewise.adapt.loop import split_windows
-    from placewise.adapt.planset_mix import mix_of_trace
-    from placewise.runtime.telemetry import require_comparable
-
     arms = _arms_of(st)
     pieces = split_windows(win, min(cfg.slices, len(win)))
     calls = len(arms) * len(pieces)
@@ -322,8 +328,6 @@ def serve_window(i: int, win: ShapeTrace, st: LoopState, cfg: Any, left_s: float
     diffs = require_comparable(blocks["static"][0].tags, blocks["adaptive"][0].tags,
                                what=f"window {i}: static against adaptive",
                                allow_mismatch=True, keys=keys)
-    from placewise.adapt.loop import window_gain
-
     rec: dict[str, Any] = {"index": i, "requests": len(win), "duration_s": win.duration_s,
                            "mix": mix_json(mix_of_trace(win)), "slices": len(pieces),
                            "first": arms[0].name if i % 2 == 0 else arms[1].name,
@@ -335,8 +339,6 @@ def serve_window(i: int, win: ShapeTrace, st: LoopState, cfg: Any, left_s: float
 
 
 def _stable_keys() -> tuple[str, ...]:
-    from placewise.runtime.telemetry import STABLE_TAG_KEYS
-
     return STABLE_TAG_KEYS
 
 
@@ -344,10 +346,6 @@ def _stable_keys() -> tuple[str, ...]:
 def repredict(st: LoopState, arm: Arm, bucket: str) -> Any:
     """The bucket's plan with its placement priced under the current calibration (the
     evaluator, ``schedule.evaluate``; the plan itself when it was made with it)."""
-    from placewise.plan import build_plan
-    from placewise.planning import build_problem
-    from placewise.schedule.evaluate import evaluate
-
     ps = arm.plan_set
     b = ps.buckets[ps._index(bucket)]
     plan = ps.plan_of(b)
@@ -380,9 +378,6 @@ def expected_cost(st: LoopState, arm: Arm, mix: Any) -> float:
 def _runs(st: LoopState, arm: Arm, blocks: Sequence[Any], cfg: Any) -> dict[str, list[Any]]:
     """Bucket -> the telemetry windows of each of ``blocks`` (in order), lined up with the
     bucket's plan priced under the current calibration."""
-    from placewise.adapt.telemetry import windows_from_telemetry
-    from placewise.serve.real import SERVE
-
     out: dict[str, list[Any]] = {}
     programs = {b.name: b.program for b in arm.service.buckets}
     for blk in blocks:
@@ -418,8 +413,6 @@ def adapt(i: int, last: bool, win: ShapeTrace, rec: dict[str, Any], blocks: Mapp
         actions.append(recal)
     if last:
         return actions
-    from placewise.adapt.loop import mix_distance
-    from placewise.adapt.planset_mix import mix_of_trace
 
     observed = mix_of_trace(win)
     dist = mix_distance(mix_json(observed), mix_json(st.adaptive.mix))
@@ -446,8 +439,6 @@ def _probation(i: int, st: LoopState, blocks: Mapping[str, Any]) -> dict[str, An
     this window too, or the static arm when it is the same plan set), each request paired
     with itself: roll back when the replaced one is the better by the guardrail's rule
     (``decide`` with the promoted set as A, the last-known-good as B, no threshold)."""
-    from placewise.adapt.guardrail import decide
-
     assert st.probation is not None
     old, st.probation = st.probation, None
     new_s = _samples(blocks["adaptive"])
@@ -493,8 +484,6 @@ def _recalibrate(rec: dict[str, Any], blocks: Sequence[Any], arm: Arm, st: LoopS
                  cfg: Any, work: Path) -> dict[str, Any] | None:
     """Recalibrate from the telemetry windows of ``arm`` (the adaptive arm that served
     ``blocks``); the prediction error by term before and after, on the same measurements."""
-    from placewise.adapt.recalibrate import recalibrate
-
     before = _runs(st, arm, blocks, cfg)
     if not before:
         rec["prediction"], rec["prediction_error"] = [], {"before": None, "after": None}
@@ -518,12 +507,10 @@ def _recalibrate(rec: dict[str, Any], blocks: Sequence[Any], arm: Arm, st: LoopS
                                "changed": [c.to_json() for c in changed][:50],
                                "unchanged": len(r.changes) - len(changed)}}
     after = _runs(st, arm, blocks, cfg) if changed else before
-    from placewise.adapt.loop import _total_error, prediction_rows
-
     rows = [row for name in before for row in prediction_rows(before[name], after[name], name)]
     rec["prediction"] = rows
-    rec["prediction_error"] = {"before": _total_error(rows, "before"),
-                               "after": _total_error(rows, "after")}
+    rec["prediction_error"] = {"before": total_error(rows, "before"),
+                               "after": total_error(rows, "after")}
     return action
 
 
@@ -566,9 +553,6 @@ def _try(i: int, win: ShapeTrace, cand: Arm, observed: Any, st: LoopState, cfg: 
          work: Path, left: Callable[[], float]) -> dict[str, Any]:
     """The guardrail on the window's replayed traffic; a promoted candidate goes into
     service and the set it replaces on probation."""
-    from placewise.adapt.promote import promote
-    from placewise.io import atomic_write_json
-
     tr_path = work / f"window-{i}.jsonl"
     save_shape_trace(win, tr_path)
     n = min(cfg.promote_requests, len(win))

@@ -48,19 +48,25 @@ import os
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from placewise.adapt.guardrail import Decision, decide
+from placewise.adapt.guardrail import Decision, decide, min_pairs
 from placewise.adapt.planset import load_plan_or_set
-from placewise.adapt.store import Header, LastKnownGood, identity_of
+from placewise.adapt.serving import open_service
+from placewise.adapt.store import Header, LastKnownGood, identity_of, mismatch, now_utc
+from placewise.adapt.trace import ShapeTrace, load_shape_trace
 from placewise.errors import InputError
+from placewise.hardware.probe import load_local
+from placewise.precision.metrics import quality_of
+from placewise.precision.policy import DEFAULT_BUDGET, QualityBudget
+from placewise.runtime.telemetry import STABLE_TAG_KEYS, tag_differences
+from placewise.validate.quality import reference_outputs
 
 if TYPE_CHECKING:
     from placewise.adapt.serving import Service
-    from placewise.adapt.trace import ShapeTrace
     from placewise.hardware.spec import Machine
 
 __all__ = ["BLOCK_S", "FORMAT", "MAX_REQUESTS", "MIN_REQUESTS", "Arm", "DecisionRecord", "QualityResult", "promote", "quality_check"]
@@ -194,8 +200,6 @@ def _check_pair(inc: Header, cand: Header, machine_fp: str, cand_file: str,
                 inc_file: str) -> None:
     """Refuse a candidate that is not comparable with the incumbent, or either made for
     another machine than this one (module docstring)."""
-    from placewise.adapt.store import mismatch
-
     for h, file in ((inc, inc_file), (cand, cand_file)):
         if h.machine_fingerprint != machine_fp:
             raise InputError(f"made for another machine (fingerprint "
@@ -212,10 +216,8 @@ def quality_check(service: Service, plan_or_set: Any, *, seed: int = 0,
                   requests: int = 2) -> QualityResult:
     """The candidate's outputs against the fp32 reference on ``requests`` generated inputs
     per bucket, held against its precision budget (module docstring)."""
-    from placewise.precision.metrics import quality_of
-    from placewise.precision.policy import DEFAULT_BUDGET, QualityBudget
+    # lazy: torch (runtime.opexec imports it) is heavy to import, loaded only when this runs
     from placewise.runtime.opexec import request_inputs
-    from placewise.validate.quality import reference_outputs
 
     plans = tuple(getattr(plan_or_set, "plans", None) or (plan_or_set,))
     records = [p.precision for p in plans if p.precision is not None]
@@ -250,8 +252,6 @@ def quality_check(service: Service, plan_or_set: Any, *, seed: int = 0,
 
 
 def _generated(batch: int, requests: int, interval_s: float) -> ShapeTrace:
-    from placewise.adapt.trace import ShapeTrace
-
     return ShapeTrace(tuple(i * interval_s for i in range(requests)),
                       tuple({"batch": batch} for _ in range(requests)),
                       (0,) * requests, (0,) * requests)
@@ -259,8 +259,6 @@ def _generated(batch: int, requests: int, interval_s: float) -> ShapeTrace:
 
 def _burst(trace: ShapeTrace, n: int) -> ShapeTrace:
     """The first ``n`` requests of ``trace`` (cycled), all arriving at once."""
-    from placewise.adapt.trace import ShapeTrace
-
     idx = [i % len(trace) for i in range(n)]
     return ShapeTrace((0.0,) * n, tuple(trace.shapes[i] for i in idx),
                       tuple(trace.classes[i] for i in idx), (0,) * n)
@@ -295,8 +293,6 @@ class _Side:
 
 
 def _open(side: _Side, obj: Any, machine: Machine, seed: int, stack: ExitStack) -> None:
-    from placewise.adapt.serving import open_service
-
     side.service = stack.enter_context(open_service(obj, machine=machine, seed=seed))
     side.pin = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
 
@@ -351,8 +347,6 @@ def _load_traffic(trace: str | os.PathLike[str] | None, requests: int | None, bl
                   a_head: Header, b_head: Header) -> tuple[ShapeTrace | None, int]:
     """The replayed trace cut to ``requests`` (``None`` for generated traffic: plans
     only) and the request count (0: set after the warm-up)."""
-    from placewise.adapt.trace import load_shape_trace
-
     if trace is None:
         if a_head.kind == "planset" or b_head.kind == "planset":
             raise InputError("a plan set serves a mix of shapes: give the traffic with "
@@ -389,8 +383,6 @@ def promote(incumbent: str | os.PathLike[str] | None, candidate: str | os.PathLi
     a_obj, a_head = _identity(inc_file)
     b_obj, b_head = _identity(cand_file)
     if machine is None:
-        from placewise.hardware.probe import load_local
-
         machine = load_local()  # before any executor pins this thread
     _check_pair(a_head, b_head, str(machine.fingerprint()), cand_file, inc_file)
     if lkg is not None:
@@ -443,8 +435,6 @@ def promote(incumbent: str | os.PathLike[str] | None, candidate: str | os.PathLi
 def _rounds_of(rounds: int | None, blocks: int) -> int:
     """The rounds of fresh instances: as given (each needs enough block pairs for an
     interval), or 2 when ``blocks`` gives each at least 6 pairs, else 1."""
-    from placewise.adapt.guardrail import min_pairs
-
     if rounds is None:
         return 2 if blocks >= 2 * min_pairs() else 1
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
@@ -480,9 +470,6 @@ def _finish(side_a: _Side, side_b: _Side, a_head: Header, b_head: Header, inc_fi
             p99_tolerance: float, confidence: float, seed: int, t_start: float
             ) -> DecisionRecord:
     """Decide, compare the tags, act on the store, and build the record."""
-    from placewise.adapt.store import now_utc
-    from placewise.runtime.telemetry import STABLE_TAG_KEYS, tag_differences
-
     notes: list[str] = []
     empty = [i for i, (x, y) in enumerate(zip(side_a.blocks, side_b.blocks, strict=True))
              if not len(x) or not len(y)]
@@ -514,8 +501,6 @@ def _finish(side_a: _Side, side_b: _Side, a_head: Header, b_head: Header, inc_fi
 def _act(rec: DecisionRecord, lkg: LastKnownGood, inc_file: str,
          cand_file: str) -> DecisionRecord:
     """Keep the incumbent in an empty store, the candidate when promoted; log it."""
-    from dataclasses import replace
-
     actions: list[str] = []
     cur = lkg.current()
     if cur is None:

@@ -2,7 +2,7 @@
 key by key, never with a global factor.
 
 ``recalibrate(cal, runs, k=3)`` reads the windows of one or more telemetry runs
-(``placewise.adapt.telemetry``) key by key (compute per region set and device, transfer per
+(``placewise.runtime.windows``) key by key (compute per region set and device, transfer per
 link, launch and run-call per device, contention per region set and device), in order (the
 runs as given, each run's windows in order), and decides per key:
 
@@ -32,7 +32,7 @@ combined: their keys name their devices), or when a run's predictions came from 
 ``roofline/v1`` plans are its own); ``allow_mismatch=True`` keeps going and lists the
 differences in ``Recalibration.mismatches``.
 
->>> from placewise.adapt.telemetry import TelemetryRun, TermWindow, Window
+>>> from placewise.runtime.windows import TelemetryRun, TermWindow, Window
 >>> from placewise.cost.calibrated import Calibration
 >>> cal = Calibration.empty("local").model_copy(update={"machine_fingerprint": "m"})
 >>> tw = TermWindow("launch", "launch:cpu0", "cpu0", "", 1e-5, 9e-6, 1.1e-5, 2e-5, 1e-6, 50)
@@ -51,13 +51,13 @@ from typing import TYPE_CHECKING, Any
 
 from placewise.cost.calibrated import Adjustment, Calibration, now_iso
 from placewise.errors import InputError
-from placewise.runtime.telemetry import MACHINE_TAG_KEYS, require_comparable
+from placewise.runtime.telemetry import MACHINE_TAG_KEYS, calibration_tag_keys, require_comparable
 
 if TYPE_CHECKING:
-    from placewise.adapt.telemetry import TelemetryRun, TermWindow
     from placewise.hardware.spec import Machine
+    from placewise.runtime.windows import TelemetryRun, TermWindow
 
-__all__ = ["KeyChange", "Recalibration", "calibration_tag_keys", "empty_calibration",
+__all__ = ["KeyChange", "Recalibration", "empty_calibration",
            "recalibrate"]
 
 #: what a plan made without a calibration records as its cost model
@@ -121,18 +121,6 @@ def empty_calibration(machine: Machine, tags: Mapping[str, str]) -> Calibration:
     return Calibration(created=now_iso(), machine=machine.name,
                        machine_fingerprint=machine.fingerprint(),
                        tags={k: str(tags[k]) for k in MACHINE_TAG_KEYS if k in tags})
-
-
-def calibration_tag_keys(cal: Calibration) -> tuple[str, ...]:
-    """The stable machine tags (``MACHINE_TAG_KEYS``) ``cal`` records, to compare a run
-    with: ``placewise profile`` records ``cores`` as each device's pinning, not as the
-    usable core count, so it is compared only when it is a count.
-
-    >>> calibration_tag_keys(Calibration(tags={"torch": "2", "cores": "cpu0=0"}))
-    ('torch',)
-    """
-    return tuple(k for k in MACHINE_TAG_KEYS if k in cal.tags
-                 and (k != "cores" or cal.tags[k].isdigit()))
 
 
 def _is_empty(cal: Calibration) -> bool:

@@ -34,7 +34,7 @@ elements, the padded share and the seconds it cost.
 **Telemetry.** Each block's executor records (phase ``serve``) per bucket
 (``ServedBlock.telemetry``), with the stable tags of the run (``runtime.telemetry``) and,
 when ``window_requests`` is given, windowed per-term residuals in the telemetry-run format
-of ``adapt.telemetry`` (``ServedBlock.runs``).
+of ``runtime.windows`` (``ServedBlock.runs``).
 
 **Conservation**: per block ``arrived = completed + rejected + timed_out + in_flight``, in
 all and per bucket.
@@ -53,19 +53,25 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from placewise.adapt.planset import load_plan_or_set
 from placewise.adapt.trace import ShapeTrace, shape_key
 from placewise.errors import InputError
+from placewise.plan import Plan
+from placewise.runtime.executor import Executor
+from placewise.runtime.planned import plan_fingerprint as _plan_fp
+from placewise.runtime.planned import planned_program
+from placewise.runtime.telemetry import Telemetry, collect_tags, model_fingerprint, stable_tags
+from placewise.runtime.windows import windows_from_telemetry
+from placewise.serve.policies import NoBatcher
+from placewise.serve.queue import Admission, RequestQueue
 from placewise.serve.real import SERVE, SERVE_WARMUP, Call, Lane, Lateness, OpenLoop, busy_s
+from placewise.serve.report import summarize
 
 if TYPE_CHECKING:
     from placewise.hardware.spec import Machine
-    from placewise.plan import Plan
-    from placewise.runtime.executor import Executor
     from placewise.runtime.opexec import ModelSource
     from placewise.runtime.program import ExecProgram
-    from placewise.runtime.telemetry import Telemetry
     from placewise.serve.policies import Batcher
-    from placewise.serve.queue import Admission
     from placewise.serve.sim import ServeResult
 
 __all__ = ["BucketServed", "Padding", "ServedBlock", "Service", "bucket_index", "bucket_rows",
@@ -118,7 +124,7 @@ class BucketServed:
     mean_s: float
     padding: Padding
     telemetry: Telemetry | None = None
-    run: Any = None  # adapt.telemetry.TelemetryRun, when windows were asked for
+    run: Any = None  # runtime.windows.TelemetryRun, when windows were asked for
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "lower": dict(self.lower), "upper": dict(self.upper),
@@ -172,8 +178,6 @@ class ServedBlock:
 
     def to_json(self) -> dict[str, Any]:
         """Per bucket and in all (no per-request arrays; ``serve --json``)."""
-        from placewise.serve.report import summarize
-
         return {"block": self.index, **summarize(self.result),
                 "buckets": [b.to_json() for b in self.buckets],
                 "padding": self.padding.to_json(), "tags": dict(self.tags),
@@ -249,12 +253,9 @@ class Service:
         """Serve ``trace`` (its arrivals on this block's clock) on the resident executors
         (module docstring); at most ``limit_s`` seconds. ``warmup``: untimed executor
         requests per bucket first. ``window_requests``: per-bucket telemetry windows of
-        that many executor requests (``adapt.telemetry``). ``batcher``: for a plain plan
+        that many executor requests (``runtime.windows``). ``batcher``: for a plain plan
         serving one-row requests, a batcher that merges them (default: none).
         ``admission``: this block's queue policy (default: the service's)."""
-        from placewise.serve.policies import NoBatcher
-        from placewise.serve.queue import RequestQueue
-
         if self._closed:
             raise InputError("the service is closed", place="serve")
         report: Progress = progress or (lambda _m, _f: None)
@@ -292,8 +293,6 @@ class Service:
 
     def _block(self, run: OpenLoop, trace: ShapeTrace, phase: str,
                window_requests: int | None) -> ServedBlock:
-        from placewise.runtime.telemetry import Telemetry
-
         tels = [_phase_telemetry(b.lane.ex.telemetry(), phase) for b in self.buckets]
         devices = tuple(dict.fromkeys(d.name for b in self.buckets
                                       for d in b.program.devices))
@@ -416,10 +415,9 @@ def _arrival_tag(trace: ShapeTrace) -> str:
 
 def _windows(b: _Bucket, tel: Telemetry | None, window_requests: int | None,
              tags: Mapping[str, str]) -> Any:
-    """The bucket's telemetry windows (``adapt.telemetry``), when asked for."""
+    """The bucket's telemetry windows (``runtime.windows``), when asked for."""
     if window_requests is None or tel is None:
         return None
-    from placewise.adapt.telemetry import windows_from_telemetry
 
     return windows_from_telemetry(b.plan, tel, window_requests=window_requests,
                                   tags=dict(tel.tags), program=b.program, phases=(SERVE,),
@@ -430,9 +428,6 @@ def _tags_of(b: _Bucket, seed: int, *, plan_fingerprint: str | None = None
              ) -> dict[str, str]:
     """The stable tags of a bucket's runs (``runtime.telemetry.stable_tags``; the arrival
     is set per block), plus the volatile ones of ``collect_tags``."""
-    from placewise.export import plan_fingerprint as _plan_fp
-    from placewise.runtime.telemetry import collect_tags, model_fingerprint, stable_tags
-
     threads = {d.device: d.threads for d in b.lane.ex.telemetry().devices}
     devices = [(d.name, tuple(d.cores or ()), int(threads.get(d.name, 0)), str(d.backend))
                for d in b.program.devices]
@@ -452,9 +447,8 @@ def _start_bucket(name: str, lower: Mapping[str, int], upper: Mapping[str, int],
                   base: Any = None) -> tuple[_Bucket, Machine]:
     """Load a bucket's model, check its plan, start and warm its executor (closed with
     ``stack``)."""
-    from placewise.runtime.executor import Executor
+    # lazy: torch (runtime.opexec imports it) is heavy to import, loaded only when this runs
     from placewise.runtime.opexec import request_inputs
-    from placewise.validate.run import planned_program
 
     machine, src, program = planned_program(plan, machine, model, shapes, file)
     pool = request_inputs(src, program.graph, inputs, seed)
@@ -475,15 +469,11 @@ def _start_bucket(name: str, lower: Mapping[str, int], upper: Mapping[str, int],
 def bucket_rows(plan_or_set: Any) -> tuple[Any, list[tuple[Any, ...]], str | None]:
     """(the plan set or None, per bucket (name, lower, upper, plan index, plan, model,
     shapes, bucket), the file)."""
-    from placewise.plan import Plan as _Plan
-
     file: str | None = None
     if isinstance(plan_or_set, str | os.PathLike):
-        from placewise.adapt.planset import load_plan_or_set
-
         file = os.fspath(plan_or_set)
         plan_or_set = load_plan_or_set(file)
-    if isinstance(plan_or_set, _Plan):
+    if isinstance(plan_or_set, Plan):
         p = plan_or_set
         b = max(1, int(p.batch))
         return None, [("plan", {"batch": 1}, {"batch": b}, 0, p, None, None, None)], file
@@ -509,8 +499,6 @@ def open_service(plan_or_planset: Any, *, priorities: Sequence[int] = (1,), seed
     ``shapes``: a plain plan's model, if moved, and its input bindings (a plan set's
     buckets name their own). Raises ``InputError`` for a plan that cannot run here,
     ``ExecutionError`` when a worker fails; nothing is left running then."""
-    from placewise.serve.queue import Admission as _Admission
-
     for name, v in (("in_flight", in_flight), ("inputs", inputs)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise InputError(f"must be a positive integer, got {v!r}", place=name)
@@ -535,14 +523,12 @@ def open_service(plan_or_planset: Any, *, priorities: Sequence[int] = (1,), seed
         tags = _tags_of(buckets[0], seed, plan_fingerprint=None if ps is None
                         else str(ps.fingerprint()))
         if ps is not None:  # a plan set is of one model, whatever shape its first bucket binds
-            from placewise.runtime.telemetry import model_fingerprint
-
             tags["model_fingerprint"] = model_fingerprint(ps.model)
     except BaseException:
         stack.close()
         raise
     report("ready", 1.0)
-    return Service(buckets, ps, tuple(int(p) for p in priorities), admission or _Admission(),
+    return Service(buckets, ps, tuple(int(p) for p in priorities), admission or Admission(),
                    in_flight, seed, tags, file, stack)
 
 

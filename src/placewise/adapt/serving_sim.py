@@ -16,6 +16,7 @@ of its bucket's predicted latency.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,7 +33,12 @@ from placewise.adapt.serving import (
     route,
 )
 from placewise.adapt.trace import ShapeTrace
+from placewise.cost.load import load_cost_model
+from placewise.serve.policies import NoBatcher
 from placewise.serve.real import Call
+from placewise.serve.report import summarize
+from placewise.serve.service import PlanService
+from placewise.serve.sim import Workload, simulate
 
 if TYPE_CHECKING:
     from placewise.hardware.spec import Machine
@@ -53,8 +59,6 @@ class SimulatedBlock:
     service_s: dict[str, float]
 
     def to_json(self) -> dict[str, Any]:
-        from placewise.serve.report import summarize
-
         return {**summarize(self.result), "buckets": [b.to_json() for b in self.buckets],
                 "padding": self.padding.to_json(), "service_s": dict(self.service_s)}
 
@@ -62,9 +66,6 @@ class SimulatedBlock:
 def _stages(rows: Sequence[tuple[Any, ...]], machine: Machine, calibration: Any,
             file: str | None) -> list[StageTimes]:
     """Each bucket's predicted service at its own shape."""
-    from placewise.cost.load import load_cost_model
-    from placewise.serve.service import PlanService
-
     cost_model = load_cost_model(machine, calibration)
     out = []
     for _name, _lo, _up, _idx, plan, model, shapes, _b in rows:
@@ -83,9 +84,6 @@ def simulate_trace(plan_or_planset: Any, trace: ShapeTrace, *, machine: Machine,
     docstring) on ``machine`` with the cost model of ``calibration`` (the one the plans
     were made with). ``InputError`` for a shape no bucket serves, a class without a
     priority, or a calibration that is not the plans'."""
-    from placewise.serve.policies import NoBatcher
-    from placewise.serve.sim import Workload, simulate
-
     ps, rows, file = bucket_rows(plan_or_planset)
     names = [r[0] for r in rows]
     uppers: list[Mapping[str, int]] = [r[2] for r in rows]
@@ -147,8 +145,6 @@ def _completed_ids(r: ServeResult, ext: np.ndarray) -> list[int]:
 
 def _as_trace_classes(r: ServeResult, nb: int) -> ServeResult:
     """``r`` with the simulator's classes folded back to the trace's."""
-    import dataclasses
-
     def fold(counts: tuple[int, ...]) -> tuple[int, ...]:
         k = len(counts) // nb
         return tuple(sum(counts[c * nb:(c + 1) * nb]) for c in range(k))

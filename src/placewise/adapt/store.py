@@ -40,6 +40,8 @@ from typing import Any
 from placewise.adapt.planset import load_plan_or_set
 from placewise.errors import InputError, SpecError
 from placewise.io import atomic_write_bytes, atomic_write_json, load_json, read_file_bytes
+from placewise.runtime.planned import plan_fingerprint
+from placewise.runtime.telemetry import collect_tags, model_fingerprint
 
 __all__ = ["FORMAT", "MAX_DECISIONS", "Entry", "Header", "LastKnownGood", "identity_of",
            "mismatch", "now_utc"]
@@ -94,8 +96,6 @@ class Entry:
 
 
 def _versions() -> dict[str, str]:
-    from placewise.runtime.telemetry import collect_tags
-
     tags = collect_tags()
     return {k: tags[k] for k in ("placewise", "onnxruntime", "torch", "python")}
 
@@ -108,9 +108,6 @@ def identity_of(obj: Any, file: str, data: bytes | None = None) -> Header:
     """The header's identity fields of a loaded plan or plan set read from ``file``
     (``data``: its bytes, read when not given); ``InputError`` when its plans were made
     for more than one machine."""
-    from placewise.export import plan_fingerprint
-    from placewise.runtime.telemetry import model_fingerprint
-
     plans = tuple(getattr(obj, "plans", None) or (obj,))
     kind = "plan" if plans[0] is obj else "planset"
     machines = sorted({p.fingerprints.machine for p in plans})

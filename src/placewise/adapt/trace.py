@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from placewise.errors import InputError, SpecError
+from placewise.io import atomic_write_text, read_file_bytes
 from placewise.serve.arrivals import TRACE_MAX_BYTES
 
 __all__ = ["AXES", "MAX_REQUESTS", "ShapeTrace", "drifting_trace", "load_shape_trace",
@@ -166,8 +167,6 @@ def _record(line: str, file: str, no: int, last: float
 def load_shape_trace(path: str | os.PathLike[str]) -> ShapeTrace:
     """Read a ``SHAPES.jsonl`` trace (module docstring). ``SpecError`` naming the file,
     the line and the field for anything wrong; an empty trace is refused."""
-    from placewise.io import read_file_bytes
-
     p = os.fspath(path)
     # a regular file only (a FIFO or a device would block or never end), bounded in size
     data = read_file_bytes(p, what="shape trace", limit_bytes=TRACE_MAX_BYTES, error=SpecError)
@@ -207,8 +206,6 @@ def load_shape_trace(path: str | os.PathLike[str]) -> ShapeTrace:
 def save_shape_trace(trace: ShapeTrace, path: str | os.PathLike[str]) -> None:
     """Write ``trace`` as ``SHAPES.jsonl`` (atomically; ``load_shape_trace`` reads it back
     equal)."""
-    from placewise.io import atomic_write_text
-
     lines = []
     for t, s, c, ph in zip(trace.arrivals_s, trace.shapes, trace.classes, trace.phases,
                            strict=True):

@@ -672,7 +672,7 @@ def validate(
     cmp = compare_with(report, against, allow_mismatch=allow_mismatch) if against else None
     mismatch += cmp["tag_differences"] if cmp else []
     if telemetry_out is not None:
-        from placewise.adapt.telemetry import save_telemetry_run
+        from placewise.runtime.windows import save_telemetry_run
 
         save_telemetry_run(report.telemetry_run, telemetry_out)
     for line in mismatch:

@@ -40,13 +40,8 @@ def loop(
     """Serve the trace window by window with a plan set that adapts (recalibrate, replan,
     promote behind the guardrail, roll back), beside the never-adapting incumbent on the
     same traffic; write LOOP.json for ``placewise report LOOP.json --out loop.html``."""
-    from placewise.adapt.loop import (
-        LoopSettings,
-        check_work_dir,
-        run_loop,
-        save_loop,
-        split_windows,
-    )
+    from placewise.adapt.loop import LoopSettings, check_work_dir, run_loop, save_loop
+    from placewise.adapt.loop_figures import split_windows
     from placewise.adapt.trace import load_shape_trace
     from placewise.errors import InputError
     from placewise.io import check_output_path

@@ -21,7 +21,7 @@ __all__ = ["check_plan_set_command", "explain_plan_set_command", "export_plan_se
 
 def _bucket_costs(items: list[str] | None) -> Any:
     """``--bucket-cost KEY=VALUE`` items as ``ChoiceCosts``."""
-    from placewise.adapt.planset_choice import ChoiceCosts
+    from placewise.adapt.planset.choice import ChoiceCosts
 
     kw: dict[str, Any] = {}
     for item in (part for given in items or () for part in given.split(",")):
@@ -110,7 +110,7 @@ def explain_plan_set_command(plan_file: Path, *, op: str | None, edge: str | Non
     """``explain`` of a plan set: its buckets, choice, padding and residency, or with
     ``--bucket`` one bucket's plan as ``explain`` shows a plan."""
     from placewise.adapt.planset import load_plan_set
-    from placewise.adapt.planset_report import explain_plan_set, render_plan_set
+    from placewise.adapt.planset.report import explain_plan_set, render_plan_set
     from placewise.explain import explain as explain_plan
     from placewise.explain import render_explain
 
@@ -141,7 +141,7 @@ def check_plan_set_command(plan_file: Path, *, model: str | None, hw: str | None
                            batch: int | None, as_json: bool) -> None:
     """``check`` of a plan set: every bucket plan, and the residency."""
     from placewise.adapt.planset import load_plan_set
-    from placewise.adapt.planset_report import check_plan_set, planset_findings_json
+    from placewise.adapt.planset.report import check_plan_set, planset_findings_json
     from placewise.check import checks_run
     from placewise.planning import load_graph
 
@@ -175,7 +175,7 @@ def export_plan_set_command(plan_file: Path, out_dir: Path, *, force: bool,
                             hw: str | None, as_json: bool) -> None:
     """``export`` of a plan set: one partition set per bucket, weights shared."""
     from placewise.adapt.planset import load_plan_set
-    from placewise.adapt.planset_export import export_plan_set
+    from placewise.adapt.planset.export import export_plan_set
 
     ps = load_plan_set(plan_file)
     machine = resolve_machine(hw) if hw else (

@@ -51,9 +51,9 @@ def recalibrate(
     and why, and what did not."""
     from placewise.adapt.recalibrate import empty_calibration
     from placewise.adapt.recalibrate import recalibrate as _recalibrate
-    from placewise.adapt.telemetry import load_telemetry_run
     from placewise.cost.calibrated import load_calibration
     from placewise.io import check_output_path
+    from placewise.runtime.windows import load_telemetry_run
     from placewise.validate.compare import machine_tags
 
     check_output_path(out_file, place="--out")

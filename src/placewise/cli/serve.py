@@ -78,7 +78,7 @@ def serve(
                       telemetry_out=telemetry_out, window_requests=window_requests,
                       as_json=as_json, against=against, allow_mismatch=allow_mismatch)
         return
-    from placewise.export import plan_fingerprint
+    from placewise.runtime.planned import plan_fingerprint
     from placewise.serve.policies import parse_seconds
     from placewise.serve.run import ServeSetup, default_window, run_once, sweep
     from placewise.serve.run import find_max_rate as search_rate
@@ -316,7 +316,7 @@ def demo_serve(plan: Any, plan_file: Path, cal_file: Path, machine: Any) -> dict
     """Serve the demo's local plan at half its predicted capacity, simulated and real; the
     result as ``serve --real --json`` prints it."""
     from placewise.cost.load import load_cost_model
-    from placewise.export import plan_fingerprint
+    from placewise.runtime.planned import plan_fingerprint
     from placewise.serve.policies import parse_batching
     from placewise.serve.real import serve_real
     from placewise.serve.report import summarize

@@ -90,8 +90,11 @@ import numpy as np
 
 from placewise.errors import InputError, UnsupportedError
 from placewise.graph.ir import INT8_KINDS, Graph, Op
+from placewise.graph.onnx_data import ort_session
 from placewise.graph.onnx_kinds import INT8_ONNX_OP_TYPES
 from placewise.precision.rewrite import BaseModel, Edit
+from placewise.runtime.compile import compile_partition
+from placewise.runtime.program import Partition
 from placewise.units import DType
 
 __all__ = ["CACHE_MAX_BYTES", "SCHEMES", "Emulator", "scheme"]
@@ -223,6 +226,7 @@ def _int8_slots(base: BaseModel, op: Op, nodes: tuple[int, ...]
                 ) -> tuple[tuple[tuple[int, int, str], ...], str]:
     """The inputs onnxruntime's dynamic quantization quantizes in ``op``'s nodes (as
     ``runtime.compile.quantize_dynamic_model`` runs it), and why there are none."""
+    # lazy: onnx is heavy to import, loaded only when this runs
     from onnx import helper
 
     if op.kind not in INT8_KINDS:
@@ -261,9 +265,6 @@ def _int8_slots(base: BaseModel, op: Op, nodes: tuple[int, ...]
 def _whole_model(source: Any, graph: Graph) -> Any:
     """One fp32 ONNX model of every op of a torch source, each op's tensors named as the IR
     names them (``runtime.compile``: one ``Partition`` whose outputs are all of them)."""
-    from placewise.runtime.compile import compile_partition
-    from placewise.runtime.program import Partition
-
     seen = set(graph.inputs)
     outs: list[str] = []
     for t in (*(t for op in graph.ops for t in op.outputs), *graph.outputs):
@@ -292,6 +293,7 @@ class Emulator:
 
     def __init__(self, source: Any, graph: Graph, *, threads: int | None = None,
                  cache_bytes: int = CACHE_MAX_BYTES) -> None:
+        # lazy: torch (runtime.opexec imports it) is heavy to import, loaded only when this runs
         from placewise.runtime.opexec import SourceFormat
 
         self.graph = graph
@@ -421,9 +423,8 @@ class Emulator:
         return self.graph.op(name)
 
     def _session(self, data: bytes) -> Any:
+        # lazy: onnxruntime is heavy to import, loaded only when this runs
         import onnxruntime as ort
-
-        from placewise.graph.onnx_data import ort_session
 
         opts = ort.SessionOptions()
         opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _OPT_LEVEL)
@@ -443,6 +444,7 @@ def _same(a: list[list[np.ndarray[Any, Any]]], b: list[list[np.ndarray[Any, Any]
 
 
 def _spec(a: np.ndarray[Any, Any]) -> tuple[int, tuple[int, ...]]:
+    # lazy: onnx is heavy to import, loaded only when this runs
     from onnx import helper
 
     return helper.np_dtype_to_tensor_dtype(a.dtype), tuple(a.shape)

@@ -5,12 +5,17 @@ the policy's search (``placewise.precision.policy.plan_with_policy``) and the pl
 
 from __future__ import annotations
 
+import math
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from placewise.errors import InputError
+from placewise.graph.count import count_graph
+from placewise.precision.emulate import Emulator, scheme
 from placewise.precision.inputs import describe_generated, load_inputs
+from placewise.precision.metrics import quality_of
 from placewise.precision.policy import (
     EVIDENCE_REQUESTS,
     EvidenceBudget,
@@ -52,6 +57,7 @@ def evidence_requests(source: Any, graph: Any, inputs: str | os.PathLike[str] | 
     """The requests quality is measured on and the plan's line saying what they are:
     ``inputs`` (a ``.npz`` file, see ``placewise.precision.inputs``) or ``n`` generated
     ones from ``seed``."""
+    # lazy: torch (runtime.opexec imports it) is heavy to import, loaded only when this runs
     from placewise.runtime.opexec import request_inputs
 
     like = request_inputs(source, graph, 1, seed)[0]
@@ -72,8 +78,6 @@ def nominal_run_s(problem: Problem, requests: int = EVIDENCE_REQUESTS) -> tuple[
     >>> round(setup, 3), round(run, 4)  # 7 small ops: the per-op term
     (1.364, 0.1121)
     """
-    from placewise.graph.count import count_graph
-
     ops = len(problem.graph.ops)
     flops = count_graph(problem.graph).flops
     run_s = requests * (flops / EMULATION_FLOPS_PER_S + EMULATION_OP_S * ops)
@@ -92,9 +96,6 @@ def evidence_budget(problem: Problem, work_s: float, *, deadline: float | None =
     >>> evidence_budget(prob, 0.5).evaluations, evidence_budget(prob, 60.0).evaluations > 100
     (0, True)
     """
-    import math
-    import time
-
     setup_s, run_s = nominal_run_s(problem)
     n = max(0, math.floor((work_s - setup_s) / max(run_s, 1e-9)))
     why = (f"{work_s:.3g} s of the time limit's nominal work: {setup_s:.3g} s to set up, "
@@ -123,6 +124,7 @@ def plan_precision(problem: Problem, model_ref: str, policy: Policy, budget: Qua
 
     def source() -> Any:
         if "source" not in state:
+            # lazy: torch (runtime.opexec imports it) is heavy to import, loaded only when this runs
             from placewise.runtime.opexec import load_source
 
             if model_ref.strip().lower().endswith(".json"):
@@ -139,13 +141,9 @@ def plan_precision(problem: Problem, model_ref: str, policy: Policy, budget: Qua
         source()
 
     def emulator() -> Any:
-        from placewise.precision.emulate import Emulator
-
         return Emulator(source(), problem.graph)
 
     def quality(got: Any, ref: Any) -> dict[str, float]:
-        from placewise.precision.metrics import quality_of
-
         return quality_of(got, ref, problem.graph)
 
     class _Lazy(Sequence[Any]):
@@ -170,8 +168,6 @@ def plan_precision(problem: Problem, model_ref: str, policy: Policy, budget: Qua
     used = "requests" in state
     schemes: dict[str, str] = {}
     if used:
-        from placewise.precision.emulate import scheme
-
         schemes = {d.value: scheme(d) for d in (DType.INT8, DType.FP16, DType.BF16)
                    if d in policy.dtypes}
     record = precision_json(outcome, inputs=state.get("inputs", ""),

@@ -12,7 +12,8 @@ Four metrics, named as budgets name them (``METRICS``):
 A request whose output is NaN or infinite where the reference is not (or the other way
 round) counts as the worst: ``rel_l2`` and ``max_abs`` infinite, ``cosine`` -1.
 
-``output_quality`` reports one output (``validate``'s ``OutputQuality`` record);
+``output_quality`` reports one output (an ``OutputQuality`` record, as ``validate``
+reports it);
 ``quality_of`` the worst over every output of a graph, as one ``{metric: value}`` dict.
 
 >>> a = [np.array([[1.0, 2.0, 3.0]])]
@@ -28,21 +29,41 @@ import math
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from placewise.errors import PlacewiseError
 from placewise.graph.ir import GEMM_KINDS, Graph
+from placewise.records import to_json
 
-if TYPE_CHECKING:
-    from placewise.validate.records import OutputQuality
-
-__all__ = ["METRICS", "Comparison", "compare", "looks_like_logits", "output_quality",
+__all__ = ["METRICS", "Comparison", "OutputQuality", "compare", "looks_like_logits", "output_quality",
            "quality_of", "worst_quality"]
 
 #: the metric names, as budgets and plan files spell them
 METRICS = ("rel_l2", "cosine", "max_abs", "top1")
+
+
+
+@dataclass(frozen=True, slots=True)
+class OutputQuality:
+    """One graph output against the fp32 reference, over every request.
+
+    ``rel_l2``: median and worst ``||y - ref|| / ||ref||`` per request; ``max_abs``: the
+    largest absolute difference; ``cosine_min``: the lowest cosine similarity;
+    ``top1_agreement``: share of rows whose argmax over the last axis agrees (None when
+    the output does not look like logits)."""
+
+    output: str
+    n: int
+    rel_l2_median: float
+    rel_l2_max: float
+    max_abs: float
+    cosine_min: float
+    top1_agreement: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return to_json(self)
 
 
 
@@ -124,15 +145,13 @@ def _finite_parts(y: np.ndarray[Any, Any], r: np.ndarray[Any, Any]
 
 def output_quality(name: str, got: Sequence[np.ndarray[Any, Any]],
                    ref: Sequence[np.ndarray[Any, Any]], *, logits: bool) -> OutputQuality:
-    """Compare one output's values over requests with the reference (``validate``'s record).
+    """Compare one output's values over requests with the reference (``validate``'s record of it).
 
     >>> a = [np.array([[1.0, 2.0, 3.0]])]
     >>> q = output_quality("y", a, a, logits=True)
     >>> q.rel_l2_max, q.max_abs, q.cosine_min, q.top1_agreement
     (0.0, 0.0, 1.0, 1.0)
     """
-    from placewise.validate.records import OutputQuality
-
     c = compare(got, ref, logits=logits, name=name)
     return OutputQuality(name, c.n, c.rel_l2_median, c.rel_l2_max, c.max_abs, c.cosine_min,
                          c.top1)

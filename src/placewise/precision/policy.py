@@ -51,6 +51,7 @@ from typing import Any, Protocol
 
 from placewise.errors import InputError, UnsupportedError
 from placewise.graph.ir import OpKind
+from placewise.records import to_json
 from placewise.schedule.placement import Problem
 from placewise.schedule.placement import natural_dtype as natural_of
 from placewise.units import DType
@@ -319,11 +320,7 @@ class Decision:
     reason: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"vertex": self.vertex, "dtype": self.dtype.value,
-                "natural": self.natural.value, "ops": list(self.ops),
-                "gain_s": self.gain_s, "quality": dict(self.quality),
-                "error": self.error, "admitted": self.admitted, "chosen": self.chosen,
-                "fallback": self.fallback, "reason": self.reason}
+        return to_json(self)
 
 
 def _best_time(problem: Problem, vi: int, dtype: DType) -> float | None:
@@ -342,7 +339,6 @@ def _best_time(problem: Problem, vi: int, dtype: DType) -> float | None:
 class EmulatorLike(Protocol):
     def outputs(self, requests: Sequence[Sequence[Any]], lowered: Mapping[str, DType]
                 ) -> list[list[Any]]: ...
-
     def why_not(self, op_name: str, dtype: DType) -> str: ...
 
 
@@ -572,22 +568,33 @@ def plan_with_policy(problem: Problem, policy: Policy, budget: QualityBudget,
             result = search(restricted)
             estimated, est_err, combined = {}, 0.0, 0.0
             break
-    if lowered_of(restricted, result.best.placement):
-        own = problem.restricted(_restriction(problem, Policy.KEEP, []))
-        base = search(own)
-        got, keep = _score(result), _score(base)
-        if keep <= got:
-            for r in rows:
-                if r.chosen:
-                    r.chosen = False
-                    r.reason = "admitted; the plan at the model's own precision is as fast"
-            notes.append(f"lowering did not pay: the plan at the model's own precision "
-                         f"scores {keep:.4g} s, the lowered one {got:.4g} s")
-            result, restricted, estimated, est_err, combined = base, own, {}, 0.0, 0.0
+    if lowered_of(restricted, result.best.placement) and (
+            kept := _unless_own_is_as_fast(problem, search, result, rows, notes)):
+        (result, restricted), estimated, est_err, combined = kept, {}, 0.0, 0.0
     if need:
         notes.insert(0, _evidence_note(rows, need, meter, rechecks))
     return Outcome(result, restricted, policy, budget, rows, estimated, est_err,
                    _sig(combined), rechecks, notes)
+
+
+def _unless_own_is_as_fast(problem: Problem, search: Callable[[Problem], Any], result: Any,
+                           rows: Sequence[Decision], notes: list[str]
+                           ) -> tuple[Any, Problem] | None:
+    """The search at the model's own precision and its problem when it scores no worse
+    than the lowered ``result`` (the chosen rows then un-chosen, a note saying so); else
+    None: lowering paid."""
+    own = problem.restricted(_restriction(problem, Policy.KEEP, []))
+    base = search(own)
+    got, keep = _score(result), _score(base)
+    if keep > got:
+        return None
+    for r in rows:
+        if r.chosen:
+            r.chosen = False
+            r.reason = "admitted; the plan at the model's own precision is as fast"
+    notes.append(f"lowering did not pay: the plan at the model's own precision "
+                 f"scores {keep:.4g} s, the lowered one {got:.4g} s")
+    return base, own
 
 
 def _evidence_note(rows: Sequence[Decision], need: Sequence[Decision], meter: _Meter,

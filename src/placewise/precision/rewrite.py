@@ -36,6 +36,8 @@ import numpy as np
 
 from placewise.errors import UnsupportedError
 from placewise.graph.ir import Graph
+from placewise.graph.onnx_data import embedded, to_array
+from placewise.runtime.compile import int8_weights_reduced
 from placewise.units import DType
 
 __all__ = ["FED_MIN", "FLOAT", "BaseModel", "Edit", "chain", "convert", "fake_quant",
@@ -51,6 +53,7 @@ FED_MIN = 1024
 
 def _field(number: int, payload: bytes) -> bytes:
     """A length-delimited protobuf field."""
+    # lazy: onnx's protobuf is heavy to import, loaded only when this runs
     from google.protobuf.internal.encoder import _VarintBytes
 
     return _VarintBytes(number << 3 | 2) + _VarintBytes(len(payload)) + payload
@@ -63,6 +66,7 @@ def _node_bytes(node: Any) -> bytes:
 
 def _value_info(name: str, elem_type: int | None = None,
                 shape: Sequence[int] | None = None) -> Any:
+    # lazy: onnx is heavy to import, loaded only when this runs
     from onnx import ValueInfoProto, helper
 
     if elem_type is None:
@@ -74,9 +78,8 @@ class BaseModel:
     """The fp32 model, taken apart once (module doc). ``outputs``: the graph's outputs."""
 
     def __init__(self, model: Any, outputs: Sequence[str], graph: Graph) -> None:
+        # lazy: onnx is heavy to import, loaded only when this runs
         import onnx
-
-        from placewise.graph.onnx_data import embedded, to_array
 
         g = model.graph
         self.nodes = list(g.node)
@@ -137,6 +140,7 @@ class BaseModel:
         if name in self.fed:
             return self.fed[name]
         if name not in self._arrays:
+            # lazy: onnx is heavy to import, loaded only when this runs
             from onnx import numpy_helper
 
             self._arrays[name] = numpy_helper.to_array(self._small[name])
@@ -149,6 +153,7 @@ class BaseModel:
 
 def _elem_types(model: Any, graph: Graph) -> dict[str, int]:
     """ONNX element type of every value: declared, inferred, or the IR tensor's."""
+    # lazy: onnx is heavy to import, loaded only when this runs
     import onnx
 
     g = model.graph
@@ -199,14 +204,14 @@ def fake_quant(a: np.ndarray[Any, Any], signed: bool) -> np.ndarray[Any, Any]:
     activation slot that is a constant), with onnxruntime.quantization's ``quantize_data``;
     weights at 7 bits where the runtime quantizes them so
     (``runtime.compile.int8_weights_reduced``)."""
+    # lazy: onnx is heavy to import, loaded only when this runs
     from onnx import TensorProto
     from onnxruntime.quantization.quant_utils import quantize_data
 
+    # lazy: onnxruntime (placewise.onnxrt imports it) is heavy to import, loaded only when this runs
     from placewise.onnxrt import quiet_logs
 
     quiet_logs()
-
-    from placewise.runtime.compile import int8_weights_reduced
 
     qtype = TensorProto.INT8 if signed else TensorProto.UINT8
     zp, scale, q = quantize_data(np.ascontiguousarray(a, dtype=np.float32).ravel(), qtype,
@@ -228,6 +233,7 @@ def convert(a: np.ndarray[Any, Any], tag: str) -> np.ndarray[Any, Any]:
 def chain(src: str, dst: str, tag: str, name: str) -> list[Any]:
     """Nodes that make ``dst`` from ``src`` rounded as ``tag`` (fp16 / bf16: Cast there and
     back; q8: DynamicQuantizeLinear -> DequantizeLinear; s8: ``_held_int8``)."""
+    # lazy: onnx is heavy to import, loaded only when this runs
     from onnx import helper
 
     if tag in ("fp16", "bf16"):
@@ -247,6 +253,7 @@ def _held_int8(src: str, dst: str, name: str) -> list[Any]:
     (``runtime.opexec.quantize_int8`` then ``dequantize_int8``): symmetric per tensor,
     ``scale = max|x| / 127`` in double (1 when that is 0 or not finite), ``q = clip(round(x
     * float(1 / scale)), -127, 127)``, ``q * float(scale)``."""
+    # lazy: onnx is heavy to import, loaded only when this runs
     from onnx import helper
 
     p = f"{dst}__s8"
@@ -316,6 +323,7 @@ class Edit:
     def _weight(self, x: str, new: str, tag: str) -> bytes:
         """Initializer ``x`` converted as ``tag`` under the name ``new``: a graph input fed
         at run time (large fp32 weights) or a new initializer, encoded."""
+        # lazy: onnx is heavy to import, loaded only when this runs
         from onnx import numpy_helper
 
         if x in self.base.fed:
@@ -379,6 +387,7 @@ class Edit:
         """The rewritten model, serialized, with graph outputs ``outputs``; only the nodes
         ``keep`` (None: all), reading the values ``cut`` (name -> element type, shape) as
         graph inputs."""
+        # lazy: onnx is heavy to import, loaded only when this runs
         import onnx
 
         base = self.base

@@ -26,6 +26,8 @@ from placewise.report import sweep_figures as sf
 from placewise.report.inputs import ReportInputs
 from placewise.report.model import Figure, Section
 from placewise.report.page import render_page
+from placewise.report.sheet import SHEET_COLUMNS, mapping_sheet
+from placewise.utilization import plan_graph, plan_machine, plan_utilization
 
 __all__ = ["SHEET_SHOWN", "Report", "build_report", "report_sections"]
 
@@ -81,8 +83,6 @@ def _plan_sections(inp: ReportInputs, graph: Any, machine: Any,
     why = "the plan's model graph or machine could not be loaded"
     sheet_sec = Section("sheet", "Mapping sheet")
     try:
-        from placewise.utilization import plan_graph, plan_machine, plan_utilization
-
         graph = graph if graph is not None else plan_graph(plan, file=inp.files.get("plan"))
         machine = machine if machine is not None else plan_machine(plan,
                                                                    file=inp.files.get("plan"))
@@ -96,8 +96,6 @@ def _plan_sections(inp: ReportInputs, graph: Any, machine: Any,
             graph = None
         util_sec.notes.append(f"not available: {_one_line(exc)}")
     try:
-        from placewise.report.sheet import SHEET_COLUMNS, mapping_sheet
-
         if graph is None or machine is None:
             raise PlacewiseError(why)
         rows = mapping_sheet(plan, inp.validation, graph=graph, machine=machine,

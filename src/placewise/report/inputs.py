@@ -30,6 +30,9 @@ from typing import Any
 
 from placewise.errors import InputError
 from placewise.io import MAX_JSON_BYTES, parse_json, read_file_bytes
+from placewise.plan import plan_from_json
+from placewise.runtime.planned import plan_fingerprint
+from placewise.runtime.telemetry import STABLE_TAG_KEYS, require_comparable
 
 __all__ = ["KINDS", "LOOP_FORMAT", "SWEEP_SCHEMA", "ReportInputs", "classify", "load_inputs"]
 
@@ -95,8 +98,6 @@ def _what_keys(data: Any) -> str:
 
 
 def _load_one(path: str) -> tuple[str, Any]:
-    from placewise.plan import plan_from_json
-
     raw = read_file_bytes(path, what="report input", limit_bytes=MAX_JSON_BYTES)
     data = parse_json(raw, file=path)
     kind = classify(data)
@@ -182,8 +183,6 @@ def _check_tags(got: ReportInputs, allow: bool) -> list[str]:
     """The validation and the serve result must have run under the same stable tags: the
     arrival process and seed aside (a validation's campaign is not a serve run's load),
     every ``STABLE_TAG_KEYS`` both record."""
-    from placewise.runtime.telemetry import STABLE_TAG_KEYS, require_comparable
-
     if got.validation is None or got.serve is None:
         return []
     a, b = _tags_of(got.validation), _tags_of(got.serve)
@@ -197,8 +196,6 @@ def _check_tags(got: ReportInputs, allow: bool) -> list[str]:
 
 
 def _check_results(got: ReportInputs) -> None:
-    from placewise.export import plan_fingerprint
-
     mine: str | None = None
     for kind in ("validation", "serve"):
         data = getattr(got, kind)

@@ -12,9 +12,12 @@ builders share. Nothing here knows about HTML (``placewise.report.page`` renders
 
 from __future__ import annotations
 
+import html
 import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from placewise.units import format_bytes, format_seconds
 
 __all__ = ["COLORS", "Figure", "Section", "Table", "fmt_bytes", "fmt_num", "fmt_s", "label",
            "time_unit"]
@@ -71,14 +74,10 @@ def time_unit(span_s: float) -> tuple[str, float]:
 
 def fmt_s(x: Any) -> str:
     """Seconds as text (``-`` for a missing value)."""
-    from placewise.units import format_seconds
-
     return format_seconds(float(x)) if _finite(x) else "-"
 
 
 def fmt_bytes(x: Any) -> str:
-    from placewise.units import format_bytes
-
     return format_bytes(float(x)) if _finite(x) else "-"
 
 
@@ -95,6 +94,4 @@ def _finite(x: Any) -> bool:
 def label(x: Any) -> str:
     """Text for a plotly label. Plotly reads a few HTML tags and entities in its labels, so
     a label is HTML-escaped: it is shown as written and never read as markup."""
-    import html
-
     return html.escape(str(x), quote=True)

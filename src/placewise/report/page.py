@@ -66,6 +66,7 @@ _DRAW = """
 @lru_cache(maxsize=1)
 def plotly_js() -> str:
     """plotly.min.js as shipped in the plotly wheel, made safe to inline."""
+    # lazy: plotly is heavy to import, loaded only when this runs
     from plotly.offline import get_plotlyjs
 
     return get_plotlyjs().replace("</script", "<\\/script").replace("<!--", "<\\!--")

@@ -59,6 +59,20 @@ from dataclasses import astuple, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from placewise.errors import PlacewiseError
+from placewise.graph.count import count_op
+from placewise.io import atomic_write_text, check_output_path
+from placewise.plan import check_fingerprints
+from placewise.runtime.backends.onnxruntime import provider_for
+from placewise.runtime.program import plan_partitions
+from placewise.schedule.simulate import TaskKind
+from placewise.units import DType
+from placewise.utilization import (
+    check_validation,
+    measured_op_s,
+    measured_vertex_s,
+    plan_graph,
+    plan_machine,
+)
 
 if TYPE_CHECKING:
     from placewise.graph.ir import Graph
@@ -115,14 +129,10 @@ def vertex_partitions(plan: Plan, graph: Graph, machine: Machine) -> dict[str, s
     """Vertex -> the name of its partition, by the executor's rule
     (``runtime.program.plan_partitions``: what ``export`` writes and the executor runs,
     named the same also for plans neither would run, such as a preset's bf16 vertices)."""
-    from placewise.runtime.program import plan_partitions
-
     return {v: p.name for p in plan_partitions(plan, graph, machine) for v in p.tasks}
 
 
 def _provider(machine: Machine, device: str, dtype: Any) -> str:
-    from placewise.runtime.backends.onnxruntime import provider_for
-
     try:
         prov = provider_for(machine.device(device), dtype)
     except PlacewiseError as exc:
@@ -184,18 +194,6 @@ def mapping_sheet(plan: Plan, validation: Mapping[str, Any] | None = None, *,
     plan (another plan's is an ``InputError`` naming ``validation_file``); ``graph`` and
     ``machine``: the plan's (default: loaded and fingerprint-checked, as
     ``placewise.utilization.plan_graph`` / ``plan_machine``)."""
-    from placewise.graph.count import count_op
-    from placewise.plan import check_fingerprints
-    from placewise.schedule.simulate import TaskKind
-    from placewise.units import DType
-    from placewise.utilization import (
-        check_validation,
-        measured_op_s,
-        measured_vertex_s,
-        plan_graph,
-        plan_machine,
-    )
-
     if graph is None:
         graph = plan_graph(plan)
     else:
@@ -261,8 +259,6 @@ def _cell(v: Any) -> str:
 def write_sheet_csv(rows: Iterable[SheetRow], path: str | os.PathLike[str]) -> None:
     """Write the sheet as CSV (header ``SHEET_COLUMNS``; floats in Python's round-trip
     form, missing values empty), atomically (``placewise.io``): a failure leaves no file."""
-    from placewise.io import atomic_write_text, check_output_path
-
     check_output_path(path)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")

@@ -45,15 +45,20 @@ directly. Durations in ``*_ns`` fields are measured inside one process.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import os
 import platform
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from placewise.errors import InputError
 from placewise.hardware.probe import cpu_model as _cpu_model
 from placewise.hardware.probe import package_version as _version
+from placewise.records import to_json
+
+if TYPE_CHECKING:
+    from placewise.cost.calibrated import Calibration
 
 __all__ = [
     "MACHINE_TAG_KEYS",
@@ -65,6 +70,7 @@ __all__ = [
     "TaskRecord",
     "Telemetry",
     "WaitRecord",
+    "calibration_tag_keys",
     "collect_tags",
     "memory_timeline",
     "model_fingerprint",
@@ -142,9 +148,7 @@ class OpRecord:
         return self.end_ns - self.start_ns
 
     def to_json(self) -> dict[str, Any]:
-        return {"request": self.request, "op": self.op, "vertex": self.vertex,
-                "device": self.device, "start_ns": self.start_ns, "end_ns": self.end_ns,
-                "phase": self.phase}
+        return to_json(self)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> OpRecord:
@@ -168,8 +172,7 @@ class WaitRecord:
         return self.end_ns - self.start_ns
 
     def to_json(self) -> dict[str, Any]:
-        return {"request": self.request, "device": self.device, "for_task": self.for_task,
-                "start_ns": self.start_ns, "end_ns": self.end_ns, "phase": self.phase}
+        return to_json(self)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> WaitRecord:
@@ -197,9 +200,7 @@ class RequestRecord:
         return max(self.client_ns, self.outputs_ns) - self.submit_ns
 
     def to_json(self) -> dict[str, Any]:
-        return {"request": self.request, "phase": self.phase, "submit_ns": self.submit_ns,
-                "outputs_ns": self.outputs_ns, "done_ns": self.done_ns,
-                "client_ns": self.client_ns}
+        return to_json(self)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> RequestRecord:
@@ -232,11 +233,7 @@ class DeviceRecord:
     rss_peak_bytes: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"device": self.device, "pid": self.pid, "cores": list(self.cores),
-                "threads": self.threads, "backend": self.backend,
-                "weights_bytes": self.weights_bytes, "peak_live_bytes": self.peak_live_bytes,
-                "rss_start_bytes": self.rss_start_bytes, "rss_ready_bytes": self.rss_ready_bytes,
-                "rss_peak_bytes": self.rss_peak_bytes}
+        return to_json(self)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> DeviceRecord:
@@ -263,9 +260,7 @@ class SoloRecord:
     repeats: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"task": self.task, "device": self.device, "total_s": self.total_s,
-                "kernel_s": self.kernel_s, "hidden_conversion_s": self.hidden_conversion_s,
-                "repeats": self.repeats}
+        return to_json(self)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> SoloRecord:
@@ -383,6 +378,19 @@ MACHINE_TAG_KEYS: tuple[str, ...] = ("placewise", "onnxruntime", "torch", "pytho
                                      "cpu_model", "cores")
 
 
+def calibration_tag_keys(cal: Calibration) -> tuple[str, ...]:
+    """The stable machine tags (``MACHINE_TAG_KEYS``) ``cal`` records, to compare a run
+    with: ``placewise profile`` records ``cores`` as each device's pinning, not as the
+    usable core count, so it is compared only when it is a count.
+
+    >>> from placewise.cost.calibrated import Calibration
+    >>> calibration_tag_keys(Calibration(tags={"torch": "2", "cores": "cpu0=0"}))
+    ('torch',)
+    """
+    return tuple(k for k in MACHINE_TAG_KEYS if k in cal.tags
+                 and (k != "cores" or cal.tags[k].isdigit()))
+
+
 def _affinity() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
@@ -406,8 +414,6 @@ def model_fingerprint(ref: str) -> str:
     >>> model_fingerprint("zoo:mlp?layers=2") == model_fingerprint("zoo:mlp?layers=2")
     True
     """
-    import hashlib
-
     h = hashlib.sha256()
     path = ref.split("?", 1)[0]
     if os.path.isfile(path):

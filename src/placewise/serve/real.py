@@ -50,14 +50,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from placewise.errors import InputError
+from placewise.plan import Plan, load_plan
 from placewise.runtime.executor import Completion, Executor
+from placewise.runtime.planned import planned_program
 from placewise.serve.policies import Batcher, max_batch
 from placewise.serve.queue import Admission, RequestQueue
 from placewise.serve.sim import ServeResult, Workload
 
 if TYPE_CHECKING:
     from placewise.hardware.spec import Machine
-    from placewise.plan import Plan
     from placewise.runtime.opexec import ModelSource
     from placewise.runtime.telemetry import Telemetry
 
@@ -133,10 +134,8 @@ def serve_real(plan: Plan | str | os.PathLike[str], workload: Workload | np.ndar
     ``ExecutionError`` when a worker fails; ``KeyboardInterrupt`` propagates. Nothing is
     left running either way.
     """
-    from placewise.plan import Plan as _Plan
-    from placewise.plan import load_plan
+    # lazy: torch (runtime.opexec imports it) is heavy to import, loaded only when this runs
     from placewise.runtime.opexec import request_inputs
-    from placewise.validate.run import planned_program
 
     report: Progress = progress or (lambda _m, _f: None)
     wl = workload if isinstance(workload, Workload) else Workload(np.asarray(workload,
@@ -148,7 +147,7 @@ def serve_real(plan: Plan | str | os.PathLike[str], workload: Workload | np.ndar
     _check_args(wl, classes, priorities, in_flight, limit_s, warmup, inputs)
     admission = admission or Admission()
     file: str | None = None
-    if not isinstance(plan, _Plan):
+    if not isinstance(plan, Plan):
         file = os.fspath(plan)
         plan = load_plan(file)
     batch = max(1, int(plan.batch))

@@ -39,6 +39,7 @@ from placewise.serve.sim import (
     ServiceFn,
     Workload,
     as_stages,
+    quantile_ci,
     simulate,
 )
 
@@ -153,8 +154,6 @@ def default_window(service: ServiceFn, batcher: Batcher) -> int:
 
 
 def _p99_verdict(x: np.ndarray, slo: float) -> str:
-    from placewise.serve.sim import quantile_ci
-
     mid, lo, hi = quantile_ci(x, 0.99)
     if hi <= slo:
         return "pass"

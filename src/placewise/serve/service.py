@@ -29,6 +29,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from placewise.errors import InputError
+from placewise.graph.fuse import fuse
+from placewise.graph.load import load_model
+from placewise.plan import check_fingerprints
+from placewise.schedule.evaluate import evaluate
+from placewise.schedule.pipeline import ALL_CORES
+from placewise.schedule.placement import Problem
+from placewise.search.api import plan_search
 from placewise.serve.sim import StageTimes
 
 if TYPE_CHECKING:
@@ -36,7 +43,6 @@ if TYPE_CHECKING:
     from placewise.hardware.spec import Machine
     from placewise.plan import Plan
     from placewise.schedule.evaluate import Evaluation
-    from placewise.schedule.placement import Problem
 
 __all__ = ["PER_BATCH", "PlanService", "stage_times"]
 
@@ -46,8 +52,6 @@ PER_BATCH = ("same", "replan")
 def stage_times(ev: Evaluation) -> StageTimes:
     """The ``StageTimes`` of one evaluated batch (module docstring), resources in the
     order the schedule first uses them."""
-    from placewise.schedule.pipeline import ALL_CORES
-
     first: dict[str, float] = {}
     for t in ev.schedule.tasks:
         if t.start_s < first.get(t.resource, math.inf):
@@ -82,8 +86,6 @@ class PlanService:
     _fused: bool | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        from placewise.plan import check_fingerprints
-
         if self.mode not in PER_BATCH:
             raise InputError(f"unknown per-batch mode {self.mode!r} (same or replan)",
                              place="--per-batch")
@@ -95,11 +97,6 @@ class PlanService:
 
     def problem(self, b: int) -> Problem:
         """The plan's problem with the model bound to batch ``b``."""
-        from placewise.graph.fuse import fuse
-        from placewise.graph.load import load_model
-        from placewise.plan import check_fingerprints
-        from placewise.schedule.placement import Problem
-
         ref = self.model or self.plan.model
         values = self.plan.values or None  # the inputs given a value when it was planned
         try:
@@ -128,12 +125,9 @@ class PlanService:
         got = self._cache.get(b)
         if got is not None:
             return got
-        from placewise.schedule.evaluate import evaluate
 
         problem = self.problem(b)
         if self.mode == "replan" and b != self.plan.batch:
-            from placewise.search.api import plan_search
-
             result = plan_search(problem, strategy=self.plan.strategy,
                                  objective=self.plan.objective.value,
                                  time_limit_s=self.time_limit_s, seed=self.plan.seed or 0)

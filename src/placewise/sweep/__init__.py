@@ -79,10 +79,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from placewise import __version__
 from placewise.errors import InputError
+from placewise.planning import load_graph
+from placewise.precision.policy import parse_policy
 from placewise.sweep.analysis import curves, fit_matrix, regret_matrices, sensitivity
 from placewise.sweep.cells import CellSpec, load_platform
-from placewise.sweep.engines import ENGINES, run_local, run_ray
+from placewise.sweep.engines import ENGINES, import_ray, run_local, run_ray
 
 __all__ = ["CSV_COLUMNS", "SCHEMA", "SweepConfig", "cell_specs", "run_sweep", "sweep_csv"]
 
@@ -113,9 +116,6 @@ class SweepConfig:
         repeated axes, batches, objectives, precisions, the SLO, the time limit, models
         that do not load and platforms that do not resolve (``local`` is probed here,
         once, unless already in ``machines``)."""
-        from placewise.planning import load_graph
-        from placewise.precision.policy import parse_policy
-
         for name, values, place in (("model", self.models, "--model"),
                                     ("platform", self.platforms, "--hw"),
                                     ("batch", self.batches, "--batch")):
@@ -176,13 +176,9 @@ def run_sweep(cfg: SweepConfig, *, engine: str = "local", ray_address: str | Non
               progress: Callable[[str, float], None] | None = None) -> dict[str, Any]:
     """Check ``cfg``, run its cells on ``engine`` (``local`` or ``ray``) and return the
     sweep document (package docstring)."""
-    from placewise import __version__
-
     if engine not in ENGINES:
         raise InputError(f"unknown engine {engine!r} (local or ray)", place="--engine")
     if engine == "ray":
-        from placewise.sweep.engines import import_ray
-
         import_ray()  # refused before any work
     t0 = time.perf_counter()
     cfg.check()

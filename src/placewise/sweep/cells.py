@@ -35,7 +35,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from placewise.energy import plan_energy
 from placewise.errors import Infeasible, InputError, MemoryInfeasible, UnsupportedError
+from placewise.graph.zoo import parse_zoo_ref, resolve_options
+from placewise.hardware.probe import load_local
+from placewise.hardware.spec import load_machine
+from placewise.plan import save_plan
+from placewise.planning import build_problem, plan_model
+from placewise.precision.policy import parse_policy
+from placewise.schedule.evaluate import evaluate
+from placewise.search.api import CommandBudget, minimum_time_s
+from placewise.serve.service import PlanService
+from placewise.utilization import plan_utilization
 
 if TYPE_CHECKING:
     from placewise.hardware.spec import Machine
@@ -109,10 +120,7 @@ def cell_key(rec: Mapping[str, Any]) -> tuple[Any, ...]:
 def load_platform(ref: str) -> Machine:
     """A preset, a YAML path, or ``local`` (read from the probe's cache; probed if none)."""
     if ref == "local":
-        from placewise.hardware.probe import load_local
-
         return load_local()
-    from placewise.hardware.spec import load_machine
 
     return load_machine(ref)
 
@@ -141,7 +149,6 @@ def seq_ref(model: str, seq: int) -> str | None:
     """
     if not model.startswith("zoo:"):
         return None
-    from placewise.graph.zoo import parse_zoo_ref, resolve_options
 
     name, options = parse_zoo_ref(model)
     if "seq" not in resolve_options(name, {}):
@@ -228,15 +235,11 @@ def _failed(spec: CellSpec, exc: Exception) -> dict[str, Any]:
 
 
 def _energy(plan: Plan, machine: Machine) -> dict[str, Any]:
-    from placewise.energy import plan_energy
-
     data: dict[str, Any] = plan_energy(plan, machine).to_json()
     return data
 
 
 def _utilization(plan: Plan, graph: Any, machine: Machine) -> dict[str, Any]:
-    from placewise.utilization import plan_utilization
-
     data: dict[str, Any] = plan_utilization(plan, graph=graph, machine=machine).to_json()
     return data
 
@@ -256,10 +259,6 @@ def run_cell(spec: CellSpec | Mapping[str, Any], machine: Machine | None = None
 
 
 def _run_cell(spec: CellSpec, machine: Machine | None) -> dict[str, Any]:
-    from placewise.planning import build_problem, plan_model
-    from placewise.precision.policy import parse_policy
-    from placewise.search.api import CommandBudget, minimum_time_s
-
     t0 = time.perf_counter()
     m = machine if machine is not None else load_platform(spec.platform)
     rec: dict[str, Any] = {
@@ -310,8 +309,6 @@ def _run_cell(spec: CellSpec, machine: Machine | None) -> dict[str, Any]:
 
 
 def _save(plan: Plan, spec: CellSpec) -> str:
-    from placewise.plan import save_plan
-
     assert spec.plans_dir is not None
     name = f"cell{spec.index:04d}-b{spec.batch}-{spec.objective}.json"
     path = Path(spec.plans_dir) / name
@@ -321,8 +318,6 @@ def _save(plan: Plan, spec: CellSpec) -> str:
 
 def _at_batches(plan: Plan, machine: Machine, cost_model: Any, spec: CellSpec
                 ) -> list[dict[str, Any]]:
-    from placewise.serve.service import PlanService
-
     svc = PlanService(plan, machine, cost_model, mode="same", model=spec.model,
                       shapes=spec.shapes)
     out = []
@@ -344,9 +339,6 @@ def _at_seqs(plan: Plan, machine: Machine, cost_model: Any, spec: CellSpec
     """The plan's placement evaluated on the model at each of ``spec.seqs`` (same batch):
     the problem is the model rebuilt at that length (``PlanService`` refuses a graph other
     than the plan's at the plan's own batch, so the evaluator is called directly)."""
-    from placewise.planning import build_problem
-    from placewise.schedule.evaluate import evaluate
-
     placement = plan.placement_obj()
     out = []
     for s in spec.seqs:

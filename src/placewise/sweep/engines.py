@@ -50,6 +50,7 @@ def run_local(specs: Sequence[CellSpec], *, machines: Mapping[str, Any] | None =
 def import_ray() -> Any:
     """The ``ray`` module, or ``InputError`` saying how to install it."""
     try:
+        # lazy: ray is heavy to import, loaded only when this runs
         import ray
     except ImportError:
         raise InputError("the ray engine needs Ray: pip install 'placewise[ray]'",
@@ -97,6 +98,7 @@ def run_ray(specs: Sequence[CellSpec], *, address: str | None = None,
 
 def _submit(ray: Any, specs: Sequence[CellSpec], progress: Progress | None
             ) -> list[dict[str, Any]]:
+    # lazy: ray is heavy to import, loaded only when this runs
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     task = ray.remote(num_cpus=1, max_retries=0)(_ray_cell)

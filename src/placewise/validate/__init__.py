@@ -37,6 +37,7 @@ The report's records are in ``records``. The library never prints:
 ``report.to_json()`` the object of ``--json``.
 """
 
+from placewise.precision.metrics import OutputQuality
 from placewise.validate.quality import output_quality
 from placewise.validate.records import (
     TERMS,
@@ -44,7 +45,6 @@ from placewise.validate.records import (
     BaselineReport,
     LatencyStats,
     MemoryComparison,
-    OutputQuality,
     StepShare,
     TaskShare,
     ThroughputAttribution,

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 
 from placewise.cost.model import Term
 from placewise.errors import PlacewiseError
+from placewise.runtime.planned import predicted_tasks
 from placewise.runtime.program import ExecProgram, StepKind
 from placewise.runtime.telemetry import SoloRecord, TaskRecord, Telemetry
 from placewise.schedule.simulate import TaskKind
@@ -62,7 +63,7 @@ if TYPE_CHECKING:
     from placewise.plan import Plan
     from placewise.plan import TaskRecord as PlanTask
 
-__all__ = ["attribute_latency", "attribute_throughput", "predicted_tasks"]
+__all__ = ["attribute_latency", "attribute_throughput"]
 
 
 def _terms0() -> dict[str, float]:
@@ -163,30 +164,6 @@ def _steps_of_request(program: ExecProgram, records: Sequence[TaskRecord]
 def _solo_index(program: ExecProgram, solo: Sequence[SoloRecord]
                 ) -> dict[tuple[str, str], SoloRecord]:
     return {(s.task, s.device): s for s in solo}
-
-
-def predicted_tasks(plan: Plan, program: ExecProgram) -> dict[str, PlanTask]:
-    """The plan's tasks by name, and one for each partition of ``program``: its member
-    tasks back to back (start of the first; duration, terms, interval and contention
-    summed), so that a partition's step lines up with what the plan predicted for it."""
-    out = plan.task_index()
-    for p in program.partitions:
-        members = [out[n] for n in p.tasks if n in out]
-        if not members:
-            continue
-        terms: dict[Term, float] = {}
-        for m in members:
-            for k, v in m.terms_s.items():
-                terms[k] = terms.get(k, 0.0) + v
-        first = min(members, key=lambda m: m.start_s)
-        dur = sum(m.duration_s for m in members)
-        out[p.name] = first.model_copy(update={
-            "name": p.name, "vertex": p.name, "start_s": first.start_s,
-            "end_s": first.start_s + dur, "terms_s": terms,
-            "contention_s": sum(m.contention_s for m in members),
-            "low_s": sum(m.low_s for m in members), "high_s": sum(m.high_s for m in members),
-            "deps": (), "assumptions": {"partition_of": float(len(members))}})
-    return out
 
 
 def _pred_parts(trec: PlanTask) -> tuple[float, float, float, float]:

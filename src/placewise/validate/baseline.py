@@ -11,11 +11,13 @@ back-to-back throughput and output quality against the same reference.
 from __future__ import annotations
 
 import contextlib
+import io
 import multiprocessing as mp
 import os
 import tempfile
 import time
 import traceback
+import warnings
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
@@ -23,12 +25,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from placewise.errors import PlacewiseError, UnsupportedError
+from placewise.graph import zoo
 from placewise.graph.ir import Graph
+from placewise.graph.onnx_data import save_model
+from placewise.precision.metrics import OutputQuality
+from placewise.runtime.compile import int8_weights_reduced
 from placewise.runtime.program import ExecProgram
 from placewise.schedule.simulate import TaskKind
 from placewise.units import DType
 from placewise.validate.quality import looks_like_logits, output_quality
-from placewise.validate.records import BaselineReport, OutputQuality, latency_stats
+from placewise.validate.records import BaselineReport, latency_stats
 
 if TYPE_CHECKING:
     from placewise.runtime.opexec import ModelSource
@@ -41,19 +47,21 @@ def _baseline_worker(conn: Connection, path: str, cores: list[int], quantize: bo
                      outputs: list[str], min_time_s: float) -> None:
     try:
         os.sched_setaffinity(0, cores)
+        # lazy: onnxruntime is heavy to import, loaded only when this runs
         import onnxruntime as ort
 
+        # lazy: onnxruntime (placewise.onnxrt imports it) is heavy to import, loaded only when this runs
         from placewise.onnxrt import new_session
 
         model_path = path
         if quantize:
+            # lazy: onnxruntime is heavy to import, loaded only when this runs
             from onnxruntime.quantization import quantize_dynamic
 
+            # lazy: onnxruntime (placewise.onnxrt imports it) is heavy to import, loaded only when this runs
             from placewise.onnxrt import quiet_logs
 
             quiet_logs()
-
-            from placewise.runtime.compile import int8_weights_reduced
 
             q = os.path.join(os.path.dirname(path), "model.int8.onnx")
             # 7-bit weights where this CPU's integer GEMM saturates, as onnxruntime advises
@@ -102,12 +110,12 @@ def _baseline_worker(conn: Connection, path: str, cores: list[int], quantize: bo
 
 def _export_baseline(source: ModelSource, tmp: str) -> str:
     """An ONNX file of the whole model at the plan's shapes."""
+    # lazy: torch (runtime.opexec imports it) is heavy to import, loaded only when this runs
     from placewise.runtime.opexec import SourceFormat
 
     if source.format is SourceFormat.ONNX:
         if source.path is not None and source.path.is_file():
             return str(source.path)
-        from placewise.graph.onnx_data import save_model
 
         path = os.path.join(tmp, "model.onnx")
         save_model(source.onnx_model, path)
@@ -115,16 +123,13 @@ def _export_baseline(source: ModelSource, tmp: str) -> str:
     path = os.path.join(tmp, "model.onnx")
     ref = source.ref.strip()
     if ref.startswith("zoo:"):
-        from placewise.graph import zoo
-
         name, options = zoo.parse_zoo_ref(ref)
         if source.batch is not None:
             options["batch"] = source.batch
         zoo.export_onnx(name, options, path, dynamic_batch=False)
         return path
-    import io
-    import warnings
 
+    # lazy: torch is heavy to import, loaded only when this runs
     import torch
 
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \

@@ -6,7 +6,7 @@
   an ``InputError``) and measured under this machine's stable tags (versions, CPU model,
   cores: the ``MACHINE_TAG_KEYS`` the calibration records), checked before anything runs;
 - ``compare_with(report, path)``: an earlier run (``validate --against PREV``: the JSON of
-  ``validate --json``, or a telemetry run file, ``placewise.adapt.telemetry``) must carry the
+  ``validate --json``, or a telemetry run file, ``placewise.runtime.windows``) must carry the
   same stable tags as this one; the comparison is its measured latency and throughput
   next to this run's. ``compare_tags_with(tags, path)`` is the same check for any run's
   tags (``serve --against PREV``: the JSON of an earlier ``serve --json``).
@@ -21,8 +21,19 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from placewise.cost.calibrated import load_calibration
 from placewise.errors import InputError
-from placewise.runtime.telemetry import MACHINE_TAG_KEYS, require_comparable
+from placewise.io import load_json
+from placewise.runtime.planned import plan_fingerprint
+from placewise.runtime.telemetry import (
+    MACHINE_TAG_KEYS,
+    STABLE_TAG_KEYS,
+    calibration_tag_keys,
+    model_fingerprint,
+    require_comparable,
+    stable_tags,
+)
+from placewise.runtime.windows import load_telemetry_run
 
 if TYPE_CHECKING:
     from placewise.plan import Plan
@@ -34,8 +45,6 @@ __all__ = ["check_calibration_tags", "compare_tags_with", "compare_with", "machi
 
 def machine_tags() -> dict[str, str]:
     """This process's stable machine tags (``MACHINE_TAG_KEYS``)."""
-    from placewise.runtime.telemetry import stable_tags
-
     t = stable_tags(model_fingerprint="", graph_fingerprint="", plan_fingerprint="",
                     calibration_fingerprint="", arrival="", seed=None)
     return {k: t[k] for k in MACHINE_TAG_KEYS}
@@ -45,15 +54,11 @@ def check_calibration_tags(plan: Plan, cal_file: str | os.PathLike[str], *,
                            allow_mismatch: bool = False) -> list[str]:
     """Refuse a calibration that is not the plan's, or that was measured under other
     stable machine tags than this process runs with (module docstring)."""
-    from placewise.cost.calibrated import load_calibration
-
     file = os.fspath(cal_file)
     cal = load_calibration(file)
     if cal.fingerprint() != plan.fingerprints.calibration:
         raise InputError(f"the plan was made with calibration {plan.fingerprints.calibration}, "
                          f"this file is {cal.fingerprint()}", file=file, place="--calibration")
-    from placewise.adapt.recalibrate import calibration_tag_keys
-
     try:
         return require_comparable(cal.tags, machine_tags(), keys=calibration_tag_keys(cal),
                                   what="the calibration against this run",
@@ -66,15 +71,11 @@ def run_tags(path: str | os.PathLike[str]) -> tuple[str, dict[str, str], Mapping
     """(kind, stable tags, document) of an earlier run's file: ``validation`` (the JSON of
     ``validate --json``; one without ``stable_tags`` has none), ``serve`` (of ``serve
     --json``) or ``telemetry``."""
-    from placewise.io import load_json
-
     file = os.fspath(path)
     data = load_json(file, what="run")
     if not isinstance(data, dict):
         raise InputError("expected a JSON object at the top level", file=file)
     if data.get("format") == "placewise-telemetry":
-        from placewise.adapt.telemetry import load_telemetry_run
-
         return "telemetry", dict(load_telemetry_run(file).tags), data
     if {"plan", "predicted", "measured"} <= set(data):
         tags = data.get("stable_tags", {})
@@ -93,9 +94,6 @@ def run_tags(path: str | os.PathLike[str]) -> tuple[str, dict[str, str], Mapping
 def plan_tags(plan: Plan) -> dict[str, str]:
     """The stable tags a run of ``plan`` in this process will record, as far as they are
     known before it runs: the fingerprints and the machine tags."""
-    from placewise.export import plan_fingerprint
-    from placewise.runtime.telemetry import model_fingerprint
-
     return {"model_fingerprint": model_fingerprint(plan.model),
             "graph_fingerprint": plan.fingerprints.graph,
             "plan_fingerprint": plan_fingerprint(plan),
@@ -107,8 +105,6 @@ def compare_tags_with(tags: Mapping[str, str], path: str | os.PathLike[str], *,
                       ) -> dict[str, Any]:
     """Refuse the earlier run in ``path`` (``run_tags``) unless its stable tags (``keys``,
     default every one) are ``tags``; its file, kind and the differences as lines."""
-    from placewise.runtime.telemetry import STABLE_TAG_KEYS
-
     file = os.fspath(path)
     kind, theirs, _ = run_tags(file)
     try:
@@ -161,8 +157,6 @@ def serve_arrival(*, rate: float | None, cv: float | None, concurrency: int | No
     'poisson:100/s'
     """
     if trace is not None:
-        from placewise.runtime.telemetry import model_fingerprint
-
         return "trace:" + model_fingerprint(os.fspath(trace))
     if concurrency is not None:
         return f"closed:{concurrency},think={think}"
@@ -175,8 +169,6 @@ def serve_stable_tags(plan: Plan, *, arrival: str, seed: int,
                       threads: str | None = None) -> dict[str, str]:
     """The stable tags of a ``serve`` run of ``plan`` (``runtime.telemetry.stable_tags``):
     ``threads`` as the real run recorded them (``None``: simulated only, none ran)."""
-    from placewise.runtime.telemetry import stable_tags
-
     known = plan_tags(plan)
     t = stable_tags(model_fingerprint=known["model_fingerprint"],
                     graph_fingerprint=known["graph_fingerprint"],

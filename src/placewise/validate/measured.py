@@ -30,11 +30,17 @@ from typing import Any
 
 from placewise.calibrate.imports.build import MeasuredOps, engine_class, measure_ops
 from placewise.calibrate.imports.records import ImportedProfile, quantiles
+from placewise.calibrate.imports.torch_trace import align_torch
 from placewise.cost.model import Term
-from placewise.errors import ProfileError
+from placewise.errors import InputError, ProfileError
 from placewise.graph.ir import Graph
+from placewise.graph.onnx_import import read_onnx_as_is
 from placewise.hardware.spec import Machine
+from placewise.plan import check_fingerprints
+from placewise.plan_partitions import plan_file_partitions
 from placewise.plan_records import Plan
+from placewise.plan_sources import plan_machine
+from placewise.runtime.planned import load_planned_source
 from placewise.schedule.simulate import TaskKind
 from placewise.units import format_seconds
 
@@ -162,18 +168,12 @@ class MeasuredValidation:
 def _planned_graph(plan: Plan, file: str | None) -> tuple[Graph, Any]:
     """The plan's model as planned (its recorded shapes and values; the fingerprint
     checked) and, for an ONNX model, its ``ModelProto`` (onnxruntime's node names)."""
-    from placewise.errors import InputError
-    from placewise.plan import check_fingerprints
-    from placewise.validate.run import load_planned_source
-
     src = load_planned_source(plan.model, plan, None)
     if src.graph is None:
         raise InputError("the model source has no graph", file=src.ref)
     check_fingerprints(plan, graph=src.graph, file=file)
     onnx_model = None
     if plan.model.lower().endswith(".onnx"):
-        from placewise.graph.onnx_import import read_onnx_as_is
-
         onnx_model = read_onnx_as_is(plan.model)
     return src.graph, onnx_model
 
@@ -213,15 +213,11 @@ def validate_measured(plan: Plan, profiles: Sequence[ImportedProfile], *,
     file, for messages; ``region_nodes``: the ONNX nodes of compiled subgraphs the
     profiles do not name (``subgraph_nodes``). ``ProfileError``/``InputError`` for every
     refusal; nothing runs."""
-    from placewise.plan_sources import plan_machine
-
     if not profiles:
         raise ProfileError("no profile given")
     machine = plan_machine(plan, file=file)
     graph, onnx_model = _planned_graph(plan, file)
     if any(p.source.tool == "torch.profiler" for p in profiles):
-        from placewise.calibrate.imports.torch_trace import align_torch
-
         profiles = [align_torch(p, graph) if p.source.tool == "torch.profiler" else p
                     for p in profiles]
     device = _profile_device(profiles, machine, plan)
@@ -250,8 +246,6 @@ def _device_kinds(plan: Plan) -> dict[str, str]:
 
 
 def _partitions(plan: Plan, got: MeasuredOps, kind: str) -> list[PartitionRow]:
-    from placewise.plan_partitions import plan_file_partitions
-
     tasks = plan.task_index()
     kinds = _device_kinds(plan)
     rows = []

@@ -16,6 +16,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from placewise.records import to_json
+from placewise.runtime.compile import compile_partitions
+from placewise.runtime.profiler import chain, profile_partition
+
 __all__ = ["METHOD", "NodeTimes", "PartitionNodes", "profile_nodes"]
 
 METHOD = ("onnxruntime profiler (enable_profiling), each partition alone after the timed "
@@ -41,10 +47,7 @@ class PartitionNodes:
     op_kernels: Mapping[str, tuple[str, ...]]
 
     def to_json(self) -> dict[str, Any]:
-        return {"partition": self.partition, "device": self.device, "runs": self.runs,
-                "run_s": self.run_s, "nodes_s": self.nodes_s, "unowned_s": self.unowned_s,
-                "nodes": self.nodes, "op_s": dict(self.op_s),
-                "op_kernels": {k: list(v) for k, v in self.op_kernels.items()}}
+        return to_json(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +58,7 @@ class NodeTimes:
     partitions: tuple[PartitionNodes, ...]
 
     def to_json(self) -> dict[str, Any]:
-        return {"method": self.method, "partitions": [p.to_json() for p in self.partitions]}
+        return to_json(self)
 
 
 def profile_nodes(program: Any, source: Any, request: Sequence[Any], machine: Any, *,
@@ -63,11 +66,6 @@ def profile_nodes(program: Any, source: Any, request: Sequence[Any], machine: An
     """Profile every partition of ``program`` (a ``runtime.program.ExecProgram``) of
     ``source`` (its ``runtime.opexec.ModelSource``) on ``request`` (one value per graph
     input) on ``machine``'s devices (their cores)."""
-    import numpy as np
-
-    from placewise.runtime.compile import compile_partitions
-    from placewise.runtime.profiler import chain, profile_partition
-
     graph = program.graph
     parts = list(program.partitions)
     models = compile_partitions(source, parts, graph)

@@ -37,6 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from placewise.energy import plan_energy
+from placewise.records import to_json
+
 __all__ = ["RAPL_ROOT", "EnergyComparison", "EnergyMeter", "MeasuredEnergy", "energy_comparison",
            "rapl_zones"]
 
@@ -62,11 +65,7 @@ class MeasuredEnergy:
     covers: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"available": self.available, "reason": self.reason, "source": self.source,
-                "requests": self.requests, "window_s": self.window_s,
-                "energy_j": self.energy_j, "energy_per_request_j": self.energy_per_request_j,
-                "average_power_w": self.average_power_w,
-                "by_counter_j": dict(self.by_counter_j), "covers": self.covers}
+        return to_json(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +102,7 @@ def rapl_zones(root: Path = RAPL_ROOT) -> list[_Zone]:
 def _nvml_handles() -> list[tuple[str, Any]]:
     """(label, handle) of every GPU NVML reports an energy counter for; [] without NVML."""
     try:
+        # lazy: pynvml (NVML, only where a GPU is) is heavy to import, loaded only when this runs
         import pynvml  # type: ignore[import-not-found, import-untyped, unused-ignore]
 
         pynvml.nvmlInit()
@@ -146,6 +146,7 @@ class EnergyMeter:
             if v is not None:
                 out[z.name] = v
         for label, h in self._nvml:
+            # lazy: pynvml (NVML, only where a GPU is) is heavy to import, loaded only when this runs
             import pynvml  # type: ignore[import-not-found, import-untyped, unused-ignore]
 
             out[label] = int(pynvml.nvmlDeviceGetTotalEnergyConsumption(h)) * 1000  # mJ -> uJ
@@ -210,7 +211,5 @@ def energy_comparison(plan: Any, machine: Any, meter: EnergyMeter, *, runs: int,
                       batch: int) -> EnergyComparison:
     """The plan's estimate on ``machine`` and what ``meter`` measured over ``runs`` runs of
     ``batch`` requests (its window: ``start()`` to ``mark()``)."""
-    from placewise.energy import plan_energy
-
     return EnergyComparison(plan_energy(plan, machine),
                             meter.stop(requests=max(0, runs) * max(1, batch)))

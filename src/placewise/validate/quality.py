@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from placewise.graph.ir import Graph
+from placewise.graph.onnx_data import ort_session
+from placewise.graph.torch_import import _Builder
 from placewise.precision.metrics import looks_like_logits, output_quality
 
 if TYPE_CHECKING:
@@ -26,13 +28,13 @@ def reference_outputs(source: ModelSource, graph: Graph,
                        requests: Sequence[Sequence[np.ndarray[Any, Any]]]
                        ) -> list[list[np.ndarray[Any, Any]]]:
     """The single-device fp32 outputs (graph-output order) of every request."""
+    # lazy: torch (runtime.opexec imports it) is heavy to import, loaded only when this runs
     from placewise.runtime.opexec import SourceFormat
 
     if source.format is SourceFormat.TORCH_EXPORT:
         return _fx_reference(source, graph, requests)
+    # lazy: onnxruntime is heavy to import, loaded only when this runs
     import onnxruntime as ort
-
-    from placewise.graph.onnx_data import ort_session
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
@@ -50,10 +52,11 @@ def reference_outputs(source: ModelSource, graph: Graph,
 def _fx_reference(source: ModelSource, graph: Graph,
                   requests: Sequence[Sequence[np.ndarray[Any, Any]]]
                   ) -> list[list[np.ndarray[Any, Any]]]:
+    # lazy: torch is heavy to import, loaded only when this runs
     import torch
     from torch.export.graph_signature import OutputKind
 
-    from placewise.graph.torch_import import _Builder
+    # lazy: torch (runtime.opexec imports it) is heavy to import, loaded only when this runs
     from placewise.runtime.opexec import FxProgram
 
     ep = source.exported_program

@@ -1,7 +1,7 @@
 """The records of a validation report: what ``validate_plan`` returns and ``--json`` writes.
 
 Every part of ``placewise.validate`` builds one kind of record here: quality
-(``OutputQuality``), the baselines (``BaselineReport``), the attribution (``StepShare``,
+(``QualityCheck``; one output's ``OutputQuality`` is ``precision.metrics``'s), the baselines (``BaselineReport``), the attribution (``StepShare``,
 ``TaskShare``, ``Attribution``, ``ThroughputAttribution``), the run (``LatencyStats``,
 ``MemoryComparison``, ``ValidationReport``).
 """
@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from placewise.precision.metrics import OutputQuality
+from placewise.records import to_json
 from placewise.runtime.telemetry import SoloRecord, Telemetry
 from placewise.validate.nodes import NodeTimes
 from placewise.validate.power import EnergyComparison
@@ -24,7 +26,6 @@ __all__ = [
     "BaselineReport",
     "LatencyStats",
     "MemoryComparison",
-    "OutputQuality",
     "QualityCheck",
     "StepShare",
     "TaskShare",
@@ -57,8 +58,7 @@ class LatencyStats:
     max_s: float
 
     def to_json(self) -> dict[str, Any]:
-        return {"n": self.n, "p50_s": self.p50_s, "p90_s": self.p90_s, "p99_s": self.p99_s,
-                "mean_s": self.mean_s, "min_s": self.min_s, "max_s": self.max_s}
+        return to_json(self)
 
 
 def _rank(sorted_x: Sequence[float], q: float) -> float:
@@ -103,29 +103,6 @@ def fmt_s(v: float, *, signed: bool = False) -> str:
 
 
 # ---- records -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class OutputQuality:
-    """One graph output against the fp32 reference, over every request.
-
-    ``rel_l2``: median and worst ``||y - ref|| / ||ref||`` per request; ``max_abs``: the
-    largest absolute difference; ``cosine_min``: the lowest cosine similarity;
-    ``top1_agreement``: share of rows whose argmax over the last axis agrees (None when
-    the output does not look like logits)."""
-
-    output: str
-    n: int
-    rel_l2_median: float
-    rel_l2_max: float
-    max_abs: float
-    cosine_min: float
-    top1_agreement: float | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"output": self.output, "n": self.n, "rel_l2_median": self.rel_l2_median,
-                "rel_l2_max": self.rel_l2_max, "max_abs": self.max_abs,
-                "cosine_min": self.cosine_min, "top1_agreement": self.top1_agreement}
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,10 +159,7 @@ class StepShare:
     off_cpu_s: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
-        return {"step": self.step, "task": self.task, "kind": self.kind,
-                "device": self.device, "label": self.label, "measured_s": self.measured_s,
-                "predicted_s": self.predicted_s, "gap_s": self.gap_s,
-                "terms_s": dict(self.terms_s), "off_cpu_s": self.off_cpu_s}
+        return to_json(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,7 +342,7 @@ class ValidationReport:
     nodes: NodeTimes | None = None  # per-node times (validate --profile-nodes; validate.nodes)
     # what makes this run comparable with another (runtime.telemetry.stable_tags)
     stable_tags: Mapping[str, str] = field(default_factory=dict)
-    # the run's windows per cost key (placewise.adapt.telemetry.TelemetryRun), when asked for
+    # the run's windows per cost key (placewise.runtime.windows.TelemetryRun), when asked for
     telemetry_run: Any = field(default=None, repr=False, compare=False)
 
     @property

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from placewise.units import format_bytes
 from placewise.validate.records import TERMS, ValidationReport, fmt_s
 
 __all__ = ["render_validation"]
@@ -14,8 +15,6 @@ def _fmt_pct(v: float | None) -> str:
 
 
 def _fmt_b(n: int) -> str:
-    from placewise.units import format_bytes
-
     return format_bytes(n)
 
 

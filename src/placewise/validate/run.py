@@ -17,6 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from placewise.errors import InputError
 from placewise.hardware.spec import Machine
+from placewise.plan import Plan, load_plan
+from placewise.precision.inputs import load_inputs
+from placewise.precision.metrics import OutputQuality, worst_quality
+from placewise.precision.policy import QualityBudget
 from placewise.runtime.campaign import (
     CAPTURE,
     ISOLATED,
@@ -27,122 +31,30 @@ from placewise.runtime.campaign import (
     run_campaign,
 )
 from placewise.runtime.executor import Executor
-from placewise.runtime.program import ExecProgram, program_from_plan
-from placewise.runtime.telemetry import Telemetry
+from placewise.runtime.planned import plan_fingerprint, planned_program
+from placewise.runtime.program import ExecProgram
+from placewise.runtime.telemetry import Telemetry, model_fingerprint, stable_tags
+from placewise.runtime.windows import concat_runs, windows_from_telemetry
 from placewise.validate.attribution import attribute_latency, attribute_throughput
 from placewise.validate.baseline import plan_baselines
+from placewise.validate.nodes import profile_nodes as _profile_nodes
 from placewise.validate.power import EnergyMeter, energy_comparison
 from placewise.validate.quality import looks_like_logits, output_quality, reference_outputs
 from placewise.validate.records import (
     BaselineReport,
     MemoryComparison,
-    OutputQuality,
     QualityCheck,
     ValidationReport,
     latency_stats,
 )
 
 if TYPE_CHECKING:
-    from placewise.plan import Plan
+    from placewise.graph.ir import Graph
     from placewise.runtime.opexec import ModelSource
 
-__all__ = ["check_machine", "check_runnable", "load_planned_source", "planned_program",
-           "validate_plan", "validation_stable_tags"]
+__all__ = ["validate_plan", "validation_stable_tags"]
 
 Progress = Callable[[str, float], None]
-
-
-def check_machine(plan: Plan, machine: Machine | None, file: str | None) -> Machine:
-    """The machine ``plan`` runs on: ``machine``, or this one (``load_local()``); a plan
-    made for a preset, or whose machine fingerprint is not this machine's, is an
-    ``InputError`` (``file``: the plan file, named in the message)."""
-    from placewise.hardware.power import split_ref
-    from placewise.hardware.spec import list_presets
-    from placewise.plan import check_fingerprints
-
-    name = plan.machine.name
-    if machine is None:
-        if split_ref(name)[0] in list_presets():
-            raise InputError(f"the plan was made for the preset machine {name!r}, which is not "
-                             f"here: validate runs plans on this machine's devices (plan with "
-                             f"--hw local)", file=file, place="machine")
-        from placewise.hardware.probe import load_local
-
-        machine = load_local()
-    check_fingerprints(plan, machine=machine, file=file)
-    return machine
-
-
-def check_runnable(plan: Plan, machine: Machine, file: str | None) -> None:
-    """Refuse, before anything is loaded or run, a plan the independent checker
-    (``placewise.check``) finds broken on ``machine``: a device the machine lacks, a kernel
-    its backends do not have (int8 outside ``graph.ir.INT8_KINDS``), an impossible
-    schedule; a device used by the plan that no backend of this build runs (a probed GPU:
-    ``runtime.backends.backend_gap``) comes before all of them. The first error is the
-    message, support errors first."""
-    from placewise.check import Check, Severity, check_plan
-    from placewise.runtime.backends import backend_gap
-
-    for name in plan.devices_used():
-        if name in machine.device_names:
-            gap = backend_gap(machine.device(name))
-            if gap is not None:
-                raise InputError(f"the plan cannot run here: {gap}", file=file,
-                                 place=f"device {name!r}")
-    errors = [f for f in check_plan(plan, machine=machine, file=file)
-              if f.severity is Severity.ERROR]
-    if not errors:
-        return
-    order = {Check.SUPPORT: 0, Check.COVERAGE: 1}
-    errors.sort(key=lambda f: order.get(f.check, 2))
-    first = errors[0]
-    more = (f" ({len(errors) - 1} more error{'s' if len(errors) > 2 else ''}: placewise "
-            f"check {file or 'PLAN'} --hw local lists them)" if len(errors) > 1 else "")
-    raise InputError(f"the plan cannot run here: {first.subject} {first.message}{more}",
-                     file=file, place=f"check {first.check.value}")
-
-
-def load_planned_source(ref: str, plan: Plan, shapes: Any) -> ModelSource:
-    """The plan's model as it was planned: bound to the plan's batch, or (a model whose
-    inputs have a fixed leading dim, or a zoo reference that names its own batch, planned
-    without ``--batch``) as it is; the graph fingerprint decides which."""
-    from placewise.runtime.opexec import load_source
-
-    values = plan.values or None  # the inputs given a value when the plan was made
-    try:
-        src = load_source(ref, batch=plan.batch, shapes=shapes, values=values)
-    except InputError as exc:
-        if exc.place != "--batch":
-            raise
-        return load_source(ref, shapes=shapes, values=values)  # the fingerprint check follows
-    if src.graph is not None and src.graph.fingerprint() != plan.fingerprints.graph:
-        own = load_source(ref, shapes=shapes, values=values)
-        if own.graph is not None and own.graph.fingerprint() == plan.fingerprints.graph:
-            return own
-    return src
-
-
-def planned_program(plan: Plan, machine: Machine | None, source: ModelSource | str | None,
-                    shapes: Any, file: str | None
-                    ) -> tuple[Machine, ModelSource, ExecProgram]:
-    """The checked way from a plan to what the executor runs (``validate`` and ``serve
-    --real``): this machine (``check_machine``), the plan runnable on it
-    (``check_runnable``) before anything of the model is loaded, the model as planned
-    (read by the checked loaders: a .pt2 archive is checked entry by entry before torch
-    sees it, with weights-only unpickling forced) whose graph's fingerprint must be the
-    plan's, and the program."""
-    from placewise.plan import check_fingerprints
-
-    machine = check_machine(plan, machine, file)
-    check_runnable(plan, machine, file)
-    if source is None or isinstance(source, str):
-        src = load_planned_source(source or plan.model, plan, shapes)
-    else:
-        src = source
-    if src.graph is None:
-        raise InputError("the model source has no graph", file=src.ref)
-    check_fingerprints(plan, graph=src.graph, file=file)
-    return machine, src, program_from_plan(plan, src.graph, machine)
 
 
 def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
@@ -171,34 +83,20 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
     model. ``profile_nodes``: after the timed runs, profile each partition's nodes with
     onnxruntime's profiler (``placewise.validate.nodes``; ``ValidationReport.nodes``).
     ``window_requests``: also cut the telemetry into windows of that many requests per
-    cost key (``placewise.adapt.telemetry``; ``ValidationReport.telemetry_run``, 0: about
+    cost key (``placewise.runtime.windows``; ``ValidationReport.telemetry_run``, 0: about
     ten windows).
     """
-    from placewise.export import plan_fingerprint
-    from placewise.plan import Plan as _Plan
-    from placewise.plan import load_plan
-
     report: Progress = progress or (lambda _m, _f: None)
     if requests < 1:
         raise InputError(f"requests must be >= 1, got {requests}", place="--requests")
     file: str | None = None
-    if not isinstance(plan, _Plan):
+    if not isinstance(plan, Plan):
         file = os.fspath(plan)
         plan = load_plan(file)
     report("checking the plan against this machine and the model", 0.0)
     machine, src, program = planned_program(plan, machine, source, shapes, file)
     graph = program.graph
-    from placewise.runtime.opexec import request_inputs
-
-    if inputs is not None:
-        from placewise.precision.inputs import load_inputs
-
-        given = load_inputs(inputs, list(graph.inputs), request_inputs(src, graph, 1, seed)[0])
-        inputs_text = f"file {os.fspath(inputs)}: {len(given)} requests"
-        reqs = [given[k % len(given)] for k in range(max(requests, len(given)))]
-    else:
-        reqs = request_inputs(src, graph, requests, seed)
-        inputs_text = f"generated: {requests} requests from seed {seed}"
+    reqs, inputs_text = _requests(src, graph, inputs, requests, seed)
     requests = len(reqs)
     report("computing the fp32 reference outputs", 0.05)
     reference = reference_outputs(src, graph, reqs)
@@ -207,22 +105,9 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
     settings = CampaignSettings(warmup=warmup, in_flight=k, stream_s=max(stream_s, 0.0),
                                 solo_repeats=solo_repeats)
     notes: list[str] = []
-    timeout = max(timeout_s, 100.0 * float(plan.makespan_s))
-    fraction = {WARMUP: 0.3, ISOLATED: 0.35, STREAM: 0.55, CAPTURE: 0.7}
     meter = EnergyMeter()  # measured energy over the stream: RAPL / NVML where they exist
-
-    def on_phase(phase: str, m: str) -> None:
-        if phase == STREAM:
-            meter.start()
-        elif phase == CAPTURE:
-            meter.mark()
-        report(m, fraction[phase])
-
-    with Executor(program, src, reference_inputs=reqs[0], slots=k,
-                  timeout_s=timeout) as ex:
-        ex.start(lambda m: report(m, 0.1))
-        got = run_campaign(ex, reqs, settings, progress=on_phase)
-        peaks = ex.peak_live_bytes(ISOLATED)
+    got, peaks = _run(program, src, reqs, settings, max(timeout_s, 100.0 * float(plan.makespan_s)),
+                      report, meter)
     outputs, tel, solo = got.outputs, got.telemetry, list(got.solo)
     assert got.stream is not None
     # -- measured --
@@ -231,21 +116,10 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
     batch = max(1, int(plan.batch))
     period = got.stream.period_s
     rps = batch / period if period else 0.0
-    # -- memory --
-    mem: list[MemoryComparison] = []
-    for d in program.devices:
-        tiers = plan.memory.devices.get(d.name, {})
-        tier = tiers.get(d.main_memory.name) or (next(iter(tiers.values())) if tiers else None)
-        pred_b = int(tier.peak_bytes) if tier is not None else 0
-        rec = tel.device(d.name)
-        mem.append(MemoryComparison(d.name, pred_b, int(peaks.get(d.name, 0)),
-                                    rec.weights_bytes, rec.rss_ready_bytes, rec.rss_peak_bytes))
-    # -- quality --
-    quality: list[OutputQuality] = []
-    for j, name in enumerate(graph.outputs):
-        quality.append(output_quality(name, [o[j] for o in outputs],
-                                      [rf[j] for rf in reference],
-                                      logits=looks_like_logits(graph, name)))
+    mem = _memory(plan, program, tel, peaks)
+    quality = [output_quality(name, [o[j] for o in outputs], [rf[j] for rf in reference],
+                              logits=looks_like_logits(graph, name))
+               for j, name in enumerate(graph.outputs)]
     # -- attribution --
     report("attributing the difference", 0.8)
     attribution, lat_on_cpu = attribute_latency(program, plan, tel, solo, ISOLATED)
@@ -259,8 +133,6 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
                                    stream_s=stream_s)
     nodes = None
     if profile_nodes:
-        from placewise.validate.nodes import profile_nodes as _profile_nodes
-
         report("profiling each partition's nodes (onnxruntime profiler)", 0.9)
         nodes = _profile_nodes(program, src, reqs[0], machine)
     tags = dict(tel.tags)
@@ -285,15 +157,62 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
         nodes=nodes, stable_tags=stable, telemetry_run=run)
 
 
+def _requests(src: ModelSource, graph: Graph, inputs: str | os.PathLike[str] | None,
+              requests: int, seed: int) -> tuple[list[Any], str]:
+    """The requests to run (the inputs file's, cycled up to ``requests``, or ``requests``
+    generated from ``seed``) and how they were made, as the report says it."""
+    # lazy: torch (runtime.opexec imports it) is heavy to import, loaded only when this runs
+    from placewise.runtime.opexec import request_inputs
+
+    if inputs is None:
+        return (request_inputs(src, graph, requests, seed),
+                f"generated: {requests} requests from seed {seed}")
+    given = load_inputs(inputs, list(graph.inputs), request_inputs(src, graph, 1, seed)[0])
+    return ([given[k % len(given)] for k in range(max(requests, len(given)))],
+            f"file {os.fspath(inputs)}: {len(given)} requests")
+
+
+def _run(program: ExecProgram, src: ModelSource, reqs: Sequence[Any],
+         settings: CampaignSettings, timeout_s: float, report: Progress, meter: EnergyMeter
+         ) -> tuple[Any, Mapping[str, int]]:
+    """The campaign on the executor (the energy meter over the stream), and the peak live
+    bytes per device over the isolated requests."""
+    fraction = {WARMUP: 0.3, ISOLATED: 0.35, STREAM: 0.55, CAPTURE: 0.7}
+
+    def on_phase(phase: str, m: str) -> None:
+        if phase == STREAM:
+            meter.start()
+        elif phase == CAPTURE:
+            meter.mark()
+        report(m, fraction[phase])
+
+    with Executor(program, src, reference_inputs=reqs[0], slots=settings.in_flight or 1,
+                  timeout_s=timeout_s) as ex:
+        ex.start(lambda m: report(m, 0.1))
+        got = run_campaign(ex, reqs, settings, progress=on_phase)
+        return got, ex.peak_live_bytes(ISOLATED)
+
+
+def _memory(plan: Plan, program: ExecProgram, tel: Telemetry, peaks: Mapping[str, int]
+            ) -> list[MemoryComparison]:
+    """Per device: the plan's peak bytes in its main memory against the live bytes measured."""
+    mem: list[MemoryComparison] = []
+    for d in program.devices:
+        tiers = plan.memory.devices.get(d.name, {})
+        tier = tiers.get(d.main_memory.name) or (next(iter(tiers.values())) if tiers else None)
+        pred_b = int(tier.peak_bytes) if tier is not None else 0
+        rec = tel.device(d.name)
+        mem.append(MemoryComparison(d.name, pred_b, int(peaks.get(d.name, 0)),
+                                    rec.weights_bytes, rec.rss_ready_bytes, rec.rss_peak_bytes))
+    return mem
+
+
 def validation_stable_tags(plan: Plan, tel: Telemetry, *, seed: int, in_flight: int
                            ) -> dict[str, str]:
     """The stable tags of a validation run (``runtime.telemetry.stable_tags``): the plan's
     fingerprints, this process's versions and CPU, the devices' threads as they ran, and the
     campaign as the arrival process (isolated requests, then a closed-loop stream of
     ``in_flight``), with the seed of the generated inputs."""
-    from placewise.export import plan_fingerprint
-    from placewise.runtime.telemetry import model_fingerprint, stable_tags
-
     return stable_tags(
         model_fingerprint=model_fingerprint(plan.model),
         graph_fingerprint=plan.fingerprints.graph, plan_fingerprint=plan_fingerprint(plan),
@@ -304,12 +223,11 @@ def validation_stable_tags(plan: Plan, tel: Telemetry, *, seed: int, in_flight: 
 
 def _telemetry_run(plan: Plan, tel: Telemetry, program: ExecProgram,
                    tags: Mapping[str, str], window_requests: int | None) -> Any:
-    """The run's telemetry windows (``adapt.telemetry``): ``window_requests`` requests each
+    """The run's telemetry windows (``runtime.windows``): ``window_requests`` requests each
     over the isolated requests and the stream in order; 0: per phase, five windows of the
     isolated requests (where the request hand-off is measured) then ten of the stream."""
     if window_requests is None:
         return None
-    from placewise.adapt.telemetry import concat_runs, windows_from_telemetry
 
     if window_requests:
         return windows_from_telemetry(plan, tel, window_requests=window_requests, tags=tags,
@@ -327,8 +245,6 @@ def _quality_check(plan: Plan, quality: Sequence[OutputQuality], inputs: str
                    ) -> QualityCheck | None:
     """The measured quality against the plan's precision budget (None: the plan records
     no precision policy)."""
-    from placewise.precision.policy import QualityBudget
-
     pr = plan.precision
     if pr is None:
         return None
@@ -356,8 +272,6 @@ def _load_note(tags: Mapping[str, str]) -> str:
 
 def _worst(quality: Sequence[OutputQuality]) -> dict[str, float]:
     """The worst output's figures, named as quality budgets name them."""
-    from placewise.precision.metrics import worst_quality
-
     if not quality:
         return {}
     return worst_quality((q.rel_l2_max, q.cosine_min, q.max_abs, q.top1_agreement)

@@ -8,15 +8,28 @@ its plans by ``placewise.plan_file.plan_from_json``.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from placewise.adapt.planset.mix import Mix
+from placewise.adapt.planset.record import (
+    FORMAT,
+    Bucket,
+    PlanSet,
+    _doc_fingerprint,
+    is_plan_set,
+    parse_envelope,
+)
 from placewise.errors import SpecError
+from placewise.io import MAX_JSON_BYTES, check_numbers, parse_json, read_file_bytes, validate_record
+from placewise.plan import load_plan, plan_from_json
+from placewise.runtime.planned import plan_fingerprint
 
-__all__ = ["load_plan_set", "plan_set_from_json"]
+__all__ = ["load_plan_or_set", "load_plan_set", "plan_set_from_json"]
 
 Size = int
 
@@ -156,8 +169,6 @@ def _err(file: str, place: str, problem: str) -> SpecError:
 
 
 def _plans(raw: list[Any], file: str, what: str) -> list[Any]:
-    from placewise.plan import plan_from_json
-
     out: list[Any] = []
     for i, d in enumerate(raw):
         if d is None:
@@ -174,16 +185,6 @@ def _plans(raw: list[Any], file: str, what: str) -> list[Any]:
 def plan_set_from_json(data: Mapping[str, Any] | str | bytes, *, file: str | None = None
                        ) -> Any:
     """A ``PlanSet`` from its document (or text); ``SpecError`` on any problem."""
-    from placewise.adapt.planset import (
-        FORMAT,
-        Bucket,
-        Mix,
-        PlanSet,
-        _doc_fingerprint,
-        parse_envelope,
-    )
-    from placewise.io import check_numbers, parse_json, validate_record
-
     file = file or "<plan set>"
     obj = parse_json(data, file=file, error=SpecError) if isinstance(data, str | bytes) \
         else data
@@ -233,8 +234,6 @@ def plan_set_from_json(data: Mapping[str, Any] | str | bytes, *, file: str | Non
 
 
 def _check_fingerprints(doc: _Doc, entries: list[Any], own: list[Any], file: str) -> None:
-    from placewise.export import plan_fingerprint
-
     fps = doc.fingerprints
     if len(fps.plans) != len(entries) or len(fps.bucket_plans) != len(own):
         raise _err(file, "fingerprints", "one fingerprint per plan entry and bucket plan")
@@ -260,8 +259,6 @@ def _check_fingerprints(doc: _Doc, entries: list[Any], own: list[Any], file: str
 def _check_cover(doc: _Doc, file: str) -> None:
     """Every grid point in at most one bucket's range and under some bucket's upper
     corner (its own bucket dropped: served in a covering one); every edge a grid value."""
-    import itertools
-
     axes = list(doc.axes)
     hits: dict[tuple[int, ...], int] = {}
     for i, b in enumerate(doc.buckets):
@@ -292,11 +289,19 @@ def load_plan_set(path: str | os.PathLike[str] | Mapping[str, Any], *,
     """Read a plan set file written by ``save_plan_set`` (or take its document);
     ``SpecError`` (file, place, problem) for a file that is not one, is corrupt, or whose
     fingerprints do not match."""
-    from placewise.io import MAX_JSON_BYTES, read_file_bytes
-
     if isinstance(path, Mapping):
         return plan_set_from_json(path, file=file)
     name = file or os.fspath(path)
     data = read_file_bytes(os.fspath(path), what="plan set", limit_bytes=MAX_JSON_BYTES,
                            error=SpecError)
     return plan_set_from_json(data, file=name)
+
+
+def load_plan_or_set(path: str | os.PathLike[str]) -> Any:
+    """A plan set or a plan file, each by its own checked loader: the one way every
+    command that takes either (serve, promote, the store, the loop) loads it. A missing
+    file, a FIFO or a device is refused by the plan loader (``InputError``)."""
+    file = os.fspath(path)
+    if is_plan_set(file):
+        return load_plan_set(file)
+    return load_plan(file)

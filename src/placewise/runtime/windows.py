@@ -4,7 +4,7 @@ with the plan's cost terms, one key per term that recalibration can correct.
 ``windows_from_telemetry(plan, telemetry, window_requests=..., tags=...)`` turns an
 executor session's ``placewise.runtime.telemetry.Telemetry`` (task names are the plan's:
 a compute task is a partition of ``runtime.program``, whose plan tasks
-``validate.attribution.predicted_tasks`` sums) into a ``TelemetryRun``: per window of
+``runtime.planned.predicted_tasks`` sums) into a ``TelemetryRun``: per window of
 ``window_requests`` consecutive requests (in submission order; warm-up and capture left
 out), per key, the median of the measured seconds per request next to the plan's predicted
 seconds and interval. The keys (``TermWindow.kind``):
@@ -58,8 +58,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from placewise.cost.calibrated import region_key
 from placewise.cost.model import Term
 from placewise.errors import InputError, SpecError
+from placewise.io import atomic_write_json, load_json
+from placewise.runtime.planned import plan_fingerprint, planned_program, predicted_tasks
 
 if TYPE_CHECKING:
     from placewise.plan import Plan
@@ -188,8 +191,6 @@ def _digest(regions: Sequence[str]) -> str:
 def _task_regions(plan: Plan, program: ExecProgram) -> dict[str, tuple[str, ...]]:
     """Record name (a partition, or a plan compute task) -> the ``region_key`` of each of
     its plan vertices (the plan's regions at their assigned precision)."""
-    from placewise.cost.calibrated import region_key
-
     def of(vertex: str) -> str | None:
         reg = plan.regions.get(vertex)
         if reg is None:
@@ -390,9 +391,6 @@ def windows_from_telemetry(plan: Plan, telemetry: Telemetry, *, window_requests:
     before it. ``tags``: the run's stable tags, stored as they are. ``InputError`` for a
     window size below 1 or telemetry without a request of those phases.
     """
-    from placewise.export import plan_fingerprint
-    from placewise.validate.attribution import predicted_tasks
-
     if window_requests < 1:
         raise InputError(f"window_requests must be >= 1, got {window_requests}",
                          place="--window-requests")
@@ -456,8 +454,6 @@ def concat_runs(runs: Sequence[TelemetryRun]) -> TelemetryRun:
 def _program_of(plan: Plan) -> ExecProgram:
     """The program the executor runs for ``plan`` on this machine (its model loaded as
     planned)."""
-    from placewise.validate.run import planned_program
-
     return planned_program(plan, None, None, None, None)[2]
 
 
@@ -466,15 +462,11 @@ def _program_of(plan: Plan) -> ExecProgram:
 
 def save_telemetry_run(run: TelemetryRun, path: str | os.PathLike[str]) -> None:
     """Write ``run`` as JSON, atomically (the file appears only when complete)."""
-    from placewise.io import atomic_write_json
-
     atomic_write_json(path, run.to_json())
 
 
 def load_telemetry_run(path: str | os.PathLike[str]) -> TelemetryRun:
     """Read and validate a telemetry run file (``SpecError`` naming file, place, problem)."""
-    from placewise.io import load_json
-
     file = os.fspath(path)
     return _parse_run(load_json(file, what="telemetry run", error=SpecError), file)
 

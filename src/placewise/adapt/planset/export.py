@@ -32,8 +32,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from placewise.errors import InputError
-from placewise.graph.onnx_data import SHARE_MIN_BYTES
+from placewise.adapt.planset.file import load_plan_set
+from placewise.adapt.planset.record import PlanSet
+from placewise.errors import InputError, UnsupportedError
+from placewise.export import (
+    MANIFEST_FILE,
+    _check_out_dir,
+    _plan_machine,
+    _staging,
+    export_plan,
+    load_manifest,
+    manifest_to_json,
+)
+from placewise.graph.onnx_data import SHARE_MIN_BYTES, WeightsFile, light_copy, resolve_locations
+from placewise.io import atomic_write_json
 
 __all__ = ["SHARED_FILE", "SHARE_MIN_BYTES", "export_plan_set"]
 
@@ -62,11 +74,8 @@ def _share(root: Path, buckets: list[str]) -> dict[str, Any]:
     """Move every large initializer of every bucket's partitions into one shared file
     (module docstring; ``graph.onnx_data.WeightsFile``: identical tensors once); the
     manifests name it as each partition's external data."""
+    # lazy: onnx is heavy to import, loaded only when this runs
     import onnx
-
-    from placewise.export import MANIFEST_FILE, load_manifest, manifest_to_json
-    from placewise.graph.onnx_data import WeightsFile, light_copy, resolve_locations
-    from placewise.io import atomic_write_json
 
     old: set[Path] = set()  # data files the partitions read before sharing
     with WeightsFile(root / SHARED_FILE) as shared:
@@ -109,10 +118,10 @@ def _share(root: Path, buckets: list[str]) -> dict[str, Any]:
 def _verify(root: Path, buckets: list[str]) -> int:
     """Open every partition of every bucket in a plain onnxruntime session (CPU provider:
     the check is that its weights load from the shared file); the number opened."""
+    # lazy: onnxruntime is heavy to import, loaded only when this runs
     import onnxruntime as ort
 
-    from placewise.errors import UnsupportedError
-    from placewise.export import MANIFEST_FILE, load_manifest
+    # lazy: onnxruntime (placewise.onnxrt imports it) is heavy to import, loaded only when this runs
     from placewise.onnxrt import new_session
 
     n = 0
@@ -137,10 +146,6 @@ def export_plan_set(ps: Any, out_dir: str | os.PathLike[str], *, machine: Any = 
     one weights file (module docstring); returns the summary ``planset-export.json``
     holds. ``machine``: the plan set's machine (default: its preset or this machine).
     ``InputError`` as ``export_plan`` raises it; nothing is written then."""
-    from placewise.adapt.planset import PlanSet, load_plan_set
-    from placewise.export import _check_out_dir, _plan_machine, _staging, export_plan
-    from placewise.io import atomic_write_json
-
     report: Progress = progress or (lambda _m, _f: None)
     file: str | None = None
     if not isinstance(ps, PlanSet):
@@ -183,6 +188,7 @@ def export_plan_set(ps: Any, out_dir: str | os.PathLike[str], *, machine: Any = 
 
 def _source(b: Any) -> Any:
     """The bucket's model source at its upper corner (its ref, shapes and batch)."""
+    # lazy: torch (runtime.opexec imports it) is heavy to import, loaded only when this runs
     from placewise.runtime.opexec import load_source
 
     kwargs: dict[str, Any] = {}

@@ -15,8 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from placewise.adapt.planset_choice import Point, cover_point, grid_points
+from placewise.adapt.planset.choice import Point, cover_point, grid_points
+from placewise.adapt.trace import load_shape_trace
 from placewise.errors import InputError
+from placewise.io import MAX_JSON_BYTES, parse_json, parse_yaml, read_text
 
 __all__ = ["AXES", "Mix", "grid_probabilities", "load_mix", "mix_of_trace"]
 
@@ -101,13 +103,9 @@ def load_mix(path: str | os.PathLike[str]) -> Mix:
     class}`` per line, H4's shape trace; weights are counts). ``InputError`` naming file,
     place and problem for anything else: an empty mix, a negative, non-finite or missing
     weight, a size that is not a positive integer, an unknown field."""
-    from placewise.io import MAX_JSON_BYTES, parse_json, parse_yaml, read_text
-
     file = os.fspath(path)
     text = read_text(file, what="shape mix", limit_bytes=MAX_JSON_BYTES)
     if file.endswith(".jsonl"):
-        from placewise.adapt.trace import load_shape_trace
-
         return mix_of_trace(load_shape_trace(file))
     data = (parse_yaml(text, file=file) if file.endswith((".yaml", ".yml"))
             else parse_json(text, file=file))

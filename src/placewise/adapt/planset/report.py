@@ -14,6 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from placewise.adapt.planset.build import grid_facts
+from placewise.adapt.planset.choice import resident_bytes
+from placewise.check import Check, Finding, Severity, check_plan
 from placewise.units import format_bytes, format_seconds
 
 __all__ = ["check_plan_set", "explain_plan_set", "planset_findings_json", "render_plan_set"]
@@ -109,10 +112,6 @@ def check_plan_set(ps: Any, *, machine: Any = None,
     """(bucket name or ``residency``, ``Finding``) for everything wrong (module
     docstring). ``graph_of(bucket)``: the bucket's graph, to check each plan against its
     model too; ``machine``: the machine, to check support and fingerprints."""
-    from placewise.adapt.planset import grid_facts
-    from placewise.adapt.planset_choice import resident_bytes
-    from placewise.check import Check, Finding, Severity, check_plan
-
     out: list[tuple[str, Any]] = []
     for b in ps.buckets:
         graph = graph_of(b) if graph_of is not None else None
@@ -141,8 +140,6 @@ def check_plan_set(ps: Any, *, machine: Any = None,
 def planset_findings_json(found: Sequence[tuple[str, Any]], *, checks: Sequence[Any],
                           buckets: Sequence[str]) -> dict[str, Any]:
     """``check --json`` of a plan set: ``ok``, counts, and per finding its bucket."""
-    from placewise.check import Severity
-
     errors = sum(1 for _, f in found if f.severity is Severity.ERROR)
     return {"ok": errors == 0, "errors": errors, "warnings": len(found) - errors,
             "checks": [c.value for c in checks] + ["residency"], "buckets": list(buckets),
