@@ -16,7 +16,7 @@ spec's and the calibration's path (absolute, and as given) and fingerprint
 Presets, ``local`` and the roofline (no calibration) are not files and are not recorded;
 plans written before ``sources`` existed have none and behave as before.
 
->>> from placewise.hardware.spec import load_machine
+>>> from placewise.hardware.load import load_machine
 >>> m = load_machine("jetson-agx-orin")
 >>> sources_json("jetson-agx-orin", m, None, None) is None
 True
@@ -113,8 +113,9 @@ def plan_machine(plan: Plan, machine: Machine | None = None, *,
                  file: str | None = None) -> Machine:
     """The plan's machine (``machine`` when given), its fingerprint checked (module
     docstring). ``file``: the plan file, for messages."""
+    from placewise.hardware.load import load_machine
     from placewise.hardware.power import split_ref
-    from placewise.hardware.spec import list_presets, load_machine
+    from placewise.hardware.spec import list_presets
     from placewise.plan import check_fingerprints
 
     if machine is None:

@@ -21,7 +21,8 @@ from placewise.errors import ProfileError
 from placewise.graph.ir import Graph
 from placewise.graph.onnx_import import read_onnx_as_is
 from placewise.graph.zoo import export_onnx
-from placewise.hardware.spec import Machine, load_machine
+from placewise.hardware.load import load_machine
+from placewise.hardware.spec import Machine
 from placewise.planning import load_graph
 from placewise.runtime.ort_profile import read_events
 from placewise.units import DType

@@ -68,7 +68,7 @@ from placewise.errors import PlacewiseError, SpecError
 from placewise.hardware import cuda_measure
 from placewise.hardware.cuda import CudaFound, GpuMeasured, found_from_raw, gpu_spec
 from placewise.hardware.probe_worker import _worker_main
-from placewise.hardware.spec import Machine, load_machine
+from placewise.hardware.spec import Machine, read_machine
 from placewise.hardware.stats import PROBE_SOURCE_PREFIX
 from placewise.hardware.stats import Stat as _Stat
 from placewise.hardware.stats import stat_of as _stat_of
@@ -605,7 +605,7 @@ def load_local(cache_dir: str | Path | None = None, refresh: bool = False, *,
     path = local_cache_path(cache_dir, quick=quick)
     if not refresh and path.is_file():
         try:
-            cached = load_machine(path)
+            cached = read_machine(path)
         except SpecError:
             cached = None
         if cached is not None and cached.tags.get("fingerprint") == host_fingerprint():

@@ -112,7 +112,7 @@ def load_platform(ref: str) -> Machine:
         from placewise.hardware.probe import load_local
 
         return load_local()
-    from placewise.hardware.spec import load_machine
+    from placewise.hardware.load import load_machine
 
     return load_machine(ref)
 
