@@ -507,6 +507,31 @@ def graph_of_prepared(model: ModelProto, file: str, info: PrepareInfo, *,
 def _build_graph(model: ModelProto, file: str, env: Mapping[str, int],
                  inference_problem: str, record: ImportRecord) -> Graph:
     graph = model.graph
+    infos, consts, params, constant_nodes = _values(model, file, env)
+    param_set = set(params)
+    input_names = [vi.name for vi in graph.input if vi.name not in param_set]
+    output_names = [vi.name for vi in graph.output]
+    _solve_view_symbols(graph.node, infos, dict(env))
+    ops, produced = _ops(model, file, _Ctx(infos, consts), param_set, input_names,
+                         constant_nodes)
+    defined = param_set | set(input_names) | set(produced)
+    for o in output_names:
+        if o not in defined:
+            raise ModelFormatError(f"graph output {o!r} is not produced by any node "
+                                   f"(truncated or corrupt model?)", file=file,
+                                   place=f"output {o!r}")
+    tensors = _tensors(infos, [*input_names, *params, *produced], produced, param_set,
+                       input_names, set(output_names), file, inference_problem)
+    return Graph.build(graph.name or os.path.splitext(os.path.basename(file))[0], tensors,
+                       ops, input_names, output_names, file=file, record=record)
+
+
+def _values(model: ModelProto, file: str, env: Mapping[str, int]
+            ) -> tuple[dict[str, _TypeInfo], dict[str, TensorProto], list[str], set[int]]:
+    """Every value's type (value infos, inputs, outputs, initializers, Constant nodes), the
+    constant values, the parameters (initializers and Constant outputs, in order) and the
+    indexes of the Constant nodes."""
+    graph = model.graph
     infos: dict[str, _TypeInfo] = {}
     for vi in [*graph.value_info, *graph.input, *graph.output]:
         try:
@@ -544,12 +569,14 @@ def _build_graph(model: ModelProto, file: str, env: Mapping[str, int],
                 consts[node.output[0]] = value
             params.append(node.output[0])
             constant_nodes.add(i)
-    param_set = set(params)
-    input_names = [vi.name for vi in graph.input if vi.name not in param_set]
-    output_names = [vi.name for vi in graph.output]
-    _solve_view_symbols(graph.node, infos, dict(env))
-    ctx = _Ctx(infos, consts)
+    return infos, consts, params, constant_nodes
 
+
+def _ops(model: ModelProto, file: str, ctx: _Ctx, param_set: set[str], input_names: list[str],
+         constant_nodes: set[int]) -> tuple[list[Op], dict[str, str]]:
+    """The ops of the graph's nodes (Constant nodes left out) and each value's producer;
+    ``ModelFormatError`` for a value read before it is defined or defined twice."""
+    graph = model.graph
     # every value a node reads must be defined before it (ONNX requires topological order)
     defined = set(param_set) | set(input_names)
     ops: list[Op] = []
@@ -577,15 +604,15 @@ def _build_graph(model: ModelProto, file: str, env: Mapping[str, int],
         if node.op_type in CONTROL_FLOW_OPS and node.domain in ("", "ai.onnx"):
             op = replace(op, attrs=Attrs.of(control_attrs(node, model, file, graph_of_prepared)))
         ops.append(op)
-    for o in output_names:
-        if o not in defined:
-            raise ModelFormatError(f"graph output {o!r} is not produced by any node "
-                                   f"(truncated or corrupt model?)", file=file,
-                                   place=f"output {o!r}")
+    return ops, produced
 
+
+def _tensors(infos: Mapping[str, _TypeInfo], names: list[str], produced: Mapping[str, str],
+             param_set: set[str], input_names: list[str], outputs_set: set[str], file: str,
+             inference_problem: str) -> list[Tensor]:
+    """The graph's tensors, each with its role; ``GraphError`` for one of unknown dtype."""
     tensors: list[Tensor] = []
-    outputs_set = set(output_names)
-    for tname in [*input_names, *params, *produced]:
+    for tname in names:
         info = infos.get(tname)
         producer = produced.get(tname)
         place = f"node {producer!r}" if producer else f"tensor {tname!r}"
@@ -604,8 +631,7 @@ def _build_graph(model: ModelProto, file: str, env: Mapping[str, int],
         else:
             role = Role.ACTIVATION
         tensors.append(Tensor(tname, info.shape, info.dtype, role=role))
-    return Graph.build(graph.name or os.path.splitext(os.path.basename(file))[0], tensors,
-                       ops, input_names, output_names, file=file, record=record)
+    return tensors
 
 
 _SIZE_PRESERVING = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}
