@@ -75,12 +75,12 @@ from placewise.cost.calibrated import (
     CalibratedModel,
     Calibration,
     ContextMeasurement,
-    LinkMeasurement,
     StepOverhead,
     conversion_key,
     region_key,
 )
 from placewise.cost.calibration import DeviceRecord
+from placewise.cost.fit import fit_link
 from placewise.errors import InputError, UnsupportedError
 from placewise.graph.fuse import fuse
 from placewise.graph.ir import INT8_KINDS
@@ -104,7 +104,6 @@ __all__ = [
     "CONTEXT_METHOD",
     "ContextConfig",
     "context_configs",
-    "fit_link",
     "profile_in_context",
     "samples_from_telemetry",
     "transfer_samples",
@@ -115,9 +114,6 @@ Progress = Callable[[int, int, str], None]
 CONTEXT_METHOD = ("in model order: the executor's step time of each region less its kernels "
                   "and hidden conversions, plus the worker's loop time since its previous "
                   "step (waits excluded), over every region step of single-device runs")
-TRANSFER_METHOD = ("in model order: send step start -> receive step end of transfers whose "
-                   "receiver was waiting, in runs alternating the regions between two devices; "
-                   "fit latency + bytes x seconds_per_byte")
 STREAM_METHOD = ("in model order, pipelined: the stream's period per request "
                  "(runtime.campaign.stream_period) less the device's own step times (its "
                  "per-request work when requests queue: messages, io, wake-ups), one sample "
@@ -322,39 +318,6 @@ def transfer_samples(tel: Telemetry, phase: str
         if any(a <= sent <= b for a, b in waits.get((t.request, t.dst_device), [])):
             out.setdefault((t.device, t.dst_device, t.task), []).append(t.duration_ns / 1e9)
     return out
-
-
-def fit_link(src: str, dst: str, samples: Sequence[tuple[int, float]]
-             ) -> LinkMeasurement | None:
-    """time = latency + bytes x seconds_per_byte, least squares on relative error with
-    both coefficients >= 0, over (bytes, seconds) samples; None when there are none.
-
-    >>> f = fit_link("a", "b", [(0, 2e-5), (1000, 3e-5), (2000, 4e-5), (2000, 4e-5)])
-    >>> round(f.latency_s * 1e6, 3), round(f.seconds_per_byte * 1e9, 3), f.n
-    (20.0, 10.0, 4)
-    """
-    pts = [(float(b), float(t)) for b, t in samples if t > 0]
-    if not pts:
-        return None
-    x = np.array([p[0] for p in pts])
-    t = np.array([p[1] for p in pts])
-    if np.ptp(x) == 0:  # one size: the bandwidth cannot be told from the latency
-        lat, spb = float(np.median(t)), 0.0
-    else:
-        w = 1.0 / t
-        coef = np.linalg.lstsq(np.stack([w, x * w], axis=1), np.ones_like(t), rcond=None)[0]
-        lat, spb = float(coef[0]), float(coef[1])
-        if lat < 0:  # through the origin
-            lat, spb = 0.0, float(np.median(t / np.maximum(x, 1.0)))
-        elif spb < 0:  # no bandwidth visible in these sizes: a constant
-            lat, spb = float(np.median(t)), 0.0
-    pred = lat + spb * x
-    ratio = np.log(t / np.maximum(pred, 1e-12))
-    return LinkMeasurement(
-        src=src, dst=dst, latency_s=lat, seconds_per_byte=spb, n=len(pts),
-        resid_q10=min(float(np.quantile(ratio, 0.1)), 0.0),
-        resid_q90=max(float(np.quantile(ratio, 0.9)), 0.0),
-        min_bytes=int(x.min()), max_bytes=int(x.max()), method=TRANSFER_METHOD)
 
 
 def _pairs(devs: Sequence[Device]) -> list[tuple[Device, Device]]:

@@ -78,7 +78,15 @@ from placewise.cost.calibrated import (
     region_key,
 )
 from placewise.errors import ExecutionError, InputError
+from placewise.graph.fuse import fuse
+from placewise.graph.ir import INT8_KINDS
 from placewise.hardware.spec import Device, DeviceKind, Machine
+from placewise.runtime.backends.onnxruntime import CPU, Provider, make_session
+from placewise.runtime.compile import compile_partitions, save_partitions
+from placewise.runtime.profiler import chain, profile_partition
+from placewise.runtime.program import program_from_schedule
+from placewise.schedule.placement import Assignment, Placement, Problem, feasible_assignments
+from placewise.schedule.simulate import schedule, sleeping_threads, worker_threads
 from placewise.units import DType
 
 if TYPE_CHECKING:
@@ -232,8 +240,6 @@ def link_receiver_sleeps(machine: Machine, src: str, dst: str, host: str) -> boo
     ...  (("cpu0", "cpu1"), ("cpu0", "cpu01"), ("cpu01", "cpu1"), ("cpu1", "cpu01"))]
     [False, False, True, False]
     """
-    from placewise.schedule.simulate import sleeping_threads, worker_threads
-
     threads = worker_threads(machine, [src, dst], host)
     return threads[dst] in sleeping_threads(machine, threads) and threads[src] != threads[dst]
 
@@ -271,8 +277,6 @@ def _busy_loop(paths: list[str], feeds: list[dict[str, Any]], cores: list[int],
     """Runs in a spawned process: ``paths``' partitions back to back while ``go`` is set."""
     if cores:
         os.sched_setaffinity(0, set(cores))
-    from placewise.runtime.backends.onnxruntime import CPU, Provider, make_session
-
     sessions = [make_session(p, Provider(CPU), threads=max(1, len(cores))) for p in paths]
     outs = [[o.name for o in s.get_outputs()] for s in sessions]
     while not stop.is_set():
@@ -365,9 +369,6 @@ def _placement(problem: Any, device: str, dtype: DType) -> Any:
     """Every vertex on ``device``: in ``dtype`` where the device runs it and the executor
     has kernels (int8: regions of ``INT8_KINDS`` only), else fp32; None when a vertex runs
     there in neither."""
-    from placewise.graph.ir import INT8_KINDS
-    from placewise.schedule.placement import Assignment, Placement, feasible_assignments
-
     out = {}
     for v in problem.vertices:
         feas = set(feasible_assignments(problem, v.name))
@@ -385,11 +386,6 @@ def _job(problem: Any, graph: Graph, source: ModelSource, device: Device, dtype:
          inputs: Mapping[str, Any], cache: dict[tuple[Any, ...], Any]) -> _Job | None:
     """The single-device program of ``device`` in ``dtype``, compiled, with its boundary
     values; None when it cannot run there (or runs nothing in ``dtype``)."""
-    from placewise.runtime.compile import compile_partitions
-    from placewise.runtime.profiler import chain
-    from placewise.runtime.program import program_from_schedule
-    from placewise.schedule.simulate import schedule
-
     pl = _placement(problem, device.name, dtype)
     if pl is None or (dtype is not DType.FP32 and all(
             a.dtype is DType.FP32 for a in pl.values())):
@@ -413,8 +409,6 @@ def _job(problem: Any, graph: Graph, source: ModelSource, device: Device, dtype:
 def _profile_job(job: _Job, repeats: int) -> tuple[float, dict[str, float]]:
     """(total node seconds, seconds per vertex) of one profiling pass over ``job``'s
     partitions, pinned to its device's cores."""
-    from placewise.runtime.profiler import profile_partition
-
     cores = list(job.device.cores or ())
     per: dict[str, float] = {}
     total = 0.0
@@ -431,8 +425,6 @@ def _busy_programs(problem: Any, graph: Graph, source: ModelSource, devices: Seq
                    inputs: Mapping[str, Any], cache: dict[tuple[Any, ...], Any], folder: str
                    ) -> dict[str, tuple[list[str], list[dict[str, Any]]]]:
     """Per device: its fp32 single-device partitions as files, and each one's feeds."""
-    from placewise.runtime.compile import save_partitions
-
     out = {}
     for d in devices:
         job = _job(problem, graph, source, d, DType.FP32, inputs, cache)
@@ -455,9 +447,7 @@ def measure_corun(graph: Graph, source: ModelSource, machine: Machine,
     """The co-run slowdowns of ``graph``'s regions on ``devices`` (see the module
     docstring). ``calibration`` only orders the single-device programs (any calibration
     of this machine). Nothing to measure (no two devices on disjoint cores): []."""
-    from placewise.graph.fuse import fuse
-    from placewise.runtime.opexec import request_inputs
-    from placewise.schedule.placement import Problem
+    from placewise.runtime.opexec import request_inputs  # it imports torch: lazily
 
     pairs = corun_pairs(devices)
     if not pairs:

@@ -267,7 +267,7 @@ class ContextMeasurement(_Strict):
 
 class LinkMeasurement(_Strict):
     """A transfer between two devices as the executor does it, measured in model order
-    (``placewise.calibrate.context.fit_link``): time = ``latency_s`` + bytes x
+    (``placewise.cost.fit.fit_link``): time = ``latency_s`` + bytes x
     ``seconds_per_byte``, with the quantiles of log(measured / fitted) over ``n`` samples
     of ``min_bytes``..``max_bytes``."""
 

@@ -85,6 +85,7 @@ from placewise.cost.model import (
     Term,
 )
 from placewise.errors import UnsupportedError
+from placewise.graph.count import count_op, einsum_indices
 from placewise.graph.ir import (
     CONTRACTION_KINDS,
     CONTROL_FLOW_KINDS,
@@ -296,8 +297,6 @@ def _einsum_dims(equation: str, shapes: list[tuple[int, ...]]) -> GemmDims:
     >>> _einsum_dims("bhqd,bhkd->bhqk", [(2, 4, 8, 16), (2, 4, 8, 16)])
     GemmDims(batch=8, m=8, n=8, k=16, steps=1)
     """
-    from placewise.graph.count import einsum_indices
-
     (a, b), out, sizes = einsum_indices(equation, shapes)
     dims = {"batch": 1, "m": 1, "n": 1, "k": 1}
     for x, size in sizes.items():
@@ -328,8 +327,6 @@ def op_work(graph: Graph, op: Op, dtype: DType) -> OpWork:
 
 
 def _op_work(graph: Graph, op: Op, dtype: DType) -> OpWork:
-    from placewise.graph.count import count_op
-
     c = count_op(graph, op)
     if c.is_view:
         return OpWork(0.0, 0, bool(c.counted), True, 0)

@@ -409,6 +409,7 @@ def ort_session(model: ModelProto | bytes | str, options: Any,
     external initializers are given to onnxruntime apart
     (``options.add_external_initializers``, memory-mapped, kept alive with the session):
     ``options`` must be fresh, used for this one session."""
+    # placewise.onnxrt imports onnxruntime (about 0.5 s): only where a session is made
     from placewise.onnxrt import new_session
 
     if isinstance(model, (bytes, str, os.PathLike)):

@@ -333,6 +333,7 @@ def _short(text: str, limit: int = 160) -> str:
 def _ort_symbolic(model: ModelProto) -> ModelProto:
     from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
+    # placewise.onnxrt imports onnxruntime (about 0.5 s): only where a session is made
     from placewise.onnxrt import quiet_logs
 
     quiet_logs()

@@ -62,6 +62,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from placewise.errors import ModelFormatError
+from placewise.io import read_file_bytes
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
@@ -649,8 +650,6 @@ def read_pt2(path: str | os.PathLike[str]) -> ExportedProgram:
     the file holds (module docstring); ``ModelFormatError`` otherwise, also for a file that
     is not a regular file, is larger than ``MAX_PT2_BYTES``, or that torch cannot load.
     Every reader of ``.pt2`` files in placewise goes through here."""
-    from placewise.io import read_file_bytes
-
     file = os.fspath(path)
     data = read_file_bytes(file, what="torch.export program (.pt2)", limit_bytes=MAX_PT2_BYTES,
                            error=ModelFormatError)
