@@ -228,13 +228,6 @@ def _partition_samples(graph: Graph, problem: Any, run: _Run, rd: _Round,
                 smp.overhead.append(0.0)
 
 
-def _overhead(xs: Sequence[float], method: str) -> StepOverhead:
-    """Median, p10..p90 and count of ``xs`` as a ``StepOverhead``."""
-    got = summarize_samples(xs)
-    return StepOverhead(median_s=got["median_s"], p10_s=got["p10_s"], p90_s=got["p90_s"],
-                        n=got["n"], method=method)
-
-
 def _waits(tel: Telemetry, phase: str) -> dict[tuple[int, str], list[tuple[int, int]]]:
     """(request, device) -> the intervals its worker waited for a message in ``phase``."""
     out: dict[tuple[int, str], list[tuple[int, int]]] = {}
@@ -495,7 +488,7 @@ def _profile_rounds(graph: Graph, source: ModelSource, machine: Machine,
              for (src_dev, dst_dev), mv in sorted(pool.moves.items()) if len(mv) >= 2]
     upd_cal: dict[str, Any] = {}
     if pool.clients:
-        upd_cal["client"] = _overhead(pool.clients, CLIENT_METHOD)
+        upd_cal["client"] = StepOverhead.of(pool.clients, CLIENT_METHOD)
     return calibration.model_copy(update={**upd_cal, "context": context, "devices": records,
                                           "settings": settings, "tags": tags,
                                           "links": [x for x in links if x is not None]})
@@ -610,19 +603,19 @@ def _device_record(d: DeviceRecord, pool: _Pool, host: str) -> DeviceRecord:
     """``d`` with the overheads measured in model order."""
     upd: dict[str, StepOverhead] = {}
     if pool.executor_s.get(d.name):
-        upd["dispatch"] = _overhead(pool.executor_s[d.name], CONTEXT_METHOD)
+        upd["dispatch"] = StepOverhead.of(pool.executor_s[d.name], CONTEXT_METHOD)
     if d.name == host and pool.handoffs[False]:
-        upd["request"] = _overhead(pool.handoffs[False], REQUEST_METHOD)
+        upd["request"] = StepOverhead.of(pool.handoffs[False], REQUEST_METHOD)
     if d.name == host and pool.handoffs[True]:
-        upd["request_shared"] = _overhead(
+        upd["request_shared"] = StepOverhead.of(
             pool.handoffs[True], REQUEST_METHOD + " (runs where a device shares the host's "
                                                   "cores: the host's worker sleeps instead "
                                                   "of polling)")
     if pool.stream_extra.get(d.name):
-        upd["request_busy"] = _overhead(
+        upd["request_busy"] = StepOverhead.of(
             [max(x, 0.0) for x in pool.stream_extra[d.name]], STREAM_METHOD)
     if pool.run_calls.get(d.name):
-        upd["run_call"] = _overhead(pool.run_calls[d.name], RUN_CALL_METHOD)
+        upd["run_call"] = StepOverhead.of(pool.run_calls[d.name], RUN_CALL_METHOD)
         # regions run inside one session: no per-step dispatch of their own
         upd["dispatch"] = StepOverhead(median_s=0.0, p10_s=0.0, p90_s=0.0,
                                        n=len(pool.run_calls[d.name]), method=PARTITION_METHOD)

@@ -213,12 +213,6 @@ def measure_wake(device: Device, *, samples: int = 40,
     return {"sleep": xs[0::2], "poll": xs[1::2]}
 
 
-def _overhead(xs: Sequence[float], method: str) -> StepOverhead:
-    a = np.asarray(xs, dtype=float)
-    return StepOverhead(median_s=float(np.median(a)), p10_s=float(np.quantile(a, 0.1)),
-                        p90_s=float(np.quantile(a, 0.9)), n=len(a), method=method)
-
-
 def link_receiver_sleeps(machine: Machine, src: str, dst: str, host: str) -> bool:
     """Whether ``dst``'s worker slept in model-order calibration's run alternating between
     ``src`` and ``dst`` (its devices: the two and ``host``): the scheduler's rule
@@ -590,8 +584,8 @@ def profile_corun(graph: Graph, source: ModelSource, machine: Machine,
             progress(0, 1, f"wake-up latency on {d.name}")
         got = measure_wake(dev, samples=wake_samples, timeout_s=timeout_s)
         records.append(d.model_copy(update={
-            "wake_sleep": _overhead(got["sleep"], WAKE_SLEEP_METHOD),
-            "wake_poll": _overhead(got["poll"], WAKE_POLL_METHOD)}))
+            "wake_sleep": StepOverhead.of(got["sleep"], WAKE_SLEEP_METHOD),
+            "wake_poll": StepOverhead.of(got["poll"], WAKE_POLL_METHOD)}))
     corun = measure_corun(graph, source, machine, calibration, partition=partition,
                           devices=devs, rounds=rounds, repeats=repeats, max_time_s=max_time_s,
                           seed=seed, timeout_s=timeout_s, progress=progress)

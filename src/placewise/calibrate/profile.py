@@ -82,6 +82,7 @@ from placewise.errors import InputError, PlacewiseError, UnsupportedError
 from placewise.graph.ir import INT8_KINDS, Graph, Op, OpKind, Provenance, Role
 from placewise.graph.onnx_data import save_model
 from placewise.hardware.spec import Device, Machine
+from placewise.hardware.stats import quantiles
 from placewise.runtime.backends import backend_gap
 from placewise.runtime.compile import int8_weights_reduced
 from placewise.runtime.worker import measure_step_overhead
@@ -150,9 +151,8 @@ def median_rel_ci(samples: Sequence[float]) -> float:
 
 def summarize_samples(samples: Sequence[float]) -> dict[str, Any]:
     """Median, p10, p90, count and relative CI of the median of timing samples."""
-    a = np.asarray(samples, dtype=float)
-    return {"median_s": float(np.median(a)), "p10_s": float(np.quantile(a, 0.1)),
-            "p90_s": float(np.quantile(a, 0.9)), "n": len(a),
+    p10, med, p90 = quantiles(samples)
+    return {"median_s": med, "p10_s": p10, "p90_s": p90, "n": len(samples),
             "rel_ci": float(min(median_rel_ci(samples), 1e6))}
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from placewise.errors import SpecError
+from placewise.hardware.stats import quantiles
 from placewise.io import atomic_writer, load_json
 
 __all__ = [
@@ -178,6 +179,12 @@ class StepOverhead(_Strict):
         if not self.p10_s <= self.median_s <= self.p90_s:
             raise ValueError("expected p10_s <= median_s <= p90_s")
         return self
+
+    @classmethod
+    def of(cls, samples: Sequence[float], method: str) -> StepOverhead:
+        """Median, p10..p90 and count of ``samples`` (seconds), measured by ``method``."""
+        p10, med, p90 = quantiles(samples)
+        return cls(median_s=med, p10_s=p10, p90_s=p90, n=len(samples), method=method)
 
 
 class DeviceRecord(_Strict):

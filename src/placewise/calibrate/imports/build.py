@@ -52,7 +52,6 @@ from placewise.calibrate.imports.records import (
     ImportedProfile,
     MeasuredRegion,
     MeasuredTransfer,
-    quantiles,
 )
 from placewise.cost.calibrated import (
     conversion_key,
@@ -76,6 +75,7 @@ from placewise.cost.roofline import RooflineModel
 from placewise.errors import ProfileError
 from placewise.graph.ir import Graph, Op, OpKind
 from placewise.hardware.spec import Device, Machine
+from placewise.hardware.stats import quantiles
 from placewise.runtime.ort_profile import node_owners, optimized_nodes, profile_names
 from placewise.schedule.placement import natural_dtype
 from placewise.units import DType, Layout
