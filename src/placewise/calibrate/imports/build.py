@@ -129,10 +129,11 @@ class ImportReport:
     """What an import did, for the command line: the device, per profile its record, and
     over all profiles: timed nodes, those that named ops, those left out and why, the ops
     covered, the share of the model's roofline time (on the device) now measured, keys
-    written, copies and reformats, the per-run overhead."""
+    written, copies and reformats, the per-run overhead. ``records.to_json`` makes its
+    JSON (the fields, in order)."""
 
     device: str
-    records: tuple[ImportRecord, ...]
+    profiles: tuple[ImportRecord, ...]
     profiled_nodes: int
     matched_nodes: int
     unattributed: tuple[str, ...]
@@ -153,21 +154,6 @@ class ImportReport:
     node_gaps_s: float | None
     precision: str
     notes: tuple[str, ...] = field(default_factory=tuple)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "device": self.device, "profiles": [r.model_dump(mode="json") for r in self.records],
-            "profiled_nodes": self.profiled_nodes, "matched_nodes": self.matched_nodes,
-            "unattributed": list(self.unattributed), "unmatched": list(self.unmatched),
-            "other_engine": list(self.other_engine), "graph_ops": self.graph_ops,
-            "ops_covered": self.ops_covered, "measured_share": self.measured_share,
-            "measurements": self.measurements, "split_nodes": self.split_nodes,
-            "copies": self.copies, "links": list(self.links), "reformats": self.reformats,
-            "reformats_attributed": self.reformats_attributed,
-            "conversions": self.conversions, "run_overhead_s": self.run_overhead_s,
-            "run_overhead_n": self.run_overhead_n, "node_gaps_s": self.node_gaps_s,
-            "precision": self.precision,
-            "notes": list(self.notes)}
 
 
 # ---- the device -----------------------------------------------------------------------------
@@ -510,7 +496,7 @@ def import_calibration(profiles: Sequence[ImportedProfile], graph: Graph, machin
             file=profiles[0].source.file)
     cal, report = _assemble(ctx, pool, profiles, records, measurements, model_ref)
     return cal, ImportReport(
-        device=dev.name, records=tuple(records),
+        device=dev.name, profiles=tuple(records),
         profiled_nodes=sum(r.profiled_nodes for r in records),
         matched_nodes=sum(r.matched_nodes for r in records), unattributed=tuple(unattributed),
         unmatched=tuple(unmatched), other_engine=tuple(other_engine),
