@@ -57,7 +57,7 @@ from placewise.graph.onnx_control import CONTROL_FLOW_OPS, constant_tensor, subg
 from placewise.graph.onnx_data import tensors
 from placewise.graph.onnx_kinds import _Ctx, _make_op, _type_name, _TypeInfo, onnx_dtype
 from placewise.graph.onnx_shapes import PrepareInfo, prepare_onnx
-from placewise.io import read_file_bytes, read_file_range
+from placewise.io import read_file_bytes, read_file_range, shorten
 from placewise.units import DType
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ def _read_model(path: str) -> ModelProto:
     except Exception as e:  # protobuf DecodeError and friends: never a raw traceback
         raise ModelFormatError(
             f"not a readable ONNX model (truncated or corrupt protobuf: {type(e).__name__}: "
-            f"{_short(str(e))})", file=path, place="ModelProto") from None
+            f"{shorten(str(e), 200)})", file=path, place="ModelProto") from None
     if model.ir_version <= 0 or not model.HasField("graph") or not model.opset_import:
         raise ModelFormatError(
             "not an ONNX model (no ir_version, graph or opset_import; truncated or not an "
@@ -99,11 +99,6 @@ def _read_model(path: str) -> ModelProto:
         raise ModelFormatError("the graph has no outputs (truncated file?)", file=path,
                                place=f"graph {model.graph.name!r}")
     return model
-
-
-def _short(text: str, limit: int = 200) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 # ---- strings and tensor data ---------------------------------------------------------------

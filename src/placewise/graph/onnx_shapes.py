@@ -65,7 +65,7 @@ from placewise.graph.onnx_control import (
     read_names,
 )
 from placewise.graph.onnx_data import ort_session
-from placewise.io import quiet
+from placewise.io import quiet, shorten
 
 if TYPE_CHECKING:
     import numpy as np
@@ -248,7 +248,7 @@ def resolve_shapes(model: ModelProto) -> tuple[ModelProto, str, str]:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
     except Exception as e:  # non-strict inference rarely raises; keep the annotations
         inferred = model
-        problems = [f"ONNX shape inference failed: {_short(str(e))}"]
+        problems = [f"ONNX shape inference failed: {shorten(str(e), 160)}"]
     else:
         problems = []
     left = symbolic_values(inferred)
@@ -271,7 +271,7 @@ def resolve_shapes(model: ModelProto) -> tuple[ModelProto, str, str]:
         sym = _ort_symbolic(model)
     except Exception as e:
         problems.append(f"onnxruntime symbolic inference failed: {type(e).__name__}: "
-                        f"{_short(str(e))}")
+                        f"{shorten(str(e), 160)}")
     else:
         left = symbolic_values(sym)
         if not left:
@@ -286,7 +286,7 @@ def _run_or_keep(inferred: ModelProto, problems: list[str]) -> tuple[ModelProto,
     try:
         return _ort_run(inferred), SHAPES_RUN, "; ".join(problems)
     except Exception as e:  # a model onnxruntime cannot run: its dims stay symbolic
-        problems.append(f"an onnxruntime run failed ({type(e).__name__}: {_short(str(e))})")
+        problems.append(f"an onnxruntime run failed ({type(e).__name__}: {shorten(str(e), 160)})")
         return inferred, SHAPES_ONNX, "; ".join(problems)
 
 
@@ -323,11 +323,6 @@ def _ceil_pools_misread(model: ModelProto) -> list[str]:
         if list(y[2:]) != want:
             wrong.append(node.output[0])
     return wrong
-
-
-def _short(text: str, limit: int = 160) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _ort_symbolic(model: ModelProto) -> ModelProto:
