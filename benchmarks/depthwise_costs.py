@@ -137,7 +137,7 @@ def _preset(graph: Any, path: Path, hw: str, budget_s: float) -> dict[str, Any]:
     from placewise.cost.roofline import RooflineModel
     from placewise.errors import UnsupportedError
     from placewise.graph.ir import OpKind
-    from placewise.hardware.spec import load_machine
+    from placewise.hardware.load import load_machine
     from placewise.plan_file import load_plan
     from placewise.runtime.program import plan_partitions
     from placewise.units import DType

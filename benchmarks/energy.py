@@ -55,7 +55,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from placewise.cost.load import load_cost_model  # noqa: E402
 from placewise.energy import plan_energy  # noqa: E402
 from placewise.graph.load import load_model  # noqa: E402
-from placewise.hardware.spec import load_machine  # noqa: E402
+from placewise.hardware.load import load_machine  # noqa: E402
 from placewise.plan import build_plan  # noqa: E402
 from placewise.schedule import Placement, Problem, evaluate  # noqa: E402
 from placewise.units import DType  # noqa: E402

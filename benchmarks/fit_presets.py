@@ -78,7 +78,7 @@ def fit_floor_curve(work: np.ndarray, flops_per_s: np.ndarray, peak: float
 
 def _peaks(preset: str, device: str) -> dict[str, float]:
     sys.path.insert(0, str(ROOT / "src"))
-    from placewise.hardware.spec import load_machine
+    from placewise.hardware.load import load_machine
 
     dev = load_machine(preset).device(device)
     return {d.value: float(v) for d, v in dev.peak_flops_per_s.items()}

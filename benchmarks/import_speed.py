@@ -92,7 +92,7 @@ def main() -> None:
     from placewise.calibrate.imports.build import import_calibration
     from placewise.calibrate.imports.onnxruntime import read_onnxruntime
     from placewise.graph.onnx_import import read_onnx_as_is
-    from placewise.hardware.spec import load_machine
+    from placewise.hardware.load import load_machine
     from placewise.planning import load_graph
 
     model = fetch("rapidocr-cls-v2")

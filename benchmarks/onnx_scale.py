@@ -70,7 +70,7 @@ def phases(model: Path, hw: str = MACHINE) -> dict[str, float]:
     from placewise.graph.ir import ImportRecord
     from placewise.graph.onnx_import import _build_graph, read_onnx
     from placewise.graph.onnx_shapes import prepare_onnx
-    from placewise.hardware.spec import load_machine
+    from placewise.hardware.load import load_machine
     from placewise.schedule.placement import Problem
     from placewise.search.space import SearchSpace
     from placewise.units import DType

@@ -124,7 +124,7 @@ def export_detector(path: Path, image: int = 160, width: int = 16) -> None:
 
 def plan_partitions_of(model: str, hw: str, time_limit_s: float, tmp: Path) -> dict[str, Any]:
     from placewise.graph.load import load_model
-    from placewise.hardware.spec import load_machine
+    from placewise.hardware.load import load_machine
     from placewise.plan_file import load_plan
     from placewise.runtime.program import plan_partitions
 

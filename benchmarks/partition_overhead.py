@@ -37,7 +37,7 @@ def _measure(model: str, batch: int, device: str, rounds: int, requests: int,
     import numpy as np
 
     from placewise.cost.load import load_cost_model
-    from placewise.hardware.spec import load_machine
+    from placewise.hardware.load import load_machine
     from placewise.runtime.backends.onnxruntime import Provider, make_session
     from placewise.runtime.compile import write_partitions
     from placewise.runtime.executor import Executor

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from placewise.cost.load import load_cost_model
 from placewise.graph.taskgraph import generate, parse_taskgraph
-from placewise.hardware.spec import load_machine
+from placewise.hardware.load import load_machine
 from placewise.plan import build_plan, load_plan, save_plan
 from placewise.schedule import Placement, Problem, evaluate
 from placewise.schedule.bounds import problem_lower_bound

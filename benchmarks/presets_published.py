@@ -45,7 +45,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from placewise.graph.ir import Attrs, Graph, Op, OpKind, Role, Tensor  # noqa: E402
-from placewise.hardware.spec import Machine, load_machine  # noqa: E402
+from placewise.hardware.load import load_machine  # noqa: E402
+from placewise.hardware.spec import Machine  # noqa: E402
 from placewise.planning import build_problem  # noqa: E402
 from placewise.schedule import Placement, evaluate  # noqa: E402
 from placewise.units import DType  # noqa: E402

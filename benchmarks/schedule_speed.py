@@ -30,7 +30,7 @@ from typing import Any
 
 from placewise.cost.roofline import RooflineModel
 from placewise.graph.taskgraph import generate, parse_taskgraph
-from placewise.hardware.spec import load_machine
+from placewise.hardware.load import load_machine
 from placewise.schedule import Assignment, Placement, Problem, evaluate, schedule
 from placewise.units import DType
 

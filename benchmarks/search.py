@@ -51,7 +51,8 @@ from placewise.graph.fuse import fuse
 from placewise.graph.ir import Graph, Role
 from placewise.graph.load import load_model
 from placewise.graph.taskgraph import GENERATORS, generate, parse_taskgraph
-from placewise.hardware.spec import Machine, list_presets, load_machine
+from placewise.hardware.load import load_machine
+from placewise.hardware.spec import Machine, list_presets
 from placewise.schedule import Problem
 from placewise.search import plan_search
 

@@ -34,7 +34,8 @@ from placewise.cost.roofline import RooflineModel
 from placewise.errors import InputError
 from placewise.graph.ir import Graph
 from placewise.graph.taskgraph import generate, parse_taskgraph
-from placewise.hardware.spec import Machine, load_machine
+from placewise.hardware.load import load_machine
+from placewise.hardware.spec import Machine
 from placewise.schedule import Problem
 from placewise.search import plan_search
 

@@ -52,7 +52,8 @@ from typing import Any
 
 from placewise.cost.roofline import RooflineModel
 from placewise.graph.taskgraph import generate, parse_taskgraph
-from placewise.hardware.spec import Machine, load_machine
+from placewise.hardware.load import load_machine
+from placewise.hardware.spec import Machine
 from placewise.schedule import Objective, Problem
 from placewise.search import plan_search
 from placewise.search.heft import heft_choice

@@ -244,7 +244,7 @@ def preset_table(model: str, preset: str) -> list[dict[str, Any]]:
     from placewise.cost.load import load_cost_model
     from placewise.graph.fuse import fuse
     from placewise.graph.load import load_model
-    from placewise.hardware.spec import load_machine
+    from placewise.hardware.load import load_machine
     from placewise.plan import build_plan
     from placewise.schedule.placement import Problem
     from placewise.search.api import plan_search

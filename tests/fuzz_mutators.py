@@ -609,7 +609,7 @@ def _run_quant(path: Path) -> None:
 
 def _run_machine(path: Path) -> None:
     from placewise.cost.roofline import RooflineModel
-    from placewise.hardware.spec import load_machine
+    from placewise.hardware.load import load_machine
     from placewise.plan import build_plan, dumps_plan
     from placewise.schedule.placement import Problem
     from placewise.search.api import plan_search

@@ -254,7 +254,7 @@ def quant_bytes(rnd: random.Random, mutate_model: Callable[[Any, random.Random],
 def _cost_every_op(graph: Any) -> None:
     from placewise.cost.roofline import RooflineModel
     from placewise.errors import UnsupportedError
-    from placewise.hardware.spec import load_machine
+    from placewise.hardware.load import load_machine
     from placewise.units import DType
 
     model = RooflineModel(load_machine("jetson-agx-orin"))

@@ -64,7 +64,7 @@ def mlp_setup() -> tuple[Problem, Plan]:
     from placewise.cost.load import load_cost_model
     from placewise.graph.fuse import fuse
     from placewise.graph.zoo import load_zoo
-    from placewise.hardware.spec import load_machine
+    from placewise.hardware.load import load_machine
 
     g = load_zoo("zoo:mlp")
     m = load_machine("h100-sxm-server")

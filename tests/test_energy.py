@@ -11,7 +11,8 @@ import pytest
 from placewise.energy import REST, plan_energy
 from placewise.errors import InputError
 from placewise.graph.ir import Graph, Op, OpKind, Role, Tensor
-from placewise.hardware.spec import Machine, load_machine
+from placewise.hardware.load import load_machine
+from placewise.hardware.spec import Machine
 from placewise.plan import Plan, build_plan
 from placewise.schedule import Placement, Problem, evaluate
 from placewise.schedule.testing import ToyCostModel, toy_machine

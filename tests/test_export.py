@@ -38,7 +38,8 @@ from placewise.export import (
     manifest_json_schema,
 )
 from placewise.graph.zoo import export_onnx, export_pt2
-from placewise.hardware.spec import Machine, load_machine
+from placewise.hardware.load import load_machine
+from placewise.hardware.spec import Machine
 from placewise.plan import Plan, build_plan, save_plan
 from placewise.runtime.backends.onnxruntime import provider_for
 from placewise.runtime.opexec import ModelSource, load_source

@@ -407,7 +407,7 @@ def test_the_file_is_compact_and_columnar() -> None:
     """A 300-op layered graph on a preset: a few hundred bytes per task (was ~3.3 KB)."""
     from placewise.cost.load import load_cost_model
     from placewise.graph.taskgraph import generate, parse_taskgraph
-    from placewise.hardware.spec import load_machine
+    from placewise.hardware.load import load_machine
 
     g = parse_taskgraph(generate("layered", 300, seed=0))
     m = load_machine("h100-sxm-server")

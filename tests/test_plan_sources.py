@@ -11,7 +11,7 @@ import yaml
 
 from placewise.adapt.recalibrate import empty_calibration
 from placewise.errors import InputError
-from placewise.hardware.spec import load_machine
+from placewise.hardware.load import load_machine
 from placewise.io import atomic_write_json
 from placewise.plan import dumps_plan, load_plan, plan_from_json, plan_records_json, save_plan
 from placewise.plan_records import Plan

@@ -18,7 +18,8 @@ from placewise.errors import Infeasible, InputError
 from placewise.explain import explain, render_explain
 from placewise.graph.fuse import fuse
 from placewise.graph.ir import Graph
-from placewise.hardware.spec import Machine, list_presets, load_machine
+from placewise.hardware.load import load_machine
+from placewise.hardware.spec import Machine, list_presets
 from placewise.plan import build_plan, plan_from_json, plan_to_json
 from placewise.precision.policy import (
     DEFAULT_BUDGET,

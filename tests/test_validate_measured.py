@@ -154,7 +154,7 @@ def test_one_matching_for_import_and_validation(made: tuple[Path, Path, Path]) -
     from placewise.calibrate.imports.build import import_calibration, measure_ops
     from placewise.calibrate.imports.read import read_profile
     from placewise.graph.onnx_import import read_onnx_as_is
-    from placewise.hardware.spec import load_machine
+    from placewise.hardware.load import load_machine
     from placewise.runtime.planned import load_planned_source
 
     folder, model, prof = made

@@ -81,7 +81,7 @@ def test_the_roofline_has_no_int8_kernel_for_other_kinds_on_local_devices() -> N
     with pytest.raises(UnsupportedError, match="int8 kernels only for"):
         model.region_cost(g, [lin, relu], "cpu1", DType.INT8)
     # a preset's devices describe their own kernels: no local rule there
-    from placewise.hardware.spec import load_machine
+    from placewise.hardware.load import load_machine
 
     preset = load_machine("h100-sxm-server")
     gpu = next(d for d in preset.devices if DType.INT8 in d.dtypes)

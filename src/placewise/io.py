@@ -71,6 +71,7 @@ __all__ = [
     "read_file_bytes",
     "read_file_range",
     "read_text",
+    "shorten",
     "validate_record",
 ]
 
@@ -387,7 +388,7 @@ def parse_json(text: str | bytes, *, file: str | None, error: ErrorType = InputE
         raise error(f"not valid JSON: {exc.msg}", file=file,
                     place=f"line {exc.lineno} column {exc.colno}") from None
     except (ValueError, RecursionError, MemoryError) as exc:
-        raise error(f"not valid JSON: {type(exc).__name__}: {_short(str(exc))}",
+        raise error(f"not valid JSON: {type(exc).__name__}: {shorten(str(exc))}",
                     file=file) from None
     if bad:  # walk the data to name the place (nesting was checked before parsing)
         check_numbers(data, file=file, error=error, max_depth=max_depth)
@@ -403,7 +404,12 @@ def load_json(path: str | os.PathLike[str], *, what: str, error: ErrorType = Inp
                       max_depth=max_depth)
 
 
-def _short(text: str, limit: int = 160) -> str:
+def shorten(text: str, limit: int = 160) -> str:
+    """``text`` on one line, cut to ``limit`` characters with "..." (for messages).
+
+    >>> shorten("a   b  c", 4), shorten("a   b  c")
+    ('a...', 'a b c')
+    """
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -412,7 +418,7 @@ def _short(text: str, limit: int = 160) -> str:
 def _yaml_error(exc: Exception, *, file: str | None, error: ErrorType) -> InputError:
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
     place = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
-    problem = getattr(exc, "problem", None) or _short(str(exc)) or "invalid YAML"
+    problem = getattr(exc, "problem", None) or shorten(str(exc)) or "invalid YAML"
     return error(f"invalid YAML: {problem}", file=file, place=place)
 
 
@@ -488,7 +494,7 @@ def parse_yaml(text: str, *, file: str | None, error: ErrorType = InputError,
         raise _yaml_error(exc, file=file, error=error) from None
     except (ValueError, TypeError, OverflowError, RecursionError, MemoryError) as exc:
         # e.g. a timestamp with month 13, "!!float abc"
-        raise error(f"invalid YAML: {type(exc).__name__}: {_short(str(exc))}",
+        raise error(f"invalid YAML: {type(exc).__name__}: {shorten(str(exc))}",
                     file=file) from None
     if check:
         check_numbers(data, file=file, error=error, max_depth=max_depth)

@@ -16,7 +16,7 @@ spec's and the calibration's path (absolute, and as given) and fingerprint
 Presets, ``local`` and the roofline (no calibration) are not files and are not recorded;
 plans written before ``sources`` existed have none and behave as before.
 
->>> from placewise.hardware.spec import load_machine
+>>> from placewise.hardware.load import load_machine
 >>> m = load_machine("jetson-agx-orin")
 >>> sources_json("jetson-agx-orin", m, None, None) is None
 True
@@ -30,9 +30,10 @@ from typing import TYPE_CHECKING, Any
 
 from placewise.cost.calibration import load_calibration
 from placewise.errors import InputError, PlacewiseError
+from placewise.hardware.load import load_machine
 from placewise.hardware.power import split_ref
 from placewise.hardware.probe import load_local
-from placewise.hardware.spec import list_presets, load_machine
+from placewise.hardware.spec import list_presets
 from placewise.plan import check_fingerprints
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@
 The machine is resolved by the caller (the command line probes ``local`` with a progress
 bar; a sweep probes it once in the driver). Nothing here prints.
 
->>> from placewise.hardware.spec import load_machine
+>>> from placewise.hardware.load import load_machine
 >>> from placewise.search.api import CommandBudget, minimum_time_s
 >>> m = load_machine("a100-pcie-server")
 >>> prob = build_problem("zoo:mlp?layers=2", m, batch=2)

@@ -395,7 +395,7 @@ def test_export_of_a_preset_plan_set_shares_one_file_between_partitions(
         tmp_path: Path) -> None:
     from placewise.adapt.planset.export import SHARED_FILE, export_plan_set
     from placewise.export import load_manifest
-    from placewise.hardware.spec import load_machine
+    from placewise.hardware.load import load_machine
 
     orin = load_machine("jetson-agx-orin")
     ps = build_plan_set("zoo:mlp", orin, ["batch=1,64"], time_limit_s=1.0)

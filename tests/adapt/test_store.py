@@ -16,7 +16,7 @@ from tests.test_cli import run
 
 @pytest.fixture(scope="module")
 def plans(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from placewise.hardware.spec import load_machine
+    from placewise.hardware.load import load_machine
 
     d = tmp_path_factory.mktemp("plans")
     return {"a": placed_plan(d / "a.json", ("cpu0",)),

@@ -178,7 +178,7 @@ def test_transfers_use_the_measured_link(calibrated: Calibration) -> None:
 
 
 def test_fit_link_recovers_latency_and_bandwidth() -> None:
-    from placewise.calibrate.context import fit_link
+    from placewise.cost.fit import fit_link
 
     samples = [(b, 2e-5 + b / 4e9) for b in (1_000, 10_000, 100_000, 1_000_000)]
     f = fit_link("a", "b", samples)

@@ -21,7 +21,8 @@ from placewise.errors import ProfileError
 from placewise.graph.ir import Graph
 from placewise.graph.onnx_import import read_onnx_as_is
 from placewise.graph.zoo import export_onnx
-from placewise.hardware.spec import Machine, load_machine
+from placewise.hardware.load import load_machine
+from placewise.hardware.spec import Machine
 from placewise.planning import load_graph
 from placewise.runtime.ort_profile import read_events
 from placewise.units import DType
@@ -97,7 +98,7 @@ def test_threads_of_a_profile_against_the_device(resnet: tuple[Path, Path],
     assert prof.threads == 2
     _cal, rep, _g = _import(model, prof, local_like())  # cpu1 has one core
     assert any("ran its kernels on 2 thread(s), device 'cpu1' has 1 core" in n
-               for n in rep.records[0].notes)
+               for n in rep.profiles[0].notes)
 
 
 def test_the_profilers_own_per_node_cost_is_taken_off(resnet: tuple[Path, Path]) -> None:

@@ -31,7 +31,8 @@ from placewise.cost.model import Representation, Source, Term
 from placewise.cost.roofline import DEFAULT_PARTITION_S, RooflineModel
 from placewise.errors import SpecError, UnsupportedError
 from placewise.graph.ir import Attrs, Graph, Op, OpKind, Provenance, Role, Tensor
-from placewise.hardware.spec import DeviceKind, Machine, load_machine
+from placewise.hardware.load import load_machine
+from placewise.hardware.spec import DeviceKind, Machine
 from placewise.units import DType
 
 

@@ -15,7 +15,8 @@ from placewise.cost.model import Term
 from placewise.cost.roofline import RooflineModel, kernel_time_s
 from placewise.errors import SpecError
 from placewise.graph.ir import Graph, Op, OpKind, Role, Tensor
-from placewise.hardware.spec import Machine, list_presets, load_machine, parse_machine
+from placewise.hardware.load import load_machine
+from placewise.hardware.spec import Machine, list_presets, parse_machine
 from placewise.schedule.testing import toy_machine
 from placewise.units import DType
 

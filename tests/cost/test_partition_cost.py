@@ -12,7 +12,8 @@ from placewise.cost.roofline import DEFAULT_PARTITION_S, RooflineModel, partitio
 from placewise.errors import SpecError
 from placewise.graph.ir import Role, Tensor
 from placewise.graph.taskgraph import parse_taskgraph
-from placewise.hardware.spec import Machine, list_presets, load_machine
+from placewise.hardware.load import load_machine
+from placewise.hardware.spec import Machine, list_presets
 from placewise.plan import build_plan
 from placewise.plan_partitions import plan_file_partitions
 from placewise.schedule import Problem

@@ -18,7 +18,8 @@ from placewise.cost.roofline import (
 )
 from placewise.errors import UnsupportedError
 from placewise.graph.ir import Attrs, Graph, Op, OpKind, Role, TaskHint, Tensor
-from placewise.hardware.spec import Machine, list_presets, load_machine
+from placewise.hardware.load import load_machine
+from placewise.hardware.spec import Machine, list_presets
 from placewise.units import DType, Layout
 
 #: the built-in assumptions (the rules a spec without an efficiency block gets); the

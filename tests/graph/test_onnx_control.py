@@ -20,7 +20,7 @@ from placewise.graph.ir import Graph, OpKind
 from placewise.graph.load import load_model
 from placewise.graph.onnx_import import load_onnx
 from placewise.graph.summary import summarize
-from placewise.hardware.spec import load_machine
+from placewise.hardware.load import load_machine
 from placewise.runtime.compile import checker_text
 from placewise.runtime.opexec import load_source
 from placewise.units import DType

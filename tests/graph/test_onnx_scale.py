@@ -19,7 +19,7 @@ from placewise.graph.count import count_graph, count_op
 from placewise.graph.fuse import fuse
 from placewise.graph.ir import Graph, Op, OpKind, Role, TaskHint, Tensor
 from placewise.graph.load import load_model
-from placewise.hardware.spec import load_machine
+from placewise.hardware.load import load_machine
 from placewise.schedule.placement import Problem
 from placewise.units import DType
 from tests.onnx_dag import onnx_dag

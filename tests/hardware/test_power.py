@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from placewise.errors import InputError, SpecError
+from placewise.hardware.load import load_machine
 from placewise.hardware.power import apply_mode, find_mode, split_ref
 from placewise.hardware.spec import (
     list_presets,
-    load_machine,
     machine_json_schema_text,
     parse_machine,
 )

@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from placewise.graph.ir import OpKind
-from placewise.hardware.spec import list_presets, load_machine
+from placewise.hardware.load import load_machine
+from placewise.hardware.spec import list_presets
 from placewise.units import DType
 
 ROOT = Path(__file__).resolve().parents[2]

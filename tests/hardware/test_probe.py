@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 import placewise.hardware.probe as probe_mod
+from placewise.hardware.load import load_machine
 from placewise.hardware.probe import (
     PROBE_SOURCE_PREFIX,
     host_fingerprint,
@@ -18,7 +19,7 @@ from placewise.hardware.probe import (
     local_cache_path,
     probe,
 )
-from placewise.hardware.spec import Machine, load_machine
+from placewise.hardware.spec import Machine
 from placewise.units import DType
 
 TWO_CORES = len(probe_mod._usable_cores()) >= 2

@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 
 from placewise.errors import SpecError
 from placewise.graph.ir import OpKind
+from placewise.hardware.load import load_machine
 from placewise.hardware.spec import (
     DeviceKind,
     Machine,
     list_presets,
-    load_machine,
     machine_json_schema,
     machine_json_schema_text,
     parse_machine,

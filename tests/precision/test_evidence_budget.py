@@ -110,7 +110,7 @@ def test_the_command_budget_sizes_the_evidence_deterministically() -> None:
     """``plan_model``'s evidence budget comes from the limit's nominal time and the graph
     (never the clock): a frozen clock gives the same count; a *default* limit too short for
     the least evidence is raised to hold it, an explicit one is not."""
-    from placewise.hardware.spec import load_machine
+    from placewise.hardware.load import load_machine
     from placewise.planning import _evidence_budget, build_problem
     from placewise.precision.evidence import EVIDENCE_SHARE, nominal_run_s
     from placewise.precision.policy import LEAST_EVALUATIONS

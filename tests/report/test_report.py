@@ -179,7 +179,7 @@ def test_a_large_plan_stays_small_and_aggregated(tmp_path: Path) -> None:
     sub-pixel tasks, caps its tables and stays far under 20 MB."""
     from placewise.cost.load import load_cost_model
     from placewise.graph.taskgraph import generate, parse_taskgraph
-    from placewise.hardware.spec import load_machine
+    from placewise.hardware.load import load_machine
     from placewise.plan import build_plan, save_plan
     from placewise.report.plan_figures import GANTT_PIXELS, MAX_CROSSING_LINES
     from placewise.report.plan_tables import MAX_CROSSINGS

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from placewise.errors import InputError, PlacewiseError
-from placewise.hardware.spec import load_machine
+from placewise.hardware.load import load_machine
 from placewise.plan import load_plan, save_plan
 from placewise.runtime.executor import Executor
 from placewise.runtime.opexec import FxProgram, load_source

@@ -183,7 +183,7 @@ def test_a_corrupt_plan_file_is_a_spec_error(tmp_path: Any) -> None:
 
 def test_a_plan_for_a_preset_is_refused(tmp_path: Any) -> None:
     from placewise.cost.roofline import RooflineModel
-    from placewise.hardware.spec import load_machine
+    from placewise.hardware.load import load_machine
     from placewise.schedule import Placement, Problem
 
     m = load_machine("jetson-agx-orin")

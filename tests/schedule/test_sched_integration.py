@@ -7,7 +7,7 @@ import pytest
 from placewise.cost.roofline import RooflineModel
 from placewise.graph.fuse import fuse
 from placewise.graph.taskgraph import generate, parse_taskgraph
-from placewise.hardware.spec import load_machine
+from placewise.hardware.load import load_machine
 from placewise.schedule import (
     Assignment,
     Placement,

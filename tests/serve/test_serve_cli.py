@@ -14,7 +14,7 @@ from placewise.cost.load import load_cost_model
 from placewise.errors import InputError
 from placewise.graph.fuse import fuse
 from placewise.graph.load import load_model
-from placewise.hardware.spec import load_machine
+from placewise.hardware.load import load_machine
 from placewise.plan import build_plan, load_plan, save_plan
 from placewise.schedule.evaluate import evaluate
 from placewise.schedule.placement import Problem

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from placewise.hardware.spec import load_machine
+from placewise.hardware.load import load_machine
 from placewise.sweep import SweepConfig, run_sweep
 
 #: the fit-matrix golden case: zoo:mlp on two presets at batch 1 and 4

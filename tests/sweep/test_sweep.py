@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from placewise.hardware.spec import load_machine
+from placewise.hardware.load import load_machine
 from placewise.plan import load_plan
 from placewise.serve.service import PlanService
 from placewise.sweep import SweepConfig, run_sweep, sweep_csv

@@ -64,23 +64,34 @@ import shutil
 import statistics
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from placewise.calibrate.profile import summarize_samples
+from placewise.calibrate.corun import profile_corun
+from placewise.calibrate.profile import local_devices, summarize_samples
 from placewise.cost.calibrated import (
     CalibratedModel,
     Calibration,
     ContextMeasurement,
-    LinkMeasurement,
     StepOverhead,
     conversion_key,
     region_key,
 )
+from placewise.cost.calibration import DeviceRecord
+from placewise.cost.fit import fit_link
 from placewise.errors import InputError, UnsupportedError
+from placewise.graph.fuse import fuse
+from placewise.graph.ir import INT8_KINDS
 from placewise.hardware.spec import Device, Machine
+from placewise.runtime.campaign import ISOLATED, CampaignSettings, default_in_flight, run_campaign
+from placewise.runtime.compile import compile_partitions, save_partitions
+from placewise.runtime.executor import Executor
+from placewise.runtime.profiler import chain, profile_partition
+from placewise.runtime.program import program_from_schedule
+from placewise.schedule.placement import Assignment, Placement, Problem, feasible_assignments
+from placewise.schedule.simulate import TaskKind, schedule
 from placewise.units import DType
 
 if TYPE_CHECKING:
@@ -93,7 +104,6 @@ __all__ = [
     "CONTEXT_METHOD",
     "ContextConfig",
     "context_configs",
-    "fit_link",
     "profile_in_context",
     "samples_from_telemetry",
     "transfer_samples",
@@ -104,9 +114,6 @@ Progress = Callable[[int, int, str], None]
 CONTEXT_METHOD = ("in model order: the executor's step time of each region less its kernels "
                   "and hidden conversions, plus the worker's loop time since its previous "
                   "step (waits excluded), over every region step of single-device runs")
-TRANSFER_METHOD = ("in model order: send step start -> receive step end of transfers whose "
-                   "receiver was waiting, in runs alternating the regions between two devices; "
-                   "fit latency + bytes x seconds_per_byte")
 STREAM_METHOD = ("in model order, pipelined: the stream's period per request "
                  "(runtime.campaign.stream_period) less the device's own step times (its "
                  "per-request work when requests queue: messages, io, wake-ups), one sample "
@@ -221,13 +228,6 @@ def _partition_samples(graph: Graph, problem: Any, run: _Run, rd: _Round,
                 smp.overhead.append(0.0)
 
 
-def _overhead(xs: Sequence[float], method: str) -> StepOverhead:
-    """Median, p10..p90 and count of ``xs`` as a ``StepOverhead``."""
-    got = summarize_samples(xs)
-    return StepOverhead(median_s=got["median_s"], p10_s=got["p10_s"], p90_s=got["p90_s"],
-                        n=got["n"], method=method)
-
-
 def _waits(tel: Telemetry, phase: str) -> dict[tuple[int, str], list[tuple[int, int]]]:
     """(request, device) -> the intervals its worker waited for a message in ``phase``."""
     out: dict[tuple[int, str], list[tuple[int, int]]] = {}
@@ -313,39 +313,6 @@ def transfer_samples(tel: Telemetry, phase: str
     return out
 
 
-def fit_link(src: str, dst: str, samples: Sequence[tuple[int, float]]
-             ) -> LinkMeasurement | None:
-    """time = latency + bytes x seconds_per_byte, least squares on relative error with
-    both coefficients >= 0, over (bytes, seconds) samples; None when there are none.
-
-    >>> f = fit_link("a", "b", [(0, 2e-5), (1000, 3e-5), (2000, 4e-5), (2000, 4e-5)])
-    >>> round(f.latency_s * 1e6, 3), round(f.seconds_per_byte * 1e9, 3), f.n
-    (20.0, 10.0, 4)
-    """
-    pts = [(float(b), float(t)) for b, t in samples if t > 0]
-    if not pts:
-        return None
-    x = np.array([p[0] for p in pts])
-    t = np.array([p[1] for p in pts])
-    if np.ptp(x) == 0:  # one size: the bandwidth cannot be told from the latency
-        lat, spb = float(np.median(t)), 0.0
-    else:
-        w = 1.0 / t
-        coef = np.linalg.lstsq(np.stack([w, x * w], axis=1), np.ones_like(t), rcond=None)[0]
-        lat, spb = float(coef[0]), float(coef[1])
-        if lat < 0:  # through the origin
-            lat, spb = 0.0, float(np.median(t / np.maximum(x, 1.0)))
-        elif spb < 0:  # no bandwidth visible in these sizes: a constant
-            lat, spb = float(np.median(t)), 0.0
-    pred = lat + spb * x
-    ratio = np.log(t / np.maximum(pred, 1e-12))
-    return LinkMeasurement(
-        src=src, dst=dst, latency_s=lat, seconds_per_byte=spb, n=len(pts),
-        resid_q10=min(float(np.quantile(ratio, 0.1)), 0.0),
-        resid_q90=max(float(np.quantile(ratio, 0.9)), 0.0),
-        min_bytes=int(x.min()), max_bytes=int(x.max()), method=TRANSFER_METHOD)
-
-
 def _pairs(devs: Sequence[Device]) -> list[tuple[Device, Device]]:
     """Every pair of local devices (devices sharing cores too: the executor's core gates
     keep them to the plan's order, and their transfers wake a sleeping worker)."""
@@ -356,8 +323,6 @@ def _alternating(problem: Any, a: str, b: str) -> Any:
     """Vertices in topological order alternately on ``a`` and ``b`` (fp32; the other one
     when a vertex cannot run on its turn): nearly every edge crosses. None when some
     vertex runs on neither."""
-    from placewise.schedule.placement import Assignment, Placement, feasible_assignments
-
     out = {}
     for i, v in enumerate(problem.vertices):
         feas = set(feasible_assignments(problem, v.name))
@@ -374,9 +339,6 @@ def _alternating(problem: Any, a: str, b: str) -> Any:
 def _placement(problem: Any, cfg: ContextConfig) -> tuple[Any, int] | None:
     """Every vertex on ``cfg.device``: in ``cfg.dtype`` where feasible, else fp32; None when
     some vertex cannot run there. Also the number of vertices in ``cfg.dtype``."""
-    from placewise.graph.ir import INT8_KINDS
-    from placewise.schedule.placement import Assignment, Placement, feasible_assignments
-
     out = {}
     n_dtype = 0
     for v in problem.vertices:
@@ -407,13 +369,8 @@ def profile_in_context(graph: Graph, source: ModelSource, machine: Machine,
     ``profile_model``); ``graph`` must be ``source``'s graph with concrete shapes.
     Raises ``InputError`` for bad settings or a machine without local devices,
     ``ExecutionError`` when a run fails."""
-    from placewise.calibrate.profile import local_devices
-    from placewise.graph.fuse import fuse
+    # runtime.opexec imports torch: loaded only when a model is measured
     from placewise.runtime.opexec import request_inputs
-    from placewise.runtime.program import program_from_schedule
-    from placewise.schedule.placement import Problem
-    from placewise.schedule.simulate import schedule
-
     if requests < 1 or warmup < 0 or rounds < 1:
         raise InputError(f"requests and rounds must be >= 1 and warmup >= 0, got {requests}, "
                          f"{rounds} and {warmup}", place="context profile settings")
@@ -460,8 +417,6 @@ def profile_in_context(graph: Graph, source: ModelSource, machine: Machine,
         shutil.rmtree(tmp, ignore_errors=True)
     if not corun:
         return out
-    from placewise.calibrate.corun import profile_corun
-
     return profile_corun(graph, source, machine, out, partition=part, devices=devices,
                          seed=seed, timeout_s=timeout_s, progress=progress)
 
@@ -473,9 +428,6 @@ def _compile_and_profile(runs: Sequence[_Run], source: ModelSource, graph: Graph
     """Each run's partitions compiled once (files under ``tmp``); the single-device runs'
     partitions profiled node by node (onnxruntime's profiler, on the request's real
     boundary values, pinned to the device's cores): run label -> partition -> profile."""
-    from placewise.runtime.compile import compile_partitions, save_partitions
-    from placewise.runtime.profiler import chain, profile_partition
-
     files: dict[str, dict[str, str]] = {}
     profiles: dict[str, dict[str, Any]] = {}
     cache: dict[tuple[Any, ...], Any] = {}  # the alternating runs share most partitions
@@ -505,20 +457,53 @@ def _profile_rounds(graph: Graph, source: ModelSource, machine: Machine,
                     files: dict[str, dict[str, str]], profiles: dict[str, dict[str, Any]], *,
                     requests: int, rounds: int, warmup: int, stream: bool,
                     timeout_s: float, progress: Progress | None) -> Calibration:
-    from placewise.runtime.campaign import (
-        ISOLATED,
-        CampaignSettings,
-        default_in_flight,
-        run_campaign,
-    )
-    from placewise.runtime.executor import Executor
-    from placewise.schedule.simulate import TaskKind
+    raw = _measure_rounds(source, problem, runs, inputs, files, requests=requests,
+                          rounds=rounds, warmup=warmup, stream=stream, timeout_s=timeout_s,
+                          progress=progress)
+    pool = _Pool()
+    host_cores = set(machine.device(problem.host).cores or ())
+    keep = (rounds + 1) // 2
+    for run in runs:
+        # this machine's speed drifts by tens of percent over seconds (other tenants): of
+        # each run's rounds, the quieter half (by the round's median latency) is kept
+        kept = sorted(raw.get(run.label, []), key=lambda x: x.score)[:keep]
+        pool.add_run(graph, problem, run, kept, host_cores, profiles.get(run.label, {}))
+    context = []
+    for (dev, key), smp in sorted(pool.pooled.items()):
+        summ = summarize_samples(smp.total)
+        context.append(ContextMeasurement(
+            device=dev, key=key, kind=smp.kind, dtype=smp.dtype, label=smp.label,
+            ops=smp.ops, median_s=summ["median_s"], p10_s=summ["p10_s"], p90_s=summ["p90_s"],
+            n=summ["n"],
+            kernel_s=statistics.median(smp.kernel), hidden_s=statistics.median(smp.hidden),
+            overhead_s=statistics.median(smp.overhead)))
+    records = [_device_record(d, pool, problem.host) for d in calibration.devices]
+    settings = dict(calibration.settings)
+    settings.update({"context_requests": float(requests), "context_warmup": float(warmup),
+                     "context_runs": float(len(runs)), "context_rounds": float(rounds)})
+    tags = dict(calibration.tags)
+    if skipped:
+        tags["context_skipped"] = ", ".join(skipped)
+    links = [fit_link(src_dev, dst_dev, mv)
+             for (src_dev, dst_dev), mv in sorted(pool.moves.items()) if len(mv) >= 2]
+    upd_cal: dict[str, Any] = {}
+    if pool.clients:
+        upd_cal["client"] = StepOverhead.of(pool.clients, CLIENT_METHOD)
+    return calibration.model_copy(update={**upd_cal, "context": context, "devices": records,
+                                          "settings": settings, "tags": tags,
+                                          "links": [x for x in links if x is not None]})
 
+
+def _measure_rounds(source: ModelSource, problem: Any, runs: Sequence[_Run],
+                    inputs: Sequence[Any], files: dict[str, dict[str, str]], *,
+                    requests: int, rounds: int, warmup: int, stream: bool,
+                    timeout_s: float, progress: Progress | None) -> dict[str, list[_Round]]:
+    """Run each run ``rounds`` times, round-robin (each run's samples come from ``rounds``
+    moments): its rounds by label."""
     total = len(runs) * rounds
     done = 0
     raw: dict[str, list[_Round]] = {}
     for _rnd in range(rounds):
-        # round-robin over the runs: each run's samples come from `rounds` moments
         for run in runs:
             if progress is not None:
                 progress(done, total, f"running the model on {run.label} in model order")
@@ -545,103 +530,93 @@ def _profile_rounds(graph: Graph, source: ModelSource, machine: Machine,
                 transfer_samples(tel, ISOLATED)))
     if progress is not None:
         progress(total, total, "model-order measurements done")
-    # this machine's speed drifts by tens of percent over seconds (other tenants): of each
-    # run's rounds, the quieter half (by the round's median latency) is kept
-    keep = (rounds + 1) // 2
-    host_cores = set(machine.device(problem.host).cores or ())
-    pooled: dict[tuple[str, str], _Samples] = {}
-    executor_s: dict[str, list[float]] = {}
-    handoffs: dict[bool, list[float]] = {False: [], True: []}  # shares the host's cores?
-    moves: dict[tuple[str, str], list[tuple[int, float]]] = {}
-    stream_extra: dict[str, list[float]] = {}
-    clients: list[float] = []
-    run_calls: dict[str, list[float]] = {}
-    for run in runs:
-        kept = sorted(raw.get(run.label, []), key=lambda x: x.score)[:keep]
+    return raw
+
+
+@dataclass
+class _Pool:
+    """The kept rounds' samples, pooled: per (device, key) steps, executor time per
+    device, hand-offs (by whether a device shares the host's cores), transfers per device
+    pair, stream time beyond the steps, client CPU, partition run calls."""
+
+    pooled: dict[tuple[str, str], _Samples] = field(default_factory=dict)
+    executor_s: dict[str, list[float]] = field(default_factory=dict)
+    handoffs: dict[bool, list[float]] = field(
+        default_factory=lambda: {False: [], True: []})
+    moves: dict[tuple[str, str], list[tuple[int, float]]] = field(default_factory=dict)
+    stream_extra: dict[str, list[float]] = field(default_factory=dict)
+    clients: list[float] = field(default_factory=list)
+    run_calls: dict[str, list[float]] = field(default_factory=dict)
+
+    def add_run(self, graph: Graph, problem: Any, run: _Run, kept: Sequence[_Round],
+                host_cores: set[int], profiles: dict[str, Any]) -> None:
         used = {t.device for t in run.program.tasks}
         shares_host = any(set(run.program.device(d).cores or ()) & host_cores
                           for d in used if d != problem.host)
         for rd in kept:
             for (src_dev, dst_dev, name), tx in rd.transfers.items():
                 nbytes = run.schedule.task(name).nbytes
-                moves.setdefault((src_dev, dst_dev), []).extend((nbytes, x) for x in tx)
+                self.moves.setdefault((src_dev, dst_dev), []).extend((nbytes, x) for x in tx)
             if run.device is None:
                 continue  # alternating runs measure transfers only
             if rd.period is not None and rd.client is not None:
                 own = sum(statistics.median(x[0] for x in xs)
                           for (d, _n), xs in rd.steps.items() if d == run.device)
-                stream_extra.setdefault(run.device, []).append(rd.period - own)
-                clients.append(rd.client)
-            handoffs[shares_host].extend(rd.handoff)
+                self.stream_extra.setdefault(run.device, []).append(rd.period - own)
+                self.clients.append(rd.client)
+            self.handoffs[shares_host].extend(rd.handoff)
             if run.program.partitions:
-                _partition_samples(graph, problem, run, rd, profiles.get(run.label, {}),
-                                   pooled, run_calls)
+                _partition_samples(graph, problem, run, rd, profiles, self.pooled,
+                                   self.run_calls)
                 continue
-            for (dev, name), xs in rd.steps.items():
-                task = run.schedule.task(name)
-                if task.kind is TaskKind.COMPUTE:
-                    v = problem.vertex(task.name)
-                    dt = run.placement[v.name].dtype
-                    key = region_key(graph, list(v.ops), dt)
-                    kind, label, n_ops = "region", v.name, len(v.ops)
-                elif task.kind is TaskKind.CONVERSION and task.src_rep is not None and \
-                        task.dst_rep is not None and task.tensor is not None:
-                    numel = graph.tensor(task.tensor).numel
-                    key, _ = conversion_key(numel, task.src_rep, task.dst_rep)
-                    dt = task.dst_rep.dtype
-                    kind, label, n_ops = "conversion", name, 0
-                else:
-                    continue
-                smp = pooled.setdefault((dev, key), _Samples(kind, dt.value, label, n_ops,
-                                                             [], [], [], []))
-                for tot, ker, hid, ovh in xs:
-                    smp.total.append(tot)
-                    smp.kernel.append(ker)
-                    smp.hidden.append(hid)
-                    smp.overhead.append(ovh)
-                    if kind == "region":
-                        executor_s.setdefault(dev, []).append(ovh)
-    context = []
-    for (dev, key), smp in sorted(pooled.items()):
-        summ = summarize_samples(smp.total)
-        context.append(ContextMeasurement(
-            device=dev, key=key, kind=smp.kind, dtype=smp.dtype, label=smp.label,
-            ops=smp.ops, median_s=summ["median_s"], p10_s=summ["p10_s"], p90_s=summ["p90_s"],
-            n=summ["n"],
-            kernel_s=statistics.median(smp.kernel), hidden_s=statistics.median(smp.hidden),
-            overhead_s=statistics.median(smp.overhead)))
-    records = []
-    for d in calibration.devices:
-        upd: dict[str, StepOverhead] = {}
-        if executor_s.get(d.name):
-            upd["dispatch"] = _overhead(executor_s[d.name], CONTEXT_METHOD)
-        if d.name == problem.host and handoffs[False]:
-            upd["request"] = _overhead(handoffs[False], REQUEST_METHOD)
-        if d.name == problem.host and handoffs[True]:
-            upd["request_shared"] = _overhead(
-                handoffs[True], REQUEST_METHOD + " (runs where a device shares the host's "
-                                                 "cores: the host's worker sleeps instead "
-                                                 "of polling)")
-        if stream_extra.get(d.name):
-            upd["request_busy"] = _overhead([max(x, 0.0) for x in stream_extra[d.name]],
-                                            STREAM_METHOD)
-        if run_calls.get(d.name):
-            upd["run_call"] = _overhead(run_calls[d.name], RUN_CALL_METHOD)
-            # regions run inside one session: no per-step dispatch of their own
-            upd["dispatch"] = StepOverhead(median_s=0.0, p10_s=0.0, p90_s=0.0,
-                                           n=len(run_calls[d.name]), method=PARTITION_METHOD)
-        records.append(d.model_copy(update=upd) if upd else d)
-    settings = dict(calibration.settings)
-    settings.update({"context_requests": float(requests), "context_warmup": float(warmup),
-                     "context_runs": float(len(runs)), "context_rounds": float(rounds)})
-    tags = dict(calibration.tags)
-    if skipped:
-        tags["context_skipped"] = ", ".join(skipped)
-    links = [fit_link(src_dev, dst_dev, mv) for (src_dev, dst_dev), mv in sorted(moves.items())
-             if len(mv) >= 2]
-    upd_cal: dict[str, Any] = {}
-    if clients:
-        upd_cal["client"] = _overhead(clients, CLIENT_METHOD)
-    return calibration.model_copy(update={**upd_cal, "context": context, "devices": records,
-                                          "settings": settings, "tags": tags,
-                                          "links": [x for x in links if x is not None]})
+            self.add_steps(graph, problem, run, rd)
+
+    def add_steps(self, graph: Graph, problem: Any, run: _Run, rd: _Round) -> None:
+        """A region-by-region round: each compute and conversion step's samples."""
+        for (dev, name), xs in rd.steps.items():
+            task = run.schedule.task(name)
+            if task.kind is TaskKind.COMPUTE:
+                v = problem.vertex(task.name)
+                dt = run.placement[v.name].dtype
+                key = region_key(graph, list(v.ops), dt)
+                kind, label, n_ops = "region", v.name, len(v.ops)
+            elif task.kind is TaskKind.CONVERSION and task.src_rep is not None and \
+                    task.dst_rep is not None and task.tensor is not None:
+                numel = graph.tensor(task.tensor).numel
+                key, _ = conversion_key(numel, task.src_rep, task.dst_rep)
+                dt = task.dst_rep.dtype
+                kind, label, n_ops = "conversion", name, 0
+            else:
+                continue
+            smp = self.pooled.setdefault((dev, key), _Samples(kind, dt.value, label, n_ops,
+                                                              [], [], [], []))
+            for tot, ker, hid, ovh in xs:
+                smp.total.append(tot)
+                smp.kernel.append(ker)
+                smp.hidden.append(hid)
+                smp.overhead.append(ovh)
+                if kind == "region":
+                    self.executor_s.setdefault(dev, []).append(ovh)
+
+
+def _device_record(d: DeviceRecord, pool: _Pool, host: str) -> DeviceRecord:
+    """``d`` with the overheads measured in model order."""
+    upd: dict[str, StepOverhead] = {}
+    if pool.executor_s.get(d.name):
+        upd["dispatch"] = StepOverhead.of(pool.executor_s[d.name], CONTEXT_METHOD)
+    if d.name == host and pool.handoffs[False]:
+        upd["request"] = StepOverhead.of(pool.handoffs[False], REQUEST_METHOD)
+    if d.name == host and pool.handoffs[True]:
+        upd["request_shared"] = StepOverhead.of(
+            pool.handoffs[True], REQUEST_METHOD + " (runs where a device shares the host's "
+                                                  "cores: the host's worker sleeps instead "
+                                                  "of polling)")
+    if pool.stream_extra.get(d.name):
+        upd["request_busy"] = StepOverhead.of(
+            [max(x, 0.0) for x in pool.stream_extra[d.name]], STREAM_METHOD)
+    if pool.run_calls.get(d.name):
+        upd["run_call"] = StepOverhead.of(pool.run_calls[d.name], RUN_CALL_METHOD)
+        # regions run inside one session: no per-step dispatch of their own
+        upd["dispatch"] = StepOverhead(median_s=0.0, p10_s=0.0, p90_s=0.0,
+                                       n=len(pool.run_calls[d.name]), method=PARTITION_METHOD)
+    return d.model_copy(update=upd) if upd else d

@@ -78,7 +78,15 @@ from placewise.cost.calibrated import (
     region_key,
 )
 from placewise.errors import ExecutionError, InputError
+from placewise.graph.fuse import fuse
+from placewise.graph.ir import INT8_KINDS
 from placewise.hardware.spec import Device, DeviceKind, Machine
+from placewise.runtime.backends.onnxruntime import CPU, Provider, make_session
+from placewise.runtime.compile import compile_partitions, save_partitions
+from placewise.runtime.profiler import chain, profile_partition
+from placewise.runtime.program import program_from_schedule
+from placewise.schedule.placement import Assignment, Placement, Problem, feasible_assignments
+from placewise.schedule.simulate import schedule, sleeping_threads, worker_threads
 from placewise.units import DType
 
 if TYPE_CHECKING:
@@ -205,12 +213,6 @@ def measure_wake(device: Device, *, samples: int = 40,
     return {"sleep": xs[0::2], "poll": xs[1::2]}
 
 
-def _overhead(xs: Sequence[float], method: str) -> StepOverhead:
-    a = np.asarray(xs, dtype=float)
-    return StepOverhead(median_s=float(np.median(a)), p10_s=float(np.quantile(a, 0.1)),
-                        p90_s=float(np.quantile(a, 0.9)), n=len(a), method=method)
-
-
 def link_receiver_sleeps(machine: Machine, src: str, dst: str, host: str) -> bool:
     """Whether ``dst``'s worker slept in model-order calibration's run alternating between
     ``src`` and ``dst`` (its devices: the two and ``host``): the scheduler's rule
@@ -232,8 +234,6 @@ def link_receiver_sleeps(machine: Machine, src: str, dst: str, host: str) -> boo
     ...  (("cpu0", "cpu1"), ("cpu0", "cpu01"), ("cpu01", "cpu1"), ("cpu1", "cpu01"))]
     [False, False, True, False]
     """
-    from placewise.schedule.simulate import sleeping_threads, worker_threads
-
     threads = worker_threads(machine, [src, dst], host)
     return threads[dst] in sleeping_threads(machine, threads) and threads[src] != threads[dst]
 
@@ -271,8 +271,6 @@ def _busy_loop(paths: list[str], feeds: list[dict[str, Any]], cores: list[int],
     """Runs in a spawned process: ``paths``' partitions back to back while ``go`` is set."""
     if cores:
         os.sched_setaffinity(0, set(cores))
-    from placewise.runtime.backends.onnxruntime import CPU, Provider, make_session
-
     sessions = [make_session(p, Provider(CPU), threads=max(1, len(cores))) for p in paths]
     outs = [[o.name for o in s.get_outputs()] for s in sessions]
     while not stop.is_set():
@@ -365,9 +363,6 @@ def _placement(problem: Any, device: str, dtype: DType) -> Any:
     """Every vertex on ``device``: in ``dtype`` where the device runs it and the executor
     has kernels (int8: regions of ``INT8_KINDS`` only), else fp32; None when a vertex runs
     there in neither."""
-    from placewise.graph.ir import INT8_KINDS
-    from placewise.schedule.placement import Assignment, Placement, feasible_assignments
-
     out = {}
     for v in problem.vertices:
         feas = set(feasible_assignments(problem, v.name))
@@ -385,11 +380,6 @@ def _job(problem: Any, graph: Graph, source: ModelSource, device: Device, dtype:
          inputs: Mapping[str, Any], cache: dict[tuple[Any, ...], Any]) -> _Job | None:
     """The single-device program of ``device`` in ``dtype``, compiled, with its boundary
     values; None when it cannot run there (or runs nothing in ``dtype``)."""
-    from placewise.runtime.compile import compile_partitions
-    from placewise.runtime.profiler import chain
-    from placewise.runtime.program import program_from_schedule
-    from placewise.schedule.simulate import schedule
-
     pl = _placement(problem, device.name, dtype)
     if pl is None or (dtype is not DType.FP32 and all(
             a.dtype is DType.FP32 for a in pl.values())):
@@ -413,8 +403,6 @@ def _job(problem: Any, graph: Graph, source: ModelSource, device: Device, dtype:
 def _profile_job(job: _Job, repeats: int) -> tuple[float, dict[str, float]]:
     """(total node seconds, seconds per vertex) of one profiling pass over ``job``'s
     partitions, pinned to its device's cores."""
-    from placewise.runtime.profiler import profile_partition
-
     cores = list(job.device.cores or ())
     per: dict[str, float] = {}
     total = 0.0
@@ -431,8 +419,6 @@ def _busy_programs(problem: Any, graph: Graph, source: ModelSource, devices: Seq
                    inputs: Mapping[str, Any], cache: dict[tuple[Any, ...], Any], folder: str
                    ) -> dict[str, tuple[list[str], list[dict[str, Any]]]]:
     """Per device: its fp32 single-device partitions as files, and each one's feeds."""
-    from placewise.runtime.compile import save_partitions
-
     out = {}
     for d in devices:
         job = _job(problem, graph, source, d, DType.FP32, inputs, cache)
@@ -455,9 +441,7 @@ def measure_corun(graph: Graph, source: ModelSource, machine: Machine,
     """The co-run slowdowns of ``graph``'s regions on ``devices`` (see the module
     docstring). ``calibration`` only orders the single-device programs (any calibration
     of this machine). Nothing to measure (no two devices on disjoint cores): []."""
-    from placewise.graph.fuse import fuse
-    from placewise.runtime.opexec import request_inputs
-    from placewise.schedule.placement import Problem
+    from placewise.runtime.opexec import request_inputs  # it imports torch: lazily
 
     pairs = corun_pairs(devices)
     if not pairs:
@@ -600,8 +584,8 @@ def profile_corun(graph: Graph, source: ModelSource, machine: Machine,
             progress(0, 1, f"wake-up latency on {d.name}")
         got = measure_wake(dev, samples=wake_samples, timeout_s=timeout_s)
         records.append(d.model_copy(update={
-            "wake_sleep": _overhead(got["sleep"], WAKE_SLEEP_METHOD),
-            "wake_poll": _overhead(got["poll"], WAKE_POLL_METHOD)}))
+            "wake_sleep": StepOverhead.of(got["sleep"], WAKE_SLEEP_METHOD),
+            "wake_poll": StepOverhead.of(got["poll"], WAKE_POLL_METHOD)}))
     corun = measure_corun(graph, source, machine, calibration, partition=partition,
                           devices=devs, rounds=rounds, repeats=repeats, max_time_s=max_time_s,
                           seed=seed, timeout_s=timeout_s, progress=progress)

@@ -76,10 +76,16 @@ from placewise.cost.calibrated import (
     op_key,
     op_series,
 )
+from placewise.cost.calibration import DeviceRecord
 from placewise.cost.model import Representation
 from placewise.errors import InputError, PlacewiseError, UnsupportedError
-from placewise.graph.ir import INT8_KINDS, Graph, OpKind, Role
+from placewise.graph.ir import INT8_KINDS, Graph, Op, OpKind, Provenance, Role
+from placewise.graph.onnx_data import save_model
 from placewise.hardware.spec import Device, Machine
+from placewise.hardware.stats import quantiles
+from placewise.runtime.backends import backend_gap
+from placewise.runtime.compile import int8_weights_reduced
+from placewise.runtime.worker import measure_step_overhead
 from placewise.units import DType
 
 if TYPE_CHECKING:
@@ -145,9 +151,8 @@ def median_rel_ci(samples: Sequence[float]) -> float:
 
 def summarize_samples(samples: Sequence[float]) -> dict[str, Any]:
     """Median, p10, p90, count and relative CI of the median of timing samples."""
-    a = np.asarray(samples, dtype=float)
-    return {"median_s": float(np.median(a)), "p10_s": float(np.quantile(a, 0.1)),
-            "p90_s": float(np.quantile(a, 0.9)), "n": len(a),
+    p10, med, p90 = quantiles(samples)
+    return {"median_s": med, "p10_s": p10, "p90_s": p90, "n": len(samples),
             "rel_ci": float(min(median_rel_ci(samples), 1e6))}
 
 
@@ -257,8 +262,6 @@ def local_devices(machine: Machine, names: Sequence[str] | None = None) -> list[
                 raise InputError(f"machine {machine.name!r} has no device {n!r} (devices: "
                                  f"{', '.join(by)})", place="--devices")
             if not (by[n].cores and by[n].backend):
-                from placewise.runtime.backends import backend_gap
-
                 raise InputError(f"{backend_gap(by[n])}: only this machine's devices with "
                                  f"a backend can be profiled", place="--devices")
             out.append(by[n])
@@ -323,7 +326,7 @@ def _worker_main(conn: Connection, payload: dict[str, Any]) -> None:
     sample them round-robin, report."""
     try:
         warnings.simplefilter("ignore")  # library code never prints, workers included
-        from placewise.runtime import opexec
+        from placewise.runtime import opexec  # it imports torch: in the worker only
 
         threads = opexec.pin_process(payload["cores"])
         conn.send({"event": "ready", "threads": threads})
@@ -350,8 +353,6 @@ DISPATCH_METHOD = ("executor _Worker._step of a no-op compute step, wall minus k
 
 def _dispatch_summary() -> dict[str, Any]:
     """The executor's per-step overhead on this (pinned) process: ``summarize_rounds``."""
-    from placewise.runtime.worker import measure_step_overhead
-
     gc_was = gc.isenabled()
     gc.disable()
     try:
@@ -364,8 +365,7 @@ def _dispatch_summary() -> dict[str, Any]:
 
 def _worker_source(conn: Connection, index: int, item: dict[str, Any],
                    settings: dict[str, Any], threads: int) -> None:
-    from placewise.graph.ir import Op, Provenance
-    from placewise.runtime import opexec
+    from placewise.runtime import opexec  # it imports torch: in the worker only
 
     src = opexec.load_source(item["source"]["ref"], shapes=item["source"]["shapes"],
                              values=item["source"].get("values"),
@@ -485,8 +485,6 @@ def _run_device(dev: Device, payload: dict[str, Any], timeout_s: float,
 
 
 def _tags(machine: Machine, devices: Sequence[Device]) -> dict[str, str]:
-    from placewise.runtime.compile import int8_weights_reduced
-
     def version(dist: str) -> str:
         try:
             return metadata.version(dist)
@@ -514,7 +512,7 @@ def _tags(machine: Machine, devices: Sequence[Device]) -> dict[str, str]:
 def _reload_source(source: ModelSource, tmp: str) -> dict[str, Any]:
     """Arguments a worker can load the same source with (saving it if it lives only in
     memory)."""
-    from placewise.runtime.opexec import SourceFormat
+    from placewise.runtime.opexec import SourceFormat  # it imports torch: lazily
 
     ref = source.ref
     if ref.startswith("zoo:") or (source.path is not None and source.path.is_file()):
@@ -526,8 +524,6 @@ def _reload_source(source: ModelSource, tmp: str) -> dict[str, Any]:
         path = os.path.join(tmp, "model.pt2")
         torch.export.save(source.exported_program, path)
     else:
-        from placewise.graph.onnx_data import save_model
-
         path = os.path.join(tmp, "model.onnx")
         save_model(source.onnx_model, path)
     return {"ref": path, "shapes": None, "batch": None}
@@ -579,34 +575,61 @@ def profile_models(items: Sequence[tuple[Graph, ModelSource]], machine: Machine,
     if not devs:
         raise InputError(f"machine {machine.name!r} has no local device to profile (devices "
                          f"need cores and a backend: use --hw local)", place="--hw")
-    work: list[_Item] = []
-    for graph, source in items:
-        graph.check_concrete()
-        jobs, failures = plan_jobs(graph, devs)
-        conv_shapes = _conversion_sizes(graph) if conversions else []
-        conv: dict[str, list[dict[str, Any]]] = {}
-        conv_meta: dict[tuple[str, str], tuple[str, str, dict[str, float]]] = {}
-        for dev in devs:
-            todo = []
-            for shape in conv_shapes:
-                numel = math.prod(shape)
-                for s, d in _CONVERSIONS:
-                    key, kind = conversion_key(numel, s, d)
-                    todo.append({"key": key, "src": s.dtype.value, "dst": d.dtype.value,
-                                 "shape": list(shape)})
-                    conv_meta[(dev.name, key)] = (kind, d.dtype.value,
-                                                  conversion_features(numel, s, d))
-            conv[dev.name] = todo
-        work.append(_Item(graph, source, jobs, failures, conv, conv_meta, []))
+    work = [_work_item(graph, source, devs, conversions) for graph, source in items]
     settings = {"min_repeats": int(min_repeats), "max_time_s": float(max_time_s),
                 "target_rel_ci": float(target_rel_ci), "warmup_s": float(warmup_s),
                 "rounds": int(rounds)}
     total = sum((len(w.jobs) + sum(len(v) for v in w.conv.values())) * rounds for w in work)
-    done = 0
-    dispatch: dict[str, dict[str, Any]] = {}
     if progress is not None:
         progress(0, total, f"profiling {sum(len(w.jobs) for w in work)} op measurements on "
                            f"{', '.join(d.name for d in devs)}")
+    dispatch = _measure_work(work, devs, settings, total, progress, timeout_s)
+    if progress is not None:
+        progress(total, total, "fitting")
+    cals = []
+    tags = _tags(machine, devs)
+    records = [_profiled_record(dev, dispatch.get(dev.name)) for dev in devs]
+    for w in work:
+        w.measurements = flag_contention(w.measurements, machine)
+        cal = Calibration(
+            created=_dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
+            model=w.source.ref, machine=machine.name,
+            machine_fingerprint=machine.fingerprint(), tags=tags,
+            settings={k: float(v) for k, v in settings.items()}, devices=records,
+            measurements=w.measurements, failures=w.failures)
+        cals.append(cal.with_fits(fit_measurements(w.measurements)))
+    return cals
+
+
+def _work_item(graph: Graph, source: ModelSource, devs: Sequence[Device], conversions: bool
+               ) -> _Item:
+    """One model's jobs per device, the ops no device can run, and its conversions."""
+    graph.check_concrete()
+    jobs, failures = plan_jobs(graph, devs)
+    conv_shapes = _conversion_sizes(graph) if conversions else []
+    conv: dict[str, list[dict[str, Any]]] = {}
+    conv_meta: dict[tuple[str, str], tuple[str, str, dict[str, float]]] = {}
+    for dev in devs:
+        todo = []
+        for shape in conv_shapes:
+            numel = math.prod(shape)
+            for s, d in _CONVERSIONS:
+                key, kind = conversion_key(numel, s, d)
+                todo.append({"key": key, "src": s.dtype.value, "dst": d.dtype.value,
+                             "shape": list(shape)})
+                conv_meta[(dev.name, key)] = (kind, d.dtype.value,
+                                              conversion_features(numel, s, d))
+        conv[dev.name] = todo
+    return _Item(graph, source, jobs, failures, conv, conv_meta, [])
+
+
+def _measure_work(work: list[_Item], devs: Sequence[Device], settings: dict[str, Any],
+                  total: int, progress: Progress | None, timeout_s: float
+                  ) -> dict[str, dict[str, Any]]:
+    """Run every item's jobs and conversions on each device's worker, recording what comes
+    back in the items; each device's dispatch measurement (by device name)."""
+    done = 0
+    dispatch: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="placewise-profile-") as tmp:
         reloads = [_reload_source(w.source, os.path.join(tmp, str(i)))
                    for i, w in enumerate(work)]
@@ -638,33 +661,21 @@ def profile_models(items: Sequence[tuple[Graph, ModelSource]], machine: Machine,
                 _record(msg, dev, w, by_key[msg["src"]].get(msg["key"]))
 
             _run_device(dev, payload, timeout_s, on_event)
-    if progress is not None:
-        progress(total, total, "fitting")
-    cals = []
-    tags = _tags(machine, devs)
-    records = []
-    for dev in devs:
-        rec = device_record(dev)
-        if DType.INT8 in dev.dtypes:
-            rec = rec.model_copy(update={"dtype_kinds": {"int8": list(_INT8_KINDS_VALUES)}})
-        disp = dispatch.get(dev.name)
-        if disp is not None:
-            med = max(float(disp["median_s"]), 0.0)
-            rec = rec.model_copy(update={"dispatch": StepOverhead(
-                median_s=med, p10_s=min(float(disp["p10_s"]), med),
-                p90_s=max(float(disp["p90_s"]), med), n=int(disp["n"]),
-                method=DISPATCH_METHOD)})
-        records.append(rec)
-    for w in work:
-        w.measurements = flag_contention(w.measurements, machine)
-        cal = Calibration(
-            created=_dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
-            model=w.source.ref, machine=machine.name,
-            machine_fingerprint=machine.fingerprint(), tags=tags,
-            settings={k: float(v) for k, v in settings.items()}, devices=records,
-            measurements=w.measurements, failures=w.failures)
-        cals.append(cal.with_fits(fit_measurements(w.measurements)))
-    return cals
+    return dispatch
+
+
+def _profiled_record(dev: Device, disp: dict[str, Any] | None) -> DeviceRecord:
+    """``dev``'s calibration record: int8 kinds where it runs int8, the measured dispatch."""
+    rec = device_record(dev)
+    if DType.INT8 in dev.dtypes:
+        rec = rec.model_copy(update={"dtype_kinds": {"int8": list(_INT8_KINDS_VALUES)}})
+    if disp is not None:
+        med = max(float(disp["median_s"]), 0.0)
+        rec = rec.model_copy(update={"dispatch": StepOverhead(
+            median_s=med, p10_s=min(float(disp["p10_s"]), med),
+            p90_s=max(float(disp["p90_s"]), med), n=int(disp["n"]),
+            method=DISPATCH_METHOD)})
+    return rec
 
 
 #: a multi-core device slower than one of its own cores alone by this factor ...

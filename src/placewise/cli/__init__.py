@@ -113,7 +113,7 @@ def resolve_machine(ref: str, *, refresh: bool = False) -> Any:
 
         with _progress("probing this machine") as cb:
             return load_local(refresh=refresh, progress=cb)
-    from placewise.hardware.spec import load_machine
+    from placewise.hardware.load import load_machine
 
     return load_machine(ref)
 

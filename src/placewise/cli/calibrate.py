@@ -21,6 +21,7 @@ from placewise.cli import (
 )
 from placewise.errors import ProfileError
 from placewise.io import check_output_path
+from placewise.records import to_json
 from placewise.units import format_seconds
 
 __all__ = ["calibrate_app", "calibrate_import", "detect_format"]
@@ -104,7 +105,7 @@ def calibrate_import(
         cal = merge_into(base, cal, file=str(into))
     cal.save(out_file)
     doc = {"out": str(out_file), "model": model, "machine": machine.name,
-           "calibration_fingerprint": cal.fingerprint(), **report.to_json()}
+           "calibration_fingerprint": cal.fingerprint(), **to_json(report)}
     if as_json:
         _print_json(doc)
         return

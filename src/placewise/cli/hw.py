@@ -27,7 +27,8 @@ __all__ = ["render_machine"]
 @hw_app.command("list")
 def hw_list(as_json: JsonOpt = False) -> None:
     """List the machine presets."""
-    from placewise.hardware.spec import list_presets, load_machine
+    from placewise.hardware.load import load_machine
+    from placewise.hardware.spec import list_presets
 
     rows = []
     for name in list_presets():

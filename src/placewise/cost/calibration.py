@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from placewise.errors import SpecError
+from placewise.hardware.stats import quantiles
 from placewise.io import atomic_writer, load_json
 
 __all__ = [
@@ -179,6 +180,12 @@ class StepOverhead(_Strict):
             raise ValueError("expected p10_s <= median_s <= p90_s")
         return self
 
+    @classmethod
+    def of(cls, samples: Sequence[float], method: str) -> StepOverhead:
+        """Median, p10..p90 and count of ``samples`` (seconds), measured by ``method``."""
+        p10, med, p90 = quantiles(samples)
+        return cls(median_s=med, p10_s=p10, p90_s=p90, n=len(samples), method=method)
+
 
 class DeviceRecord(_Strict):
     """Which device was measured: its identity must match the machine it is used with.
@@ -267,7 +274,7 @@ class ContextMeasurement(_Strict):
 
 class LinkMeasurement(_Strict):
     """A transfer between two devices as the executor does it, measured in model order
-    (``placewise.calibrate.context.fit_link``): time = ``latency_s`` + bytes x
+    (``placewise.cost.fit.fit_link``): time = ``latency_s`` + bytes x
     ``seconds_per_byte``, with the quantiles of log(measured / fitted) over ``n`` samples
     of ``min_bytes``..``max_bytes``."""
 

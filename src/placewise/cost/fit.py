@@ -15,12 +15,21 @@ from typing import Any
 
 import numpy as np
 
-from placewise.cost.calibration import FEATURES, MIN_FIT_POINTS, Fit, Measurement
+from placewise.cost.calibration import (
+    FEATURES,
+    MIN_FIT_POINTS,
+    Fit,
+    LinkMeasurement,
+    Measurement,
+)
 from placewise.graph.ir import OpCategory, OpKind
 
-__all__ = ["fit_estimate", "fit_measurements", "predict"]
+__all__ = ["TRANSFER_METHOD", "fit_estimate", "fit_link", "fit_measurements", "predict"]
 
 _MIN_HALF_WIDTH = 0.05
+TRANSFER_METHOD = ("in model order: send step start -> receive step end of transfers whose "
+                   "receiver was waiting, in runs alternating the regions between two devices; "
+                   "fit latency + bytes x seconds_per_byte")
 
 _CANDIDATES: dict[str, tuple[tuple[str, ...], ...]] = {
     "contraction": (("one", "eff_flops", "bytes"), ("one", "flops", "bytes"),
@@ -277,3 +286,36 @@ def fit_estimate(fit: Fit, features: Mapping[str, float]) -> tuple[float, float,
 
 
 # ---- the model -------------------------------------------------------------------------------
+
+
+def fit_link(src: str, dst: str, samples: Sequence[tuple[int, float]]
+             ) -> LinkMeasurement | None:
+    """time = latency + bytes x seconds_per_byte, least squares on relative error with
+    both coefficients >= 0, over (bytes, seconds) samples; None when there are none.
+
+    >>> f = fit_link("a", "b", [(0, 2e-5), (1000, 3e-5), (2000, 4e-5), (2000, 4e-5)])
+    >>> round(f.latency_s * 1e6, 3), round(f.seconds_per_byte * 1e9, 3), f.n
+    (20.0, 10.0, 4)
+    """
+    pts = [(float(b), float(t)) for b, t in samples if t > 0]
+    if not pts:
+        return None
+    x = np.array([p[0] for p in pts])
+    t = np.array([p[1] for p in pts])
+    if np.ptp(x) == 0:  # one size: the bandwidth cannot be told from the latency
+        lat, spb = float(np.median(t)), 0.0
+    else:
+        w = 1.0 / t
+        coef = np.linalg.lstsq(np.stack([w, x * w], axis=1), np.ones_like(t), rcond=None)[0]
+        lat, spb = float(coef[0]), float(coef[1])
+        if lat < 0:  # through the origin
+            lat, spb = 0.0, float(np.median(t / np.maximum(x, 1.0)))
+        elif spb < 0:  # no bandwidth visible in these sizes: a constant
+            lat, spb = float(np.median(t)), 0.0
+    pred = lat + spb * x
+    ratio = np.log(t / np.maximum(pred, 1e-12))
+    return LinkMeasurement(
+        src=src, dst=dst, latency_s=lat, seconds_per_byte=spb, n=len(pts),
+        resid_q10=min(float(np.quantile(ratio, 0.1)), 0.0),
+        resid_q90=max(float(np.quantile(ratio, 0.9)), 0.0),
+        min_bytes=int(x.min()), max_bytes=int(x.max()), method=TRANSFER_METHOD)

@@ -1,6 +1,6 @@
 """Pick the cost model for a machine: calibrated where a calibration is given, else roofline.
 
->>> from placewise.hardware.spec import load_machine
+>>> from placewise.hardware.load import load_machine
 >>> load_cost_model(load_machine("h100-sxm-server"), None).fingerprint()
 'roofline/v1'
 """

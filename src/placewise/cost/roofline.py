@@ -57,7 +57,7 @@ they beat it) and ``[0.3x, 3x]`` for ops whose kind has no counting rule. Each `
 names its interval in ``assumptions``.
 
 >>> from placewise.graph.ir import Graph, Op, OpKind, Role, Tensor
->>> from placewise.hardware.spec import load_machine
+>>> from placewise.hardware.load import load_machine
 >>> x = Tensor("x", (4096, 4096), DType.FP32, role=Role.INPUT)
 >>> w = Tensor("w", (4096, 4096), DType.FP32, role=Role.PARAM)
 >>> y = Tensor("y", (4096, 4096), DType.FP32, role=Role.OUTPUT)
@@ -85,6 +85,7 @@ from placewise.cost.model import (
     Term,
 )
 from placewise.errors import UnsupportedError
+from placewise.graph.count import count_op, einsum_indices
 from placewise.graph.ir import (
     CONTRACTION_KINDS,
     CONTROL_FLOW_KINDS,
@@ -296,8 +297,6 @@ def _einsum_dims(equation: str, shapes: list[tuple[int, ...]]) -> GemmDims:
     >>> _einsum_dims("bhqd,bhkd->bhqk", [(2, 4, 8, 16), (2, 4, 8, 16)])
     GemmDims(batch=8, m=8, n=8, k=16, steps=1)
     """
-    from placewise.graph.count import einsum_indices
-
     (a, b), out, sizes = einsum_indices(equation, shapes)
     dims = {"batch": 1, "m": 1, "n": 1, "k": 1}
     for x, size in sizes.items():
@@ -328,8 +327,6 @@ def op_work(graph: Graph, op: Op, dtype: DType) -> OpWork:
 
 
 def _op_work(graph: Graph, op: Op, dtype: DType) -> OpWork:
-    from placewise.graph.count import count_op
-
     c = count_op(graph, op)
     if c.is_view:
         return OpWork(0.0, 0, bool(c.counted), True, 0)
@@ -381,7 +378,7 @@ def kernel_time_s(dev: Device) -> tuple[float, str]:
     """(seconds, source) of one kernel's fixed time on ``dev`` inside an op or fused
     region: the efficiency block's ``kernel_s`` where given, else ``launch_overhead_s``.
 
-    >>> from placewise.hardware.spec import load_machine
+    >>> from placewise.hardware.load import load_machine
     >>> kernel_time_s(load_machine("a100-pcie-server").device("cpu"))[0]
     2e-06
     """
@@ -483,7 +480,7 @@ def op_efficiency(dev: Device, graph: Graph, op: Op, dtype: DType
     (``_DIRECT_CONV_EFF``), and ``_VECTOR_EFF`` for every other op.
 
     >>> from placewise.graph.ir import Graph, Op, OpKind, Role, Tensor
-    >>> from placewise.hardware.spec import load_machine
+    >>> from placewise.hardware.load import load_machine
     >>> t = [Tensor("x", (1, 96, 112, 112), DType.FP32, role=Role.INPUT),
     ...      Tensor("w", (96, 1, 3, 3), DType.FP32, role=Role.PARAM),
     ...      Tensor("y", (1, 96, 112, 112), DType.FP32, role=Role.OUTPUT)]
@@ -579,7 +576,7 @@ def partition_overhead(dev: Device) -> tuple[float, str]:
     """(seconds, source) of one partition on ``dev``: its spec's figure, else the stated
     default of its kind (``DEFAULT_PARTITION_S``).
 
-    >>> from placewise.hardware.spec import load_machine
+    >>> from placewise.hardware.load import load_machine
     >>> partition_overhead(load_machine("jetson-agx-orin").device("gpu"))[0]
     4e-05
     """
@@ -886,7 +883,7 @@ class RooflineModel(NoRuntimeTerms):
         costs, so a caller may keep one answer for both (``Problem.cost``); a task's given
         time is per device name, so tasks are not covered.
 
-        >>> from placewise.hardware.spec import load_machine
+        >>> from placewise.hardware.load import load_machine
         >>> m = RooflineModel(load_machine("h100-sxm-server"))
         >>> m.device_class("gpu0") == m.device_class("gpu1") != m.device_class("cpu")
         True

@@ -1,9 +1,10 @@
 """Counting rules of fused ops (onnxruntime's transformer optimizer writes them) and of
 resampling: packed-QKV attention, skip and embed layer norms, ``Resize``, ``OneHot``.
 
-``graph.count`` owns the rule table and the conventions (2 FLOPs per multiply-accumulate,
-compulsory bytes); its ATTENTION and norm rules hand their ``variant`` forms to the
-functions here, and the RESIZE and ONE_HOT rules are registered here.
+``graph.count_table`` owns the rule table and the conventions (2 FLOPs per
+multiply-accumulate, compulsory bytes); ``graph.count``'s ATTENTION and norm rules hand
+their ``variant`` forms to the functions here, and the RESIZE and ONE_HOT rules are
+registered here.
 
 >>> from placewise.graph.ir import Attrs, Graph, Op, OpKind, Role, Tensor
 >>> from placewise.units import DType
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from placewise.graph.count import (
+from placewise.graph.count_table import (
     NORM_FLOPS_PER_ELEMENT,
     OpCount,
     _Ctx,
@@ -41,7 +42,7 @@ RESIZE_TAPS_PER_AXIS = {"nearest": 0, "linear": 2, "cubic": 4}
 def packed_attention(c: _Ctx) -> OpCount:
     """com.microsoft Attention / QAttention: x [B, S, D] times the packed weights
     [D, Dq+Dk+Dv] plus bias (2*B*S*D*(Dq+Dk+Dv) + B*S*(Dq+Dk+Dv)), then attention over
-    ``num_heads`` heads (``count.attention_flops``; keys = S plus a ``past`` input's
+    ``num_heads`` heads (``count_table.attention_flops``; keys = S plus a ``past`` input's
     length [2, B, N, P, H]); masked when a mask input is given or ``is_causal``."""
     x, w, bias = c.inp(0, "input"), c.inp(1, "weights"), c.opt(2)
     sx, sw = c.shape(x), c.shape(w)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from placewise.errors import GraphError, ModelFormatError
 from placewise.graph.onnx_kinds import _type_name, onnx_dtype
-from placewise.io import quiet
+from placewise.io import quiet, shorten
 
 if TYPE_CHECKING:
     from onnx import ModelProto
@@ -38,11 +38,6 @@ __all__ = ["MIN_OPSET", "check_placeable_io", "free_anonymous_dims", "upgrade_op
 
 #: the oldest default-domain opset placewise computes on: older files are upgraded to it
 MIN_OPSET = 13
-
-
-def _short(text: str, limit: int = 200) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _default_opset(model: ModelProto, path: str) -> int | None:
@@ -76,7 +71,7 @@ def upgrade_opset(model: ModelProto, path: str) -> tuple[ModelProto, int | None]
     except Exception as e:
         raise ModelFormatError(
             f"opset {version} could not be upgraded to {MIN_OPSET} with "
-            f"onnx.version_converter: {_short(str(e), 160)}", file=path,
+            f"onnx.version_converter: {shorten(str(e), 160)}", file=path,
             place=_failing_node(model, version)) from None
     used = {n.name for n in upgraded.graph.node if n.name}
     for node in upgraded.graph.node:

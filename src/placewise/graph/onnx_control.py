@@ -53,10 +53,13 @@ __all__ = [
     "CONTROL_FLOW_OPS",
     "MAX_INLINE_ROUNDS",
     "bind_values",
+    "constant_tensor",
     "drop_dead_nodes",
+    "drop_unread",
     "hoist_subgraph_weights",
     "inline_known_ifs",
     "parse_value",
+    "read_names",
     "subgraph_refs",
 ]
 
@@ -248,8 +251,6 @@ def _local_names(graph: GraphProto) -> list[str]:
 
 
 def _constant_values(graph: GraphProto) -> dict[str, TensorProto]:
-    from placewise.graph.onnx_shapes import constant_tensor
-
     out = {t.name: t for t in graph.initializer}
     for node in graph.node:
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and \
@@ -324,14 +325,12 @@ def _splice(node: NodeProto, branch: GraphProto, names: _Names, model: ModelProt
 def inline_known_ifs(model: ModelProto) -> int:
     """Replace every top-level ``If`` whose condition is a constant by the nodes of the
     branch it takes (module docstring), in place; how many were inlined."""
-    from placewise.graph.onnx_shapes import _read_names, drop_unread
-
     g = model.graph
     if not any(n.op_type == "If" for n in g.node):
         return 0  # (large graphs without control flow pay one pass)
     consts = _constant_values(g)
     names = _Names(g)
-    was_read = _read_names(model)
+    was_read = read_names(model)
     kept: list[NodeProto] = []
     done = 0
     for node in g.node:
@@ -382,8 +381,6 @@ def _hoist_from(graph: GraphProto, names: _Names, inits: list[TensorProto]) -> i
     """Move ``graph``'s initializers and ``Constant`` nodes (and those of its subgraphs)
     into ``inits`` under fresh names; how many moved."""
     from onnx import TensorProto as _TensorProto
-
-    from placewise.graph.onnx_shapes import constant_tensor
 
     renames: dict[str, str] = {}
     moved = 0
@@ -472,204 +469,51 @@ def subgraph_refs(node: NodeProto) -> list[str]:
     return refs
 
 
-def _concrete(tp: Any) -> bool:
-    return (tp.WhichOneof("value") == "tensor_type" and tp.tensor_type.HasField("shape")
-            and all(d.HasField("dim_value") for d in tp.tensor_type.shape.dim))
+def constant_tensor(node: NodeProto) -> TensorProto | None:
+    """The tensor a Constant node holds (any of its value attributes), or None."""
+    from onnx import TensorProto, helper
 
-
-def _body_model(body: GraphProto, outer: ModelProto, input_types: Sequence[Any | None]
-                ) -> ModelProto:
-    """``body`` as a model of its own: its inputs (typed by ``input_types`` where the body
-    leaves them open) and the outer values it reads as inputs, small outer constants as
-    initializers (so shape arithmetic on them folds)."""
-    from onnx import GraphProto as _GraphProto
-    from onnx import helper
-
-    from placewise.graph.onnx_shapes import FOLD_MAX_BYTES
-
-    g = _GraphProto()
-    g.CopyFrom(body)
-    for vi, tp in zip(g.input, input_types, strict=False):
-        if tp is not None and not _concrete(vi.type):
-            vi.type.CopyFrom(tp)
-    types = {vi.name: vi.type for vi in [*outer.graph.input, *outer.graph.value_info,
-                                         *outer.graph.output]}
-    consts = _constant_values(outer.graph)
-    for name in _outer_refs(body):
-        t = consts.get(name)
-        if t is not None and len(t.raw_data) + 8 * sum(
-                len(getattr(t, f)) for f in ("float_data", "int32_data", "int64_data",
-                                             "double_data", "uint64_data")) <= FOLD_MAX_BYTES:
-            init = g.initializer.add()
-            init.CopyFrom(t)
-            init.name = name
-        elif t is not None:
-            g.input.append(helper.make_tensor_value_info(name, t.data_type, list(t.dims)))
-        elif name in types:
-            vi = g.input.add()
-            vi.name = name
-            vi.type.CopyFrom(types[name])
-        else:
-            raise InputError(f"reads outer value {name!r}, whose type is not known",
-                             place=f"subgraph {body.name!r}")
-    return helper.make_model(g, opset_imports=list(outer.opset_import),
-                             ir_version=outer.ir_version)
-
-
-def _body_work(body: GraphProto, outer: ModelProto, file: str,
-               input_types: Sequence[Any | None] = ()) -> dict[str, Any]:
-    """The work of one run of ``body``, counted by the graph count rules on the body
-    imported as a model (nested control flow included)."""
-    from placewise.errors import PlacewiseError
-    from placewise.graph.count import count_graph
-    from placewise.graph.ir import CONTROL_FLOW_KINDS, OpKind
-    from placewise.graph.onnx_import import graph_of_prepared
-    from placewise.graph.onnx_shapes import prepare_onnx
-
-    try:
-        model, info = prepare_onnx(_body_model(body, outer, input_types), file)
-        graph = graph_of_prepared(model, file, info)
-        count = count_graph(graph)
-    except PlacewiseError as exc:
-        why = getattr(exc, "problem", str(exc))
-        return {"body_counted": False, "body_uncounted": (f"subgraph: {why}"[:200],)}
-    by: dict[str, int] = {}
-    read = written = kernels = 0
-    for op in graph.ops:
-        c = count.per_op[op.name]
-        read += c.bytes_read
-        written += c.bytes_written
-        for d, b in c.bytes_by_dtype:
-            by[d.value] = by.get(d.value, 0) + b
-        if op.kind in CONTROL_FLOW_KINDS:
-            inner = op.attrs.get("body_kernels", 1)
-            trips = op.attrs.get("trips", 1)
-            kernels += (inner if isinstance(inner, int) else 1) * (
-                trips if isinstance(trips, int) else 1)
-        elif not c.is_view and op.kind not in (OpKind.SHAPE, OpKind.CONSTANT):
-            kernels += 1
-    names = sorted(by)
-    return {"body_flops": float(count.flops), "body_bytes_read": read,
-            "body_bytes_written": written, "body_dtypes": tuple(names),
-            "body_dtype_bytes": tuple(by[n] for n in names), "body_kernels": kernels,
-            "body_counted": count.coverage == 1.0, "body_uncounted": tuple(count.uncounted)}
-
-
-def _subgraph(node: NodeProto, name: str) -> GraphProto | None:
     for attr in node.attribute:
-        if attr.name == name and attr.HasField("g"):
-            return attr.g
+        if attr.name == "value":
+            return attr.t
+        if attr.name == "value_int":
+            return helper.make_tensor("v", TensorProto.INT64, (), [attr.i])
+        if attr.name == "value_ints":
+            return helper.make_tensor("v", TensorProto.INT64, (len(attr.ints),),
+                                      list(attr.ints))
+        if attr.name == "value_float":
+            return helper.make_tensor("v", TensorProto.FLOAT, (), [attr.f])
+        if attr.name == "value_floats":
+            return helper.make_tensor("v", TensorProto.FLOAT, (len(attr.floats),),
+                                      list(attr.floats))
     return None
 
 
-def _if_attrs(node: NodeProto, outer: ModelProto, file: str) -> dict[str, Any]:
-    """Both branches counted; the costlier is the central estimate, the other the low end."""
-    works = {}
-    for label in ("then", "else"):
-        sub = _subgraph(node, f"{label}_branch")
-        if sub is None:
-            return {"body_counted": False, "body_uncounted": (f"no {label}_branch",)}
-        works[label] = _body_work(sub, outer, file)
-    if not all(w["body_counted"] for w in works.values()):
-        bad = next(w for w in works.values() if not w["body_counted"])
-        return {**bad, "trips": 1, "trips_bound": "exact"}
-
-    def size(w: dict[str, Any]) -> tuple[float, int]:
-        return w["body_flops"], w["body_bytes_read"] + w["body_bytes_written"]
-
-    big, small = sorted(works, key=lambda k: size(works[k]), reverse=True)
-    (f_big, b_big), (f_small, b_small) = size(works[big]), size(works[small])
-    shares = [x / y for x, y in ((f_small, f_big), (b_small, b_big)) if y > 0]
-    return {**works[big], "branch": big, "low_share": min(shares, default=1.0), "trips": 1,
-            "trips_bound": "exact"}
+def read_names(model: ModelProto) -> set[str]:
+    """Every value name a node (subgraphs included) or a graph output reads."""
+    g = model.graph
+    names = {o.name for o in g.output}
+    for node in g.node:
+        names.update(i for i in node.input if i)
+        names.update(subgraph_refs(node))
+    return names
 
 
-def _loop_trips(node: NodeProto, body: GraphProto, consts: Mapping[str, TensorProto]
-                ) -> tuple[int, str]:
-    """Iterations of a ``Loop``: its max count M when constant ("exact" when nothing else
-    can stop it, else "at most"); 1 when M is unknown ("at least")."""
-    from onnx import numpy_helper
-
-    m_name = node.input[0] if node.input else ""
-    if not m_name or m_name not in consts:
-        return 1, "at least"
-    try:
-        m = numpy_helper.to_array(consts[m_name])
-    except Exception:
-        return 1, "at least"
-    if m.size != 1 or m.dtype.kind not in "iu":  # M is an int64 scalar; anything else:
-        return 1, "at least"                     # onnxruntime refuses it at run time
-    trips = int(m.reshape(-1)[0])
-    trips = max(0, trips)
-    cond_in = body.input[1].name if len(body.input) > 1 else ""
-    cond_out = body.output[0].name if body.output else ""
-    inner = _constant_values(body)
-    passes = cond_out == cond_in or any(
-        n.op_type == "Identity" and list(n.output) == [cond_out] and list(n.input) == [cond_in]
-        for n in body.node)
-    const_true = _const_bool(cond_out, inner) is True
-    outer_cond = node.input[1] if len(node.input) > 1 else ""
-    starts_true = not outer_cond or _const_bool(outer_cond, consts) is True
-    exact = starts_true and (passes or const_true)
-    return trips, "exact" if exact else "at most"
-
-
-def control_attrs(node: NodeProto, outer: ModelProto, file: str) -> dict[str, Any]:
-    """The attributes of a kept control-flow node's op (``OpKind.IF``/``LOOP``/``SCAN``,
-    documented on ``OpKind``): its subgraph's work per iteration and the iterations. A
-    node whose attributes are malformed is left uncounted, saying so."""
-    try:
-        return _control_attrs(node, outer, file)
-    except (TypeError, ValueError, AttributeError, IndexError, KeyError) as exc:
-        return {"body_counted": False,
-                "body_uncounted": (f"malformed {node.op_type}: {type(exc).__name__}: "
-                                   f"{exc}"[:200],)}
-
-
-def _control_attrs(node: NodeProto, outer: ModelProto, file: str) -> dict[str, Any]:
-    types = {vi.name: vi.type for vi in [*outer.graph.input, *outer.graph.value_info,
-                                         *outer.graph.output]}
-    if node.op_type == "If":
-        return _if_attrs(node, outer, file)
-    body = _subgraph(node, "body")
-    if body is None:
-        return {"body_counted": False, "body_uncounted": ("no body",)}
-    consts = _constant_values(outer.graph)
-    if node.op_type == "Loop":
-        trips, bound = _loop_trips(node, body, consts)
-        carried = [types.get(x) for x in node.input[2:]]
-        work = _body_work(body, outer, file, [None, None, *carried])
-        return {**work, "trips": trips, "trips_bound": bound}
-    return _scan_attrs(node, body, outer, file, types)
-
-
-def _scan_attrs(node: NodeProto, body: GraphProto, outer: ModelProto, file: str,
-                types: Mapping[str, Any]) -> dict[str, Any]:
-    """A ``Scan`` runs once per slice along its first scan input's axis."""
-    from onnx import helper
-
-    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute
-             if a.name in ("num_scan_inputs", "scan_input_axes")}
-    n_scan = int(attrs.get("num_scan_inputs", 0))
-    n_state = len(node.input) - n_scan
-    axes = list(attrs.get("scan_input_axes", [])) or [0] * n_scan
-    input_types: list[Any | None] = [types.get(x) for x in node.input[:n_state]]
-    trips: int | None = None
-    for x, axis in zip(node.input[n_state:], axes, strict=False):
-        tp = types.get(x)
-        if tp is None or not _concrete(tp):
-            input_types.append(None)
-            continue
-        dims = [int(d.dim_value) for d in tp.tensor_type.shape.dim]
-        axis = axis + len(dims) if axis < 0 else axis
-        if not 0 <= axis < len(dims):
-            input_types.append(None)
-            continue
-        if trips is None:
-            trips = dims[axis]
-        del dims[axis]
-        input_types.append(helper.make_tensor_type_proto(tp.tensor_type.elem_type, dims))
-    work = _body_work(body, outer, file, input_types)
-    if trips is None:
-        return {**work, "trips": 1, "trips_bound": "at least"}
-    return {**work, "trips": trips, "trips_bound": "exact"}
+def drop_unread(out: ModelProto, was_read: set[str]) -> None:
+    """Drop initializers and ``Constant`` nodes of ``out`` whose names are in ``was_read``
+    (what was read before a rewrite) and that nothing reads any more, in place."""
+    read = read_names(out)
+    gone = was_read - read
+    g = out.graph
+    dropped = {t.name for t in g.initializer if t.name in gone}
+    inits = [t for t in g.initializer if t.name not in gone]
+    del g.initializer[:]
+    g.initializer.extend(inits)
+    nodes = [n for n in g.node
+             if not (n.op_type == "Constant" and n.domain in ("", "ai.onnx")
+                     and all(o in gone for o in n.output))]
+    del g.node[:]
+    g.node.extend(nodes)
+    ins = [vi for vi in g.input if vi.name not in dropped]  # initializers listed as inputs
+    del g.input[:]
+    g.input.extend(ins)

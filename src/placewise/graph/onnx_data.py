@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from placewise.errors import ModelFormatError
+from placewise.graph.onnx_kinds import onnx_dtype
 
 if TYPE_CHECKING:
     from onnx import GraphProto, ModelProto, NodeProto, TensorProto
@@ -118,8 +119,6 @@ def has_external_data(model: ModelProto) -> bool:
 def tensor_bytes(t: TensorProto) -> int:
     """The bytes a tensor's values take (from its dims and element type, as the importer
     counts them: sub-byte types packed; 0 for strings and unknown types)."""
-    from placewise.graph.onnx_kinds import onnx_dtype
-
     dtype = onnx_dtype(t.data_type)
     return 0 if dtype is None or t.data_type == 8 else dtype.nbytes(math.prod(t.dims))
 
@@ -410,6 +409,7 @@ def ort_session(model: ModelProto | bytes | str, options: Any,
     external initializers are given to onnxruntime apart
     (``options.add_external_initializers``, memory-mapped, kept alive with the session):
     ``options`` must be fresh, used for this one session."""
+    # placewise.onnxrt imports onnxruntime (about 0.5 s): only where a session is made
     from placewise.onnxrt import new_session
 
     if isinstance(model, (bytes, str, os.PathLike)):

@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from placewise.errors import GraphError, InputError, ModelFormatError
+from placewise.errors import GraphError, ModelFormatError
 from placewise.graph.ir import (
     Attrs,
     Dim,
@@ -46,22 +46,22 @@ from placewise.graph.ir import (
     Tensor,
     eval_dim,
 )
+from placewise.graph.onnx_bodies import control_attrs
 from placewise.graph.onnx_compat import (
     MIN_OPSET,
     check_placeable_io,
     free_anonymous_dims,
     upgrade_opset,
 )
-from placewise.graph.onnx_control import CONTROL_FLOW_OPS, control_attrs, subgraph_refs
+from placewise.graph.onnx_control import CONTROL_FLOW_OPS, constant_tensor, subgraph_refs
 from placewise.graph.onnx_data import tensors
 from placewise.graph.onnx_kinds import _Ctx, _make_op, _type_name, _TypeInfo, onnx_dtype
-from placewise.io import read_file_bytes, read_file_range
+from placewise.graph.onnx_shapes import PrepareInfo, prepare_onnx
+from placewise.io import read_file_bytes, read_file_range, shorten
 from placewise.units import DType
 
 if TYPE_CHECKING:
     from onnx import GraphProto, ModelProto, NodeProto, TensorProto, TypeProto
-
-    from placewise.graph.onnx_shapes import PrepareInfo
 
 __all__ = ["MIN_OPSET", "graph_of_prepared", "load_onnx", "load_onnx_source", "onnx_dtype",
            "read_onnx", "read_onnx_as_is"]
@@ -90,7 +90,7 @@ def _read_model(path: str) -> ModelProto:
     except Exception as e:  # protobuf DecodeError and friends: never a raw traceback
         raise ModelFormatError(
             f"not a readable ONNX model (truncated or corrupt protobuf: {type(e).__name__}: "
-            f"{_short(str(e))})", file=path, place="ModelProto") from None
+            f"{shorten(str(e), 200)})", file=path, place="ModelProto") from None
     if model.ir_version <= 0 or not model.HasField("graph") or not model.opset_import:
         raise ModelFormatError(
             "not an ONNX model (no ir_version, graph or opset_import; truncated or not an "
@@ -99,11 +99,6 @@ def _read_model(path: str) -> ModelProto:
         raise ModelFormatError("the graph has no outputs (truncated file?)", file=path,
                                place=f"graph {model.graph.name!r}")
     return model
-
-
-def _short(text: str, limit: int = 200) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 # ---- strings and tensor data ---------------------------------------------------------------
@@ -339,100 +334,6 @@ def _resolve_external(model: ModelProto, path: str) -> None:
                     e.value = target
 
 
-# ---- binding input dims ----------------------------------------------------------------------
-
-
-def _bind_inputs(model: ModelProto, path: str, shapes: Mapping[str, Sequence[int]] | None,
-                 batch: int | None) -> dict[str, int]:
-    """Write the requested input dims into the graph inputs; return symbol -> size.
-
-    A symbol bound on one input is bound everywhere it appears (other inputs, outputs,
-    value_info), so that inference and the exporter's annotations agree.
-    """
-    graph = model.graph
-    init_names = {t.name for t in graph.initializer}
-    real_inputs = [vi for vi in graph.input if vi.name not in init_names]
-    by_name = {vi.name: vi for vi in real_inputs}
-    env: dict[str, int] = {}
-
-    def bind_symbol(symbol: str, value: int, place: str) -> None:
-        if env.get(symbol, value) != value:
-            raise InputError(f"symbol {symbol!r} bound to both {env[symbol]} and {value}",
-                             file=path, place=place)
-        env[symbol] = value
-
-    for name, dims in (shapes or {}).items():
-        if name not in by_name:
-            known = ", ".join(repr(n) for n in by_name) or "none"
-            raise InputError(f"the model has no input {name!r} (inputs: {known})",
-                             file=path, place="--shape")
-        place = f"input {name!r}"
-        req = tuple(int(d) for d in dims)
-        if any(d < 0 for d in req):
-            raise InputError(f"negative dimension in {list(req)}", file=path, place=place)
-        ttype = by_name[name].type.tensor_type
-        if not by_name[name].type.HasField("tensor_type"):
-            raise InputError("not a tensor input; cannot bind a shape", file=path, place=place)
-        if ttype.HasField("shape"):
-            have = ttype.shape.dim
-            if len(have) != len(req):
-                raise InputError(f"shape {list(req)} has rank {len(req)} but the input has "
-                                 f"rank {len(have)} ({_dims_text(have)})", file=path,
-                                 place=place)
-            for i, (d, want) in enumerate(zip(have, req, strict=True)):
-                if d.HasField("dim_value") and d.dim_value != want:
-                    raise InputError(f"dimension {i} is {d.dim_value} in the model but "
-                                     f"{want} was requested", file=path, place=place)
-                if d.HasField("dim_param"):
-                    bind_symbol(d.dim_param, want, place)
-                d.dim_value = want
-        else:
-            for want in req:
-                ttype.shape.dim.add().dim_value = want
-    if batch is not None:
-        if batch <= 0:
-            raise InputError(f"batch must be a positive integer, got {batch}", file=path,
-                             place="--batch")
-        bound_any = False
-        fixed: list[str] = []
-        for vi in real_inputs:
-            if vi.name in (shapes or {}) or not vi.type.HasField("tensor_type"):
-                continue
-            ttype = vi.type.tensor_type
-            if not ttype.HasField("shape") or not ttype.shape.dim:
-                continue
-            d0 = ttype.shape.dim[0]
-            if d0.HasField("dim_value"):
-                if d0.dim_value != batch:
-                    fixed.append(f"{vi.name!r} {_dims_text(ttype.shape.dim)}")
-                continue
-            if d0.HasField("dim_param"):
-                bind_symbol(d0.dim_param, batch, f"input {vi.name!r}")
-            d0.dim_value = batch
-            bound_any = True
-        if not bound_any and fixed:
-            raise InputError(f"batch {batch} cannot be applied: the model's inputs have a "
-                             f"fixed leading dim ({', '.join(fixed)}); export it with a "
-                             f"dynamic batch", file=path, place="--batch")
-    if env:
-        for vi in [*graph.input, *graph.output, *graph.value_info]:
-            if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
-                for d in vi.type.tensor_type.shape.dim:
-                    if d.HasField("dim_param") and d.dim_param in env:
-                        d.dim_value = env[d.dim_param]
-    return env
-
-
-def _dims_text(dims: Iterable[Any]) -> str:
-    parts = []
-    for d in dims:
-        if d.HasField("dim_value"):
-            parts.append(str(d.dim_value))
-        else:
-            parts.append(d.dim_param or "?")
-    return "[" + ",".join(parts) + "]"
-
-
 # ---- shapes and dtypes ---------------------------------------------------------------------
 
 
@@ -513,14 +414,6 @@ def _constant_node_info(node: NodeProto) -> _TypeInfo | None:
     return None
 
 
-def _constant_node_value(node: NodeProto) -> TensorProto | None:
-    """The tensor a Constant node holds (``onnx_shapes.constant_tensor``)."""
-    from placewise.graph.onnx_shapes import constant_tensor
-
-    return constant_tensor(node)
-
-
-
 # ---- the importer ---------------------------------------------------------------------------
 
 
@@ -586,8 +479,6 @@ def load_onnx_source(path: str | os.PathLike[str], *,
     model it was built from: bound, shapes resolved, shape arithmetic folded
     (``graph.onnx_shapes.prepare_onnx``). What runs the graph's ops (the runtime's model
     source, partitions) runs this model, whose nodes are the graph's ops."""
-    from placewise.graph.onnx_shapes import prepare_onnx
-
     file = os.fspath(path)
     source, upgraded_from = _read_onnx(file)
     check_placeable_io(source, file)
@@ -610,6 +501,31 @@ def graph_of_prepared(model: ModelProto, file: str, info: PrepareInfo, *,
 
 def _build_graph(model: ModelProto, file: str, env: Mapping[str, int],
                  inference_problem: str, record: ImportRecord) -> Graph:
+    graph = model.graph
+    infos, consts, params, constant_nodes = _values(model, file, env)
+    param_set = set(params)
+    input_names = [vi.name for vi in graph.input if vi.name not in param_set]
+    output_names = [vi.name for vi in graph.output]
+    _solve_view_symbols(graph.node, infos, dict(env))
+    ops, produced = _ops(model, file, _Ctx(infos, consts), param_set, input_names,
+                         constant_nodes)
+    defined = param_set | set(input_names) | set(produced)
+    for o in output_names:
+        if o not in defined:
+            raise ModelFormatError(f"graph output {o!r} is not produced by any node "
+                                   f"(truncated or corrupt model?)", file=file,
+                                   place=f"output {o!r}")
+    tensors = _tensors(infos, [*input_names, *params, *produced], produced, param_set,
+                       input_names, set(output_names), file, inference_problem)
+    return Graph.build(graph.name or os.path.splitext(os.path.basename(file))[0], tensors,
+                       ops, input_names, output_names, file=file, record=record)
+
+
+def _values(model: ModelProto, file: str, env: Mapping[str, int]
+            ) -> tuple[dict[str, _TypeInfo], dict[str, TensorProto], list[str], set[int]]:
+    """Every value's type (value infos, inputs, outputs, initializers, Constant nodes), the
+    constant values, the parameters (initializers and Constant outputs, in order) and the
+    indexes of the Constant nodes."""
     graph = model.graph
     infos: dict[str, _TypeInfo] = {}
     for vi in [*graph.value_info, *graph.input, *graph.output]:
@@ -643,17 +559,19 @@ def _build_graph(model: ModelProto, file: str, env: Mapping[str, int],
                 raise ModelFormatError("Constant node has no value attribute", file=file,
                                        place=f"node {node.name or node.output[0]!r}")
             infos[node.output[0]] = info
-            value = _constant_node_value(node)
+            value = constant_tensor(node)
             if value is not None:
                 consts[node.output[0]] = value
             params.append(node.output[0])
             constant_nodes.add(i)
-    param_set = set(params)
-    input_names = [vi.name for vi in graph.input if vi.name not in param_set]
-    output_names = [vi.name for vi in graph.output]
-    _solve_view_symbols(graph.node, infos, dict(env))
-    ctx = _Ctx(infos, consts)
+    return infos, consts, params, constant_nodes
 
+
+def _ops(model: ModelProto, file: str, ctx: _Ctx, param_set: set[str], input_names: list[str],
+         constant_nodes: set[int]) -> tuple[list[Op], dict[str, str]]:
+    """The ops of the graph's nodes (Constant nodes left out) and each value's producer;
+    ``ModelFormatError`` for a value read before it is defined or defined twice."""
+    graph = model.graph
     # every value a node reads must be defined before it (ONNX requires topological order)
     defined = set(param_set) | set(input_names)
     ops: list[Op] = []
@@ -679,17 +597,17 @@ def _build_graph(model: ModelProto, file: str, env: Mapping[str, int],
         defined.update(outputs)
         op = _make_op(node, name, (*node.input, *extra), outputs, ctx)
         if node.op_type in CONTROL_FLOW_OPS and node.domain in ("", "ai.onnx"):
-            op = replace(op, attrs=Attrs.of(control_attrs(node, model, file)))
+            op = replace(op, attrs=Attrs.of(control_attrs(node, model, file, graph_of_prepared)))
         ops.append(op)
-    for o in output_names:
-        if o not in defined:
-            raise ModelFormatError(f"graph output {o!r} is not produced by any node "
-                                   f"(truncated or corrupt model?)", file=file,
-                                   place=f"output {o!r}")
+    return ops, produced
 
+
+def _tensors(infos: Mapping[str, _TypeInfo], names: list[str], produced: Mapping[str, str],
+             param_set: set[str], input_names: list[str], outputs_set: set[str], file: str,
+             inference_problem: str) -> list[Tensor]:
+    """The graph's tensors, each with its role; ``GraphError`` for one of unknown dtype."""
     tensors: list[Tensor] = []
-    outputs_set = set(output_names)
-    for tname in [*input_names, *params, *produced]:
+    for tname in names:
         info = infos.get(tname)
         producer = produced.get(tname)
         place = f"node {producer!r}" if producer else f"tensor {tname!r}"
@@ -708,8 +626,7 @@ def _build_graph(model: ModelProto, file: str, env: Mapping[str, int],
         else:
             role = Role.ACTIVATION
         tensors.append(Tensor(tname, info.shape, info.dtype, role=role))
-    return Graph.build(graph.name or os.path.splitext(os.path.basename(file))[0], tensors,
-                       ops, input_names, output_names, file=file, record=record)
+    return tensors
 
 
 _SIZE_PRESERVING = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}

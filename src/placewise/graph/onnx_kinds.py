@@ -384,6 +384,11 @@ def _canonical_attrs(kind: OpKind, node: NodeProto, ctx: _Ctx) -> dict[str, Any]
         else:
             dt = onnx_dtype(int(a.get("to", 0)))
         return {} if dt is None else {"to": dt.value}
+    return _scalar_attrs(kind, a)
+
+
+def _scalar_attrs(kind: OpKind, a: dict[str, Any]) -> dict[str, Any]:
+    """The attributes of kinds that keep a few scalars (einsum, trilu, mod, activations)."""
     if kind is OpKind.EINSUM:
         eq = a.get("equation", b"")
         return {"equation": eq.decode() if isinstance(eq, bytes) else str(eq)}

@@ -48,12 +48,24 @@ import logging
 import math
 import tempfile
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from placewise.errors import GraphError
-from placewise.io import quiet
+from placewise.errors import GraphError, InputError
+from placewise.graph.count_table import window_count
+from placewise.graph.onnx_control import (
+    MAX_INLINE_ROUNDS,
+    bind_values,
+    constant_tensor,
+    drop_dead_nodes,
+    drop_unread,
+    hoist_subgraph_weights,
+    inline_known_ifs,
+    read_names,
+)
+from placewise.graph.onnx_data import ort_session
+from placewise.io import quiet, shorten
 
 if TYPE_CHECKING:
     import numpy as np
@@ -131,15 +143,6 @@ def prepare_onnx(model: ModelProto, file: str, *,
     """
     import onnx
 
-    from placewise.graph.onnx_control import (
-        MAX_INLINE_ROUNDS,
-        bind_values,
-        drop_dead_nodes,
-        hoist_subgraph_weights,
-        inline_known_ifs,
-    )
-    from placewise.graph.onnx_import import _bind_inputs
-
     work = onnx.ModelProto()
     work.CopyFrom(model)
     env = _bind_inputs(work, file, shapes, batch)
@@ -159,7 +162,7 @@ def prepare_onnx(model: ModelProto, file: str, *,
     hoisted = hoist_subgraph_weights(folded)
     if names or inlined:  # values only folded nodes or dropped branches read
         drop_dead_nodes(folded)
-        drop_unread(folded, _read_names(model))
+        drop_unread(folded, read_names(model))
     return folded, PrepareInfo(dict(env), source, before, len(names), problem, tuple(names),
                                tuple(bound), inlined, hoisted)
 
@@ -245,7 +248,7 @@ def resolve_shapes(model: ModelProto) -> tuple[ModelProto, str, str]:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
     except Exception as e:  # non-strict inference rarely raises; keep the annotations
         inferred = model
-        problems = [f"ONNX shape inference failed: {_short(str(e))}"]
+        problems = [f"ONNX shape inference failed: {shorten(str(e), 160)}"]
     else:
         problems = []
     left = symbolic_values(inferred)
@@ -268,7 +271,7 @@ def resolve_shapes(model: ModelProto) -> tuple[ModelProto, str, str]:
         sym = _ort_symbolic(model)
     except Exception as e:
         problems.append(f"onnxruntime symbolic inference failed: {type(e).__name__}: "
-                        f"{_short(str(e))}")
+                        f"{shorten(str(e), 160)}")
     else:
         left = symbolic_values(sym)
         if not left:
@@ -283,17 +286,15 @@ def _run_or_keep(inferred: ModelProto, problems: list[str]) -> tuple[ModelProto,
     try:
         return _ort_run(inferred), SHAPES_RUN, "; ".join(problems)
     except Exception as e:  # a model onnxruntime cannot run: its dims stay symbolic
-        problems.append(f"an onnxruntime run failed ({type(e).__name__}: {_short(str(e))})")
+        problems.append(f"an onnxruntime run failed ({type(e).__name__}: {shorten(str(e), 160)})")
         return inferred, SHAPES_ONNX, "; ".join(problems)
 
 
 def _ceil_pools_misread(model: ModelProto) -> list[str]:
     """Outputs of ``ceil_mode`` MaxPool/AveragePool nodes whose inferred spatial size is
-    not the one onnxruntime computes (``count.window_count``: ONNX inference keeps a last
+    not the one onnxruntime computes (``count_table.window_count``: ONNX inference keeps a last
     window that starts in the end padding)."""
     from onnx import helper
-
-    from placewise.graph.count import window_count
 
     dims: dict[str, tuple[int, ...]] = {}
     for vi in [*model.graph.input, *model.graph.value_info, *model.graph.output]:
@@ -324,14 +325,10 @@ def _ceil_pools_misread(model: ModelProto) -> list[str]:
     return wrong
 
 
-def _short(text: str, limit: int = 160) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def _ort_symbolic(model: ModelProto) -> ModelProto:
     from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
+    # placewise.onnxrt imports onnxruntime (about 0.5 s): only where a session is made
     from placewise.onnxrt import quiet_logs
 
     quiet_logs()
@@ -505,34 +502,12 @@ def plain_session(model: ModelProto) -> Any:
     one thread, quiet (external weights read where they are: ``graph.onnx_data``)."""
     import onnxruntime as ort
 
-    from placewise.graph.onnx_data import ort_session
-
     opts = ort.SessionOptions()
     opts.log_severity_level = 4  # fatal only: a failing run is reported, never logged
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     opts.intra_op_num_threads = 1
     opts.inter_op_num_threads = 1
     return ort_session(model, opts)
-
-
-def constant_tensor(node: NodeProto) -> TensorProto | None:
-    """The tensor a Constant node holds (any of its value attributes), or None."""
-    from onnx import TensorProto, helper
-
-    for attr in node.attribute:
-        if attr.name == "value":
-            return attr.t
-        if attr.name == "value_int":
-            return helper.make_tensor("v", TensorProto.INT64, (), [attr.i])
-        if attr.name == "value_ints":
-            return helper.make_tensor("v", TensorProto.INT64, (len(attr.ints),),
-                                      list(attr.ints))
-        if attr.name == "value_float":
-            return helper.make_tensor("v", TensorProto.FLOAT, (), [attr.f])
-        if attr.name == "value_floats":
-            return helper.make_tensor("v", TensorProto.FLOAT, (len(attr.floats),),
-                                      list(attr.floats))
-    return None
 
 
 def _foldable(node: NodeProto, values: _Values, outputs: set[str], pending: set[str]
@@ -699,39 +674,101 @@ def fold_constants(model: ModelProto) -> tuple[ModelProto, list[str]]:
     return out, folded
 
 
-def _read_names(model: ModelProto) -> set[str]:
-    """Every value name a node (subgraphs included) or a graph output reads."""
-    from placewise.graph.onnx_control import subgraph_refs
-
-    g = model.graph
-    names = {o.name for o in g.output}
-    for node in g.node:
-        names.update(i for i in node.input if i)
-        names.update(subgraph_refs(node))
-    return names
-
-
 def _drop_unread(out: ModelProto, before: ModelProto) -> None:
     """Drop initializers and ``Constant`` nodes that were read in ``before`` and are not
     read in ``out`` any more (values only folded nodes used)."""
-    drop_unread(out, _read_names(before))
+    drop_unread(out, read_names(before))
 
 
-def drop_unread(out: ModelProto, was_read: set[str]) -> None:
-    """Drop initializers and ``Constant`` nodes of ``out`` whose names are in ``was_read``
-    (what was read before a rewrite) and that nothing reads any more, in place."""
-    read = _read_names(out)
-    gone = was_read - read
-    g = out.graph
-    dropped = {t.name for t in g.initializer if t.name in gone}
-    inits = [t for t in g.initializer if t.name not in gone]
-    del g.initializer[:]
-    g.initializer.extend(inits)
-    nodes = [n for n in g.node
-             if not (n.op_type == "Constant" and n.domain in ("", "ai.onnx")
-                     and all(o in gone for o in n.output))]
-    del g.node[:]
-    g.node.extend(nodes)
-    ins = [vi for vi in g.input if vi.name not in dropped]  # initializers listed as inputs
-    del g.input[:]
-    g.input.extend(ins)
+# ---- binding input dims ----------------------------------------------------------------------
+
+
+def _bind_inputs(model: ModelProto, path: str, shapes: Mapping[str, Sequence[int]] | None,
+                 batch: int | None) -> dict[str, int]:
+    """Write the requested input dims into the graph inputs; return symbol -> size.
+
+    A symbol bound on one input is bound everywhere it appears (other inputs, outputs,
+    value_info), so that inference and the exporter's annotations agree.
+    """
+    graph = model.graph
+    init_names = {t.name for t in graph.initializer}
+    real_inputs = [vi for vi in graph.input if vi.name not in init_names]
+    by_name = {vi.name: vi for vi in real_inputs}
+    env: dict[str, int] = {}
+
+    def bind_symbol(symbol: str, value: int, place: str) -> None:
+        if env.get(symbol, value) != value:
+            raise InputError(f"symbol {symbol!r} bound to both {env[symbol]} and {value}",
+                             file=path, place=place)
+        env[symbol] = value
+
+    for name, dims in (shapes or {}).items():
+        if name not in by_name:
+            known = ", ".join(repr(n) for n in by_name) or "none"
+            raise InputError(f"the model has no input {name!r} (inputs: {known})",
+                             file=path, place="--shape")
+        place = f"input {name!r}"
+        req = tuple(int(d) for d in dims)
+        if any(d < 0 for d in req):
+            raise InputError(f"negative dimension in {list(req)}", file=path, place=place)
+        ttype = by_name[name].type.tensor_type
+        if not by_name[name].type.HasField("tensor_type"):
+            raise InputError("not a tensor input; cannot bind a shape", file=path, place=place)
+        if ttype.HasField("shape"):
+            have = ttype.shape.dim
+            if len(have) != len(req):
+                raise InputError(f"shape {list(req)} has rank {len(req)} but the input has "
+                                 f"rank {len(have)} ({_dims_text(have)})", file=path,
+                                 place=place)
+            for i, (d, want) in enumerate(zip(have, req, strict=True)):
+                if d.HasField("dim_value") and d.dim_value != want:
+                    raise InputError(f"dimension {i} is {d.dim_value} in the model but "
+                                     f"{want} was requested", file=path, place=place)
+                if d.HasField("dim_param"):
+                    bind_symbol(d.dim_param, want, place)
+                d.dim_value = want
+        else:
+            for want in req:
+                ttype.shape.dim.add().dim_value = want
+    if batch is not None:
+        if batch <= 0:
+            raise InputError(f"batch must be a positive integer, got {batch}", file=path,
+                             place="--batch")
+        bound_any = False
+        fixed: list[str] = []
+        for vi in real_inputs:
+            if vi.name in (shapes or {}) or not vi.type.HasField("tensor_type"):
+                continue
+            ttype = vi.type.tensor_type
+            if not ttype.HasField("shape") or not ttype.shape.dim:
+                continue
+            d0 = ttype.shape.dim[0]
+            if d0.HasField("dim_value"):
+                if d0.dim_value != batch:
+                    fixed.append(f"{vi.name!r} {_dims_text(ttype.shape.dim)}")
+                continue
+            if d0.HasField("dim_param"):
+                bind_symbol(d0.dim_param, batch, f"input {vi.name!r}")
+            d0.dim_value = batch
+            bound_any = True
+        if not bound_any and fixed:
+            raise InputError(f"batch {batch} cannot be applied: the model's inputs have a "
+                             f"fixed leading dim ({', '.join(fixed)}); export it with a "
+                             f"dynamic batch", file=path, place="--batch")
+    if env:
+        for vi in [*graph.input, *graph.output, *graph.value_info]:
+            if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+                for d in vi.type.tensor_type.shape.dim:
+                    if d.HasField("dim_param") and d.dim_param in env:
+                        d.dim_value = env[d.dim_param]
+    return env
+
+
+def _dims_text(dims: Iterable[Any]) -> str:
+    parts = []
+    for d in dims:
+        if d.HasField("dim_value"):
+            parts.append(str(d.dim_value))
+        else:
+            parts.append(d.dim_param or "?")
+    return "[" + ",".join(parts) + "]"

@@ -62,6 +62,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from placewise.errors import ModelFormatError
+from placewise.io import read_file_bytes, shorten
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
@@ -182,7 +183,7 @@ def _json(raw: bytes | str, file: str, entry: str) -> Any:
     except UnicodeDecodeError as e:
         raise _refuse(f"is not UTF-8 text ({e.reason} at byte {e.start})", file, entry) from None
     except (ValueError, RecursionError, MemoryError) as e:
-        raise _refuse(f"is not valid JSON ({type(e).__name__}: {_short(str(e))})", file,
+        raise _refuse(f"is not valid JSON ({type(e).__name__}: {shorten(str(e), 200)})", file,
                       entry) from None
     _check_depth(value, file, entry)
     return value
@@ -196,11 +197,6 @@ def _check_depth(value: Any, file: str, entry: str) -> None:
             if d >= _MAX_JSON_DEPTH:
                 raise _refuse(f"JSON nested more than {_MAX_JSON_DEPTH} levels deep", file, entry)
             stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
-
-
-def _short(text: str, limit: int = 200) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def check_pt2_archive(data: bytes, *, file: str) -> bytes:
@@ -227,7 +223,7 @@ def check_pt2_archive(data: bytes, *, file: str) -> bytes:
             raise _refuse(f"the archive has no {rel!r} (not written by torch.export.save, or "
                           f"truncated)", file)
     if files["archive_version"].strip() != version_value.encode():
-        raise _refuse(f"archive version {_short(files['archive_version'].decode(errors='replace'), 20)!r}"
+        raise _refuse(f"archive version {shorten(files['archive_version'].decode(errors='replace'), 20)!r}"
                       f" is not {version_value!r}, the one this torch reads", file,
                       "archive_version")
     payloads: dict[str, str] = {}  # payload file -> the config that must name it
@@ -300,14 +296,14 @@ def _check_payload_config(config: Any, files: dict[str, bytes], *, file: str, en
     sizes = _element_sizes()
     named: set[str] = set()
     for fqn, meta in config["config"].items():
-        what = f"{kind} {_short(str(fqn), 80)!r}"
+        what = f"{kind} {shorten(str(fqn), 80)!r}"
         if not isinstance(meta, dict):
             raise _refuse(f"{what} is not an object", file, entry)
         pname = meta.get("path_name")
         if meta.get("use_pickle") is not False or not isinstance(pname, str) \
                 or not re.fullmatch(re.escape(prefix) + r"[0-9]{1,9}", pname):
             raise _refuse(f"{what} is stored as a pickled object "
-                          f"({_short(str(pname), 40)!r}); placewise does not unpickle model "
+                          f"({shorten(str(pname), 40)!r}); placewise does not unpickle model "
                           f"files", file, entry)
         tm = meta.get("tensor_meta")
         if not isinstance(tm, dict) or not isinstance(meta.get("is_param"), bool):
@@ -395,7 +391,7 @@ def _parse_expr(text: Any, what: str, file: str, entry: str) -> ast.Expression:
     try:
         return ast.parse(text, mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        raise _refuse(f"{what} {_short(text, 80)!r} is not an expression", file,
+        raise _refuse(f"{what} {shorten(text, 80)!r} is not an expression", file,
                       entry) from None
 
 
@@ -412,7 +408,7 @@ def check_sym_expr(text: Any, *, file: str, entry: str) -> None:
     """
     what = "symbolic expression"
     tree = _parse_expr(text, what, file, entry)
-    bad = _refuse(f"{what} {_short(str(text), 80)!r} calls something other than sympy "
+    bad = _refuse(f"{what} {shorten(str(text), 80)!r} calls something other than sympy "
                   f"functions; refused", file, entry)
     named: set[int] = set()  # string constants in an allowed place
     for node in ast.walk(tree):
@@ -461,7 +457,7 @@ def check_guard_code(text: Any, *, file: str, entry: str) -> None:
     placewise.errors.ModelFormatError: m.pt2: entry 'e': guard code "L['x'].__class__" is not a check of input sizes; refused
     """
     tree = _parse_expr(text, "guard code", file, entry)
-    bad = _refuse(f"guard code {_short(str(text), 80)!r} is not a check of input sizes; "
+    bad = _refuse(f"guard code {shorten(str(text), 80)!r} is not a check of input sizes; "
                   f"refused", file, entry)
 
     def rooted_at_l(node: ast.AST) -> bool:
@@ -634,12 +630,12 @@ def check_program(ep: ExportedProgram, *, file: str) -> None:
             if node.op != "call_function":
                 continue
             if not allowed(node.target):
-                raise ModelFormatError(f"the program calls {_short(repr(node.target), 80)}, "
+                raise ModelFormatError(f"the program calls {shorten(repr(node.target), 80)}, "
                                        f"which is not a torch operator; refused", file=file,
                                        place=where)
             for fn in callables((node.args, node.kwargs)):
                 if not allowed(fn):
-                    raise ModelFormatError(f"the program passes {_short(repr(fn), 80)}, "
+                    raise ModelFormatError(f"the program passes {shorten(repr(fn), 80)}, "
                                            f"which is not a torch operator; refused",
                                            file=file, place=where)
 
@@ -649,8 +645,6 @@ def read_pt2(path: str | os.PathLike[str]) -> ExportedProgram:
     the file holds (module docstring); ``ModelFormatError`` otherwise, also for a file that
     is not a regular file, is larger than ``MAX_PT2_BYTES``, or that torch cannot load.
     Every reader of ``.pt2`` files in placewise goes through here."""
-    from placewise.io import read_file_bytes
-
     file = os.fspath(path)
     data = read_file_bytes(file, what="torch.export program (.pt2)", limit_bytes=MAX_PT2_BYTES,
                            error=ModelFormatError)
@@ -671,4 +665,4 @@ def _torch_load(archive: bytes, file: str) -> ExportedProgram:
         raise
     except Exception as e:
         raise ModelFormatError(f"torch.export.load failed: {type(e).__name__}: "
-                               f"{_short(str(e))}", file=file) from None
+                               f"{shorten(str(e), 200)}", file=file) from None

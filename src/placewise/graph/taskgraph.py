@@ -195,17 +195,34 @@ def parse_taskgraph(data: Any, *, file: str | None = None) -> Graph:
     default_name = Path(file).stem if file else "taskgraph"
     gname = top.get("name") or default_name
 
-    # tasks
+    task_at, specs = _tasks(v, top)
+    t = _Tensors(v, task_at)
+    t.read(top)
+    attrs = {d: Attrs.of(dtype=d.value) for d in DType}
+    ops = [Op(name, OpKind.TASK, tuple(t.reads[name]), tuple(t.writes[name]),
+              attrs=attrs[dtype],
+              provenance=Provenance(source=task_at[name], source_op="task"),
+              scratch_bytes=scratch, hint=TaskHint(flops, nbytes, times))
+           for name, flops, nbytes, dtype, times, scratch in specs]
+    graph_outputs = sorted(t.outputs, key=lambda tn: _order_key(t.at[tn]))
+    return Graph.build(gname, t.tensors, ops, outputs=graph_outputs, file=file)
+
+
+_Spec = tuple[str, float, int, DType, tuple[tuple[str, float], ...], int]
+
+
+def _tasks(v: _V, top: dict[str, Any]) -> tuple[dict[str, str], list[_Spec]]:
+    """Each task's place by name, and its (name, flops, bytes, dtype, times, scratch)."""
     tasks = v.array(top["tasks"], "tasks", min_items=1)
     task_at: dict[str, str] = {}
-    specs: list[tuple[str, float, int, DType, tuple[tuple[str, float], ...], int]] = []
+    specs: list[_Spec] = []
     for i, t in enumerate(tasks):
         p = f"tasks[{i}]"
         v.obj(t, p, ("name",), _TASK_KEYS)
         name = v.name(t["name"], f"{p}.name")
         if name in task_at:
             raise GraphError(f"task name {name!r} used twice (first at {task_at[name]})",
-                             file=file, place=f"{p}.name")
+                             file=v.file, place=f"{p}.name")
         task_at[name] = p
         flops = v.number(t.get("flops", 0), f"{p}.flops")
         nbytes = v.count(t.get("bytes", 0), f"{p}.bytes")
@@ -225,78 +242,78 @@ def parse_taskgraph(data: Any, *, file: str | None = None) -> Graph:
                     raise v.fail(f"{p}.times_s", "device name must not be empty")
                 times.append((dev, v.number(sec, f"{p}.times_s.{dev}")))
         specs.append((name, flops, nbytes, _DTYPES[dt], tuple(sorted(times)), scratch))
+    return task_at, specs
 
-    # tensors: edges, inputs, outputs
-    tensor_at: dict[str, str] = {}
-    tensors: list[Tensor] = []
-    reads: dict[str, list[str]] = {n: [] for n in task_at}
-    writes: dict[str, list[str]] = {n: [] for n in task_at}
 
-    def add_tensor(tname: str, nbytes: int, role: Role, place: str, name_given: bool) -> None:
-        if tname in tensor_at:
+class _Tensors:
+    """The tensors of a task graph (edges, inputs, outputs), what each task reads and
+    writes, and the graph outputs listed (or added: a task with no successor)."""
+
+    def __init__(self, v: _V, task_at: dict[str, str]) -> None:
+        self.v, self.task_at = v, task_at
+        self.at: dict[str, str] = {}
+        self.tensors: list[Tensor] = []
+        self.reads: dict[str, list[str]] = {n: [] for n in task_at}
+        self.writes: dict[str, list[str]] = {n: [] for n in task_at}
+        self.outputs: list[str] = []
+
+    def add(self, tname: str, nbytes: int, role: Role, place: str, name_given: bool) -> None:
+        if tname in self.at:
             hint = "" if name_given else "; give it a distinct \"name\""
             raise GraphError(f"tensor name {tname!r} used twice (first at "
-                             f"{tensor_at[tname]}){hint}", file=file,
+                             f"{self.at[tname]}){hint}", file=self.v.file,
                              place=f"{place}.name" if name_given else place)
-        tensor_at[tname] = place
-        tensors.append(Tensor(tname, (nbytes,), DType.UINT8, role=role))
+        self.at[tname] = place
+        self.tensors.append(Tensor(tname, (nbytes,), DType.UINT8, role=role))
 
-    def task_ref(x: Any, place: str) -> str:
-        n = v.name(x, place)
-        if n not in task_at:
-            raise GraphError(f"unknown task {n!r}", file=file, place=place)
+    def task_ref(self, x: Any, place: str) -> str:
+        n = self.v.name(x, place)
+        if n not in self.task_at:
+            raise GraphError(f"unknown task {n!r}", file=self.v.file, place=place)
         return n
 
-    for i, e in enumerate(v.array(top.get("edges", []), "edges")):
-        p = f"edges[{i}]"
-        v.obj(e, p, ("src", "dst", "bytes"), _EDGE_KEYS)
-        src = task_ref(e["src"], f"{p}.src")
-        dst = task_ref(e["dst"], f"{p}.dst")
-        if src == dst:
-            raise GraphError(f"edge from task {src!r} to itself", file=file, place=p)
-        nbytes = v.count(e["bytes"], f"{p}.bytes")
-        tname = v.name(e["name"], f"{p}.name") if "name" in e else f"{src}->{dst}"
-        add_tensor(tname, nbytes, Role.ACTIVATION, p, "name" in e)
-        writes[src].append(tname)
-        reads[dst].append(tname)
-    for i, e in enumerate(v.array(top.get("inputs", []), "inputs")):
-        p = f"inputs[{i}]"
-        v.obj(e, p, ("dst", "bytes"), _INPUT_KEYS)
-        dst = task_ref(e["dst"], f"{p}.dst")
-        nbytes = v.count(e["bytes"], f"{p}.bytes")
-        tname = v.name(e["name"], f"{p}.name") if "name" in e else f"in:{dst}"
-        add_tensor(tname, nbytes, Role.INPUT, p, "name" in e)
-        reads[dst].append(tname)
-    listed_outputs: list[str] = []
-    for i, e in enumerate(v.array(top.get("outputs", []), "outputs")):
-        p = f"outputs[{i}]"
-        v.obj(e, p, ("src", "bytes"), _OUTPUT_KEYS)
-        src = task_ref(e["src"], f"{p}.src")
-        nbytes = v.count(e["bytes"], f"{p}.bytes")
-        tname = v.name(e["name"], f"{p}.name") if "name" in e else f"{src}:out"
-        add_tensor(tname, nbytes, Role.OUTPUT, p, "name" in e)
-        writes[src].append(tname)
-        listed_outputs.append(tname)
-    for name, p in task_at.items():
-        if not writes[name]:
-            tname = f"{name}:out"
-            if tname in tensor_at:
-                raise GraphError(f"tensor name {tname!r} is taken by {tensor_at[tname]}, but "
-                                 f"task {name!r} has no successor and needs it for its "
-                                 f"automatic 0-byte output; rename that tensor", file=file,
-                                 place=tensor_at[tname])
-            add_tensor(tname, 0, Role.OUTPUT, p, False)
-            writes[name].append(tname)
-            listed_outputs.append(tname)
-
-    attrs = {d: Attrs.of(dtype=d.value) for d in DType}
-    ops = [Op(name, OpKind.TASK, tuple(reads[name]), tuple(writes[name]),
-              attrs=attrs[dtype],
-              provenance=Provenance(source=task_at[name], source_op="task"),
-              scratch_bytes=scratch, hint=TaskHint(flops, nbytes, times))
-           for name, flops, nbytes, dtype, times, scratch in specs]
-    graph_outputs = sorted(listed_outputs, key=lambda tn: _order_key(tensor_at[tn]))
-    return Graph.build(gname, tensors, ops, outputs=graph_outputs, file=file)
+    def read(self, top: dict[str, Any]) -> None:
+        v, file = self.v, self.v.file
+        for i, e in enumerate(v.array(top.get("edges", []), "edges")):
+            p = f"edges[{i}]"
+            v.obj(e, p, ("src", "dst", "bytes"), _EDGE_KEYS)
+            src = self.task_ref(e["src"], f"{p}.src")
+            dst = self.task_ref(e["dst"], f"{p}.dst")
+            if src == dst:
+                raise GraphError(f"edge from task {src!r} to itself", file=file, place=p)
+            nbytes = v.count(e["bytes"], f"{p}.bytes")
+            tname = v.name(e["name"], f"{p}.name") if "name" in e else f"{src}->{dst}"
+            self.add(tname, nbytes, Role.ACTIVATION, p, "name" in e)
+            self.writes[src].append(tname)
+            self.reads[dst].append(tname)
+        for i, e in enumerate(v.array(top.get("inputs", []), "inputs")):
+            p = f"inputs[{i}]"
+            v.obj(e, p, ("dst", "bytes"), _INPUT_KEYS)
+            dst = self.task_ref(e["dst"], f"{p}.dst")
+            nbytes = v.count(e["bytes"], f"{p}.bytes")
+            tname = v.name(e["name"], f"{p}.name") if "name" in e else f"in:{dst}"
+            self.add(tname, nbytes, Role.INPUT, p, "name" in e)
+            self.reads[dst].append(tname)
+        for i, e in enumerate(v.array(top.get("outputs", []), "outputs")):
+            p = f"outputs[{i}]"
+            v.obj(e, p, ("src", "bytes"), _OUTPUT_KEYS)
+            src = self.task_ref(e["src"], f"{p}.src")
+            nbytes = v.count(e["bytes"], f"{p}.bytes")
+            tname = v.name(e["name"], f"{p}.name") if "name" in e else f"{src}:out"
+            self.add(tname, nbytes, Role.OUTPUT, p, "name" in e)
+            self.writes[src].append(tname)
+            self.outputs.append(tname)
+        for name, p in self.task_at.items():
+            if not self.writes[name]:
+                tname = f"{name}:out"
+                if tname in self.at:
+                    raise GraphError(f"tensor name {tname!r} is taken by {self.at[tname]}, "
+                                     f"but task {name!r} has no successor and needs it for "
+                                     f"its automatic 0-byte output; rename that tensor",
+                                     file=file, place=self.at[tname])
+                self.add(tname, 0, Role.OUTPUT, p, False)
+                self.writes[name].append(tname)
+                self.outputs.append(tname)
 
 
 def _order_key(place: str) -> tuple[int, int]:

@@ -45,6 +45,7 @@ from placewise.graph.ir import (
     Tensor,
 )
 from placewise.graph.pt2 import read_pt2
+from placewise.io import shorten
 from placewise.units import DType
 
 if TYPE_CHECKING:
@@ -714,13 +715,8 @@ def import_module(module: torch.nn.Module, example_inputs: tuple[Any, ...], *, n
                                      dynamic_shapes=dynamic_shapes, strict=False)
     except Exception as e:
         raise ModelFormatError(f"torch.export could not export the module: "
-                               f"{type(e).__name__}: {_short(str(e))}", place=name) from None
+                               f"{type(e).__name__}: {shorten(str(e), 300)}", place=name) from None
     return load_exported(ep, name=name)
-
-
-def _short(text: str, limit: int = 300) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 # ---- .pt2 files -----------------------------------------------------------------------------

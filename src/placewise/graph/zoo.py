@@ -24,6 +24,9 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
 from placewise.errors import InputError
+from placewise.graph.torch_import import import_module
+from placewise.io import atomic_writer
+from placewise.units import format_bytes
 
 if TYPE_CHECKING:
     import torch
@@ -375,8 +378,6 @@ def resolve_options(name: str, options: Mapping[str, Any] | None = None) -> dict
         out[key] = _positive_int(name, key, value)
     params, acts = implied_bytes(name, out, stop_at=ZOO_MAX_BYTES)
     if params + acts > ZOO_MAX_BYTES:
-        from placewise.units import format_bytes
-
         given = [k for k in (options or {}) if out[k] != model.entry.default_options[k]]
         shown = ", ".join(f"{k}={out[k]}" for k in (given or out))
         word = "option" if len(given) == 1 else "options"
@@ -580,8 +581,6 @@ def _atomic_write(path: str | os.PathLike[str], write: Callable[[str], None]) ->
     archive takes its inner folder name from the file name), so no partial file is ever
     visible at ``path``.
     """
-    from placewise.io import atomic_writer
-
     return atomic_writer(path, lambda tmp: write(str(tmp)), keep_name=True)
 
 
@@ -637,8 +636,6 @@ def load_zoo(ref: str, *, batch: int | None = None) -> Graph:
 
     ``batch`` overrides the reference's batch option.
     """
-    from placewise.graph.torch_import import import_module
-
     name, options = parse_zoo_ref(ref)
     if batch is not None:
         options["batch"] = _positive_int(name, "batch", batch)

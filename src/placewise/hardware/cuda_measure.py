@@ -226,6 +226,7 @@ def _measure_ort(index: int, quick: bool) -> dict[str, Any]:
     import numpy as np
     import onnxruntime as ort
 
+    # placewise.onnxrt imports onnxruntime (about 0.5 s): only where a session is made
     from placewise.onnxrt import new_session
 
     provider = ("CUDAExecutionProvider", {"device_id": str(index)})

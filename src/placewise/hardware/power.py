@@ -19,8 +19,8 @@ the machine in another mode:
   moded machine has its own fingerprint. Naming the default mode gives the spec unchanged
   (same name, same fingerprint): ``jetson-agx-orin@MAXN`` is ``jetson-agx-orin``.
 
->>> from placewise.hardware.spec import load_machine
->>> orin = load_machine("jetson-agx-orin")
+>>> from placewise.hardware.spec import read_machine
+>>> orin = read_machine("jetson-agx-orin")
 >>> m30 = apply_mode(orin, "30W")
 >>> m30.name, m30.power.max_w, m30.power.mode
 ('jetson-agx-orin@30W', 30.0, '30W')
@@ -38,7 +38,7 @@ from typing import Any
 from placewise.errors import SpecError
 from placewise.hardware.spec import Device, Machine, PowerMode, parse_machine
 
-__all__ = ["apply_mode", "find_mode", "load_moded", "mode_names", "split_ref"]
+__all__ = ["apply_mode", "find_mode", "mode_names", "split_ref"]
 
 
 def split_ref(ref: str) -> tuple[str, str | None]:
@@ -135,17 +135,3 @@ def _scale_device(d: Device, dd: dict[str, Any], m: PowerMode, mem: float) -> No
                f"(clock x units of this mode), from: {d.power.source}")
     p.update(active_w=max(active, idle), idle_w=idle, source=src, clock_hz=md.clock_hz,
              units=md.units if md.units is not None else d.power.units)
-
-
-def load_moded(ref: str) -> Machine:
-    """Load ``NAME@MODE`` (a preset or spec file, then ``apply_mode``); ``SpecError`` for
-    an unknown mode, a machine without modes, or ``local@...``."""
-    from placewise.hardware.spec import load_machine
-
-    base, mode = split_ref(ref)
-    if mode is None or not base or not mode:
-        raise SpecError("expected NAME@MODE (e.g. jetson-agx-orin@30W)", file=ref)
-    if base == "local":
-        raise SpecError("the local machine has no power modes (placewise hw probe measures "
-                        "time, not power)", file=ref, place="power.modes")
-    return apply_mode(load_machine(base), mode, file=ref)

@@ -58,6 +58,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
+from multiprocessing import shared_memory
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -68,7 +69,7 @@ from placewise.errors import PlacewiseError, SpecError
 from placewise.hardware import cuda_measure
 from placewise.hardware.cuda import CudaFound, GpuMeasured, found_from_raw, gpu_spec
 from placewise.hardware.probe_worker import _worker_main
-from placewise.hardware.spec import Machine, load_machine
+from placewise.hardware.spec import Machine, read_machine
 from placewise.hardware.stats import PROBE_SOURCE_PREFIX
 from placewise.hardware.stats import Stat as _Stat
 from placewise.hardware.stats import stat_of as _stat_of
@@ -372,87 +373,89 @@ def probe_result(*, progress: Progress | None = None, quick: bool = False) -> Pr
     measurement fails.
     """
     report: Progress = progress or (lambda _msg, _frac: None)
-    plan = _plan(quick)
     usable = _usable_cores()
-    c0 = usable[0]
-    c1 = usable[1] if len(usable) > 1 else usable[0]
-    dual = c1 != c0
+    cores = _Cores(usable[0], usable[1] if len(usable) > 1 else usable[0], len(usable))
     date = _dt.datetime.now(_dt.UTC).date().isoformat()
     load_before = _load_average()
-    steps = 10 if dual else 9
-    step = 0
+    steps = _Steps(report, 10 if cores.dual else 9)
+    raw = _run_workers(_plan(quick), cores, quick, steps)
+    machine, notes = _assemble(raw, cores, date, quick, load_before)
+    report("done", 1.0)
+    return ProbeResult(machine, raw.found, notes)
 
-    def tick(message: str) -> None:
-        nonlocal step
-        report(message, step / steps)
-        step += 1
 
+@dataclass(frozen=True, slots=True)
+class _Cores:
+    """The probe's two cores (the same one twice where only one is usable)."""
+
+    c0: int
+    c1: int
+    usable: int
+
+    @property
+    def dual(self) -> bool:
+        return self.c1 != self.c0
+
+
+class _Steps:
+    """Progress over a known number of steps."""
+
+    def __init__(self, report: Progress, steps: int) -> None:
+        self.report, self.steps, self.step = report, steps, 0
+
+    def tick(self, message: str) -> None:
+        self.report(message, self.step / self.steps)
+        self.step += 1
+
+    def within(self, message: str) -> None:
+        """A message inside the current step."""
+        self.report(message, (self.step - 0.5) / self.steps)
+
+
+@dataclass(frozen=True, slots=True)
+class _Raw:
+    """The workers' replies (by measurement), what CUDA detection found and measured."""
+
+    replies: dict[str, Any]
+    nbytes: int
+    found: CudaFound
+    measured: dict[int, GpuMeasured]
+    failed: dict[int, str]
+
+
+def _run_workers(plan: _Plan, cores: _Cores, quick: bool, steps: _Steps) -> _Raw:
+    """Start the workers, measure, stop them (whatever happens)."""
+    c0, c1, dual = cores.c0, cores.c1, cores.dual
     ctx = mp.get_context("spawn")
     peer_a, peer_b = ctx.Pipe()
     workers: list[_Worker] = []
     shm = None
     torch_mods = ("numpy", "torch")
-    ort_mods = ("numpy", "onnx", "onnxruntime")
     try:
-        tick("starting measurement workers")
+        steps.tick("starting measurement workers")
         w0 = _start(ctx, "cpu0", [c0], 1, peer_a, torch_mods)
         workers.append(w0)
-        w1 = _start(ctx, "cpu1", [c1], 1, peer_b, ort_mods)
+        w1 = _start(ctx, "cpu1", [c1], 1, peer_b, ("numpy", "onnx", "onnxruntime"))
         workers.append(w1)
         w01 = _start(ctx, "cpu01", [c0, c1], 2, None, torch_mods) if dual else None
         if w01 is not None:
             workers.append(w01)
         for w in workers:
             w.receive("start-up")
-
-        mm = {"sizes": plan.mm_sizes, "repeats": plan.mm_repeats,
-              "target_s": plan.mm_target_s}
-        tick(f"fp32 matmul on core {c0} (torch, 1 thread)")
-        r_mm0 = w0.call("torch_mm", "fp32 matmul", **mm)
-        tick(f"int8 and fp32 matmul on core {c1} (onnxruntime, 1 thread)")
-        r_int8 = w1.call("ort_mm", "int8 matmul", integer=True, **mm)
-        r_mm1 = w1.call("ort_mm", "fp32 matmul", integer=False, **mm)
-        r_mm01 = None
-        if w01 is not None:
-            tick(f"fp32 matmul on cores {c0},{c1} (torch, 2 threads)")
-            r_mm01 = w01.call("torch_mm", "fp32 matmul", **mm)
-
-        tick("per-op dispatch overhead")
-        disp = {"repeats": plan.dispatch_repeats, "target_s": plan.dispatch_target_s}
-        r_d0 = w0.call("torch_dispatch", "dispatch overhead", **disp)
-        r_d1 = w1.call("ort_dispatch", "dispatch overhead", **disp)
-        r_d01 = w01.call("torch_dispatch", "dispatch overhead", **disp) if w01 else None
-
-        tick("memory bandwidth, one core at a time")
-        nb = plan.copy_bytes
-        r_bw0 = w0.call("copy_bw", "memory bandwidth", nbytes=nb, repeats=plan.copy_repeats)
-        r_bw1 = w1.call("copy_bw", "memory bandwidth", nbytes=nb, repeats=plan.copy_repeats)
-
-        tick("memory bandwidth, both cores at once")
-        start_at = time.monotonic() + 0.3
-        win = {"nbytes": nb, "start_at": start_at, "duration_s": plan.window_s}
-        w0.send("copy_window", **win)
-        if dual:
-            w1.send("copy_window", **win)
-        r_win0 = w0.receive("concurrent memory bandwidth")
-        r_win1 = w1.receive("concurrent memory bandwidth") if dual else None
-
-        tick("shared-memory copies between worker processes")
-        from multiprocessing import shared_memory
-
+        r = _measure_cpus(plan, cores, w0, w1, w01, steps)
+        steps.tick("shared-memory copies between worker processes")
         shm = shared_memory.SharedMemory(create=True, size=max(plan.link_sizes))
         link = {"shm_name": shm.name, "sizes": plan.link_sizes,
                 "repeats_small": plan.link_repeats_small,
                 "repeats_large": plan.link_repeats_large}
         w0.send("link", role="send", **link)
         w1.send("link", role="recv", **link)
-        r_link = w0.receive("link copy")
+        r["link"] = w0.receive("link copy")
         w1.receive("link copy")
-        tick("CUDA devices")
+        steps.tick("CUDA devices")
         found = found_from_raw(w0.call("cuda_detect", "CUDA devices"))
-        measured, failed = _measure_gpus(ctx, found, c0, quick, workers,
-                                         lambda msg: report(msg, (step - 0.5) / steps))
-        tick("assembling the machine spec")
+        measured, failed = _measure_gpus(ctx, found, c0, quick, workers, steps.within)
+        steps.tick("assembling the machine spec")
     finally:
         _stop(workers)
         peer_a.close()
@@ -461,40 +464,77 @@ def probe_result(*, progress: Progress | None = None, quick: bool = False) -> Pr
             shm.close()
             with contextlib.suppress(FileNotFoundError):
                 shm.unlink()
+    return _Raw(r, plan.copy_bytes, found, measured, failed)
 
+
+def _measure_cpus(plan: _Plan, cores: _Cores, w0: _Worker, w1: _Worker, w01: _Worker | None,
+                  steps: _Steps) -> dict[str, Any]:
+    """Matmul rates, dispatch overheads and memory bandwidth on the CPU workers."""
+    c0, c1, dual = cores.c0, cores.c1, cores.dual
+    r: dict[str, Any] = {}
+    mm = {"sizes": plan.mm_sizes, "repeats": plan.mm_repeats, "target_s": plan.mm_target_s}
+    steps.tick(f"fp32 matmul on core {c0} (torch, 1 thread)")
+    r["mm0"] = w0.call("torch_mm", "fp32 matmul", **mm)
+    steps.tick(f"int8 and fp32 matmul on core {c1} (onnxruntime, 1 thread)")
+    r["int8"] = w1.call("ort_mm", "int8 matmul", integer=True, **mm)
+    r["mm1"] = w1.call("ort_mm", "fp32 matmul", integer=False, **mm)
+    r["mm01"] = None
+    if w01 is not None:
+        steps.tick(f"fp32 matmul on cores {c0},{c1} (torch, 2 threads)")
+        r["mm01"] = w01.call("torch_mm", "fp32 matmul", **mm)
+
+    steps.tick("per-op dispatch overhead")
+    disp = {"repeats": plan.dispatch_repeats, "target_s": plan.dispatch_target_s}
+    r["d0"] = w0.call("torch_dispatch", "dispatch overhead", **disp)
+    r["d1"] = w1.call("ort_dispatch", "dispatch overhead", **disp)
+    r["d01"] = w01.call("torch_dispatch", "dispatch overhead", **disp) if w01 else None
+
+    steps.tick("memory bandwidth, one core at a time")
+    nb = plan.copy_bytes
+    r["bw0"] = w0.call("copy_bw", "memory bandwidth", nbytes=nb, repeats=plan.copy_repeats)
+    r["bw1"] = w1.call("copy_bw", "memory bandwidth", nbytes=nb, repeats=plan.copy_repeats)
+
+    steps.tick("memory bandwidth, both cores at once")
+    start_at = time.monotonic() + 0.3
+    win = {"nbytes": nb, "start_at": start_at, "duration_s": plan.window_s}
+    w0.send("copy_window", **win)
+    if dual:
+        w1.send("copy_window", **win)
+    r["win0"] = w0.receive("concurrent memory bandwidth")
+    r["win1"] = w1.receive("concurrent memory bandwidth") if dual else None
+    return r
+
+
+def _bandwidths(raw: _Raw, cores: _Cores) -> tuple[_Stat, _Stat, _Stat]:
+    """Memory bandwidth of core c0 alone, c1 alone, and both at once."""
+    r, nb, c0, c1 = raw.replies, raw.nbytes, cores.c0, cores.c1
     mb = nb / 2**20
-    peak0 = _best_rate(r_mm0, f"core {c0}, 1 thread:")
-    int8_1 = _best_rate(r_int8, f"core {c1}, 1 thread:")
-    fp32_1 = _best_rate(r_mm1, f"core {c1}, 1 thread:")
-    disp0 = _per_call(r_d0, f"core {c0}:")
-    disp1 = _per_call(r_d1, f"core {c1}:")
-    bw0 = _copy_rate(r_bw0["samples"], nb, f"core {c0} alone: numpy copy of {mb:.0f} MiB, "
-                                           f"bytes read + written per second")
-    bw1 = _copy_rate(r_bw1["samples"], nb, f"core {c1} alone: numpy copy of {mb:.0f} MiB, "
-                                           f"bytes read + written per second")
-    if dual and r_win1 is not None:
-        s0 = _copy_rate(r_win0["samples"], nb, "")
-        s1 = _copy_rate(r_win1["samples"], nb, "")
+    bw0 = _copy_rate(r["bw0"]["samples"], nb, f"core {c0} alone: numpy copy of {mb:.0f} MiB, "
+                                              f"bytes read + written per second")
+    bw1 = _copy_rate(r["bw1"]["samples"], nb, f"core {c1} alone: numpy copy of {mb:.0f} MiB, "
+                                              f"bytes read + written per second")
+    if cores.dual and r["win1"] is not None:
+        s0 = _copy_rate(r["win0"]["samples"], nb, "")
+        s1 = _copy_rate(r["win1"]["samples"], nb, "")
         both = _Stat(s0.value + s1.value, min(s0.count, s1.count), max(s0.spread, s1.spread),
                      f"cores {c0} and {c1} at once: numpy copies of {mb:.0f} MiB each, sum of "
                      f"the two cores' bytes read + written per second (core {c0} alone: "
                      f"{bw0.value / 1e9:.2f} GB/s, core {c1} alone: {bw1.value / 1e9:.2f} GB/s)")
     else:
-        both = _Stat(bw0.value, bw0.count, bw0.spread,
-                     f"one usable core: {bw0.what}")
-    link_what = (f"shared memory between worker processes on cores {c0} and {c1}, "
-                 f"pipe handshake")
-    lat, link_bw = _link_fit(r_link["results"], link_what)
+        both = _Stat(bw0.value, bw0.count, bw0.spread, f"one usable core: {bw0.what}")
+    return bw0, bw1, both
 
+
+def _tags(raw: _Raw, cores: _Cores, cpu_name: str, date: str, quick: bool,
+          load_before: str) -> dict[str, str]:
+    c0, c1, dual = cores.c0, cores.c1, cores.dual
     versions = {d: package_version(d) for d in ("torch", "onnxruntime", "numpy")}
-    cpu_name = cpu_model()
-    dram = _dram_bytes()
-    tags = {
+    return {
         "cpu_model": cpu_name,
         "cores": ",".join(map(str, [c0, c1] if dual else [c0])),
-        "usable_cores": str(len(usable)),
+        "usable_cores": str(cores.usable),
         "logical_cpus": str(os.cpu_count() or 0),
-        "isa": str(r_mm0.get("isa", "")),
+        "isa": str(raw.replies["mm0"].get("isa", "")),
         "torch": versions["torch"],
         "onnxruntime": versions["onnxruntime"],
         "numpy": versions["numpy"],
@@ -507,6 +547,19 @@ def probe_result(*, progress: Progress | None = None, quick: bool = False) -> Pr
         "fingerprint": host_fingerprint(),
     }
 
+
+def _cpu_devices(raw: _Raw, cores: _Cores, cpu_name: str, date: str,
+                 bws: tuple[_Stat, _Stat, _Stat]) -> list[dict[str, Any]]:
+    """cpu0 (torch fp32 on c0), cpu1 (int8/fp32 on c1) and, with two cores, cpu01."""
+    r, c0, c1 = raw.replies, cores.c0, cores.c1
+    bw0, bw1, both = bws
+    peak0 = _best_rate(r["mm0"], f"core {c0}, 1 thread:")
+    int8_1 = _best_rate(r["int8"], f"core {c1}, 1 thread:")
+    fp32_1 = _best_rate(r["mm1"], f"core {c1}, 1 thread:")
+    disp0 = _per_call(r["d0"], f"core {c0}:")
+    disp1 = _per_call(r["d1"], f"core {c1}:")
+    dram = _dram_bytes()
+
     def tier(bw: _Stat) -> dict[str, Any]:
         return {"name": "dram", "capacity_bytes": dram,
                 "bandwidth_bytes_per_s": bw.value, "shared_with": "dram-mc",
@@ -514,7 +567,7 @@ def probe_result(*, progress: Progress | None = None, quick: bool = False) -> Pr
                            f"DRAM shared by every local device (not additive); bandwidth: "
                            f"{bw.source(date)}")}
 
-    cpu1_backend = r_int8.get("backend", "onnxruntime")
+    cpu1_backend = r["int8"].get("backend", "onnxruntime")
     devices: list[dict[str, Any]] = [
         {"name": "cpu0", "kind": "cpu", "model": f"{cpu_name}, core {c0}, torch fp32",
          "peak_flops_per_s": {"fp32": peak0.value}, "peak_source": peak0.source(date),
@@ -529,9 +582,9 @@ def probe_result(*, progress: Progress | None = None, quick: bool = False) -> Pr
          "launch_source": disp1.source(date), "compute_units": 1, "lanes": 1,
          "resources": ["dram-mc"], "cores": [c1], "backend": cpu1_backend},
     ]
-    if dual and r_mm01 is not None and r_d01 is not None:
-        peak01 = _best_rate(r_mm01, f"cores {c0},{c1}, 2 threads:")
-        disp01 = _per_call(r_d01, f"cores {c0},{c1}:")
+    if cores.dual and r["mm01"] is not None and r["d01"] is not None:
+        peak01 = _best_rate(r["mm01"], f"cores {c0},{c1}, 2 threads:")
+        disp01 = _per_call(r["d01"], f"cores {c0},{c1}:")
         devices.append(
             {"name": "cpu01", "kind": "cpu", "model": f"{cpu_name}, cores {c0},{c1}, "
                                                       f"torch fp32, 2 threads",
@@ -539,23 +592,34 @@ def probe_result(*, progress: Progress | None = None, quick: bool = False) -> Pr
              "memory": [tier(both)], "launch_overhead_s": disp01.value,
              "launch_source": disp01.source(date), "compute_units": 2, "lanes": 1,
              "resources": ["dram-mc"], "cores": [c0, c1], "backend": "torch"})
+    return devices
 
+
+def _assemble(raw: _Raw, cores: _Cores, date: str, quick: bool, load_before: str
+              ) -> tuple[Machine, tuple[str, ...]]:
+    """The measured machine spec, validated, and the GPU notes."""
+    c0, c1, dual = cores.c0, cores.c1, cores.dual
+    bws = _bandwidths(raw, cores)
+    link_what = (f"shared memory between worker processes on cores {c0} and {c1}, "
+                 f"pipe handshake")
+    lat, link_bw = _link_fit(raw.replies["link"]["results"], link_what)
+    cpu_name = cpu_model()
+    tags = _tags(raw, cores, cpu_name, date, quick, load_before)
+    devices = _cpu_devices(raw, cores, cpu_name, date, bws)
     shared: list[dict[str, Any]] = [
-        {"name": "dram-mc", "kind": "memory_controller", "bandwidth_bytes_per_s": both.value,
-         "source": both.source(date)}]
+        {"name": "dram-mc", "kind": "memory_controller", "bandwidth_bytes_per_s": bws[2].value,
+         "source": bws[2].source(date)}]
     names = [d["name"] for d in devices]
-    gpus = gpu_spec(found, measured, date=date, hosts=names, left_out=failed)
-    links = []
-    for i, a in enumerate(names):
-        for b in names[i + 1:]:
-            links.append({
-                "name": f"shm-{a}-{b}", "endpoints": [a, b],
-                "bandwidth_bytes_per_s": link_bw.value, "latency_s": lat.value,
-                "duplex": False, "resource": "dram-mc",
-                "source": f"bandwidth: {link_bw.source(date)}; latency: {lat.source(date)}"})
-    kinds = f"fp32 torch on core {c0}, int8/fp32 {cpu1_backend} on core {c1}"
+    gpus = gpu_spec(raw.found, raw.measured, date=date, hosts=names, left_out=raw.failed)
+    links = [{"name": f"shm-{a}-{b}", "endpoints": [a, b],
+              "bandwidth_bytes_per_s": link_bw.value, "latency_s": lat.value,
+              "duplex": False, "resource": "dram-mc",
+              "source": f"bandwidth: {link_bw.source(date)}; latency: {lat.source(date)}"}
+             for i, a in enumerate(names) for b in names[i + 1:]]
+    kinds = (f"fp32 torch on core {c0}, int8/fp32 "
+             f"{raw.replies['int8'].get('backend', 'onnxruntime')} on core {c1}")
     description = (
-        f"This machine ({cpu_name}, {len(usable)} usable cores) as placewise worker devices: "
+        f"This machine ({cpu_name}, {cores.usable} usable cores) as placewise worker devices: "
         f"{kinds}" + (f", fp32 torch on cores {c0},{c1} with 2 threads" if dual else
                       "; only one usable core, so cpu0 and cpu1 share it and cpu01 is absent")
         + ". Every device's dram tier is the same physical memory (capacity shared, not "
@@ -564,7 +628,7 @@ def probe_result(*, progress: Progress | None = None, quick: bool = False) -> Pr
         "copies between worker processes.")
     if gpus.devices:
         tags["gpus"] = ", ".join(f"{d['name']}={d['model']}" for d in gpus.devices)
-        tags["cuda"] = found.report
+        tags["cuda"] = raw.found.report
         description += (f" GPUs ({', '.join(d['name'] for d in gpus.devices)}): CUDA devices "
                         f"with backend cuda, plannable and exportable (no CUDA backend runs "
                         f"them in this build); each reaches every CPU device over its one "
@@ -576,8 +640,7 @@ def probe_result(*, progress: Progress | None = None, quick: bool = False) -> Pr
         machine = Machine.model_validate(data)
     except Exception as exc:  # a measurement produced an impossible number
         raise PlacewiseError(f"hw probe: measured spec does not validate: {exc}") from None
-    report("done", 1.0)
-    return ProbeResult(machine, found, tuple(gpus.notes))
+    return machine, tuple(gpus.notes)
 
 
 # --------------------------------------------------------------------------- cache
@@ -605,7 +668,7 @@ def load_local(cache_dir: str | Path | None = None, refresh: bool = False, *,
     path = local_cache_path(cache_dir, quick=quick)
     if not refresh and path.is_file():
         try:
-            cached = load_machine(path)
+            cached = read_machine(path)
         except SpecError:
             cached = None
         if cached is not None and cached.tags.get("fingerprint") == host_fingerprint():

@@ -59,6 +59,7 @@ def _torch_mm(threads: int, sizes: Sequence[int], repeats: int, target_s: float)
 def _ort_session(model: Any, threads: int) -> Any:
     import onnxruntime as ort
 
+    # placewise.onnxrt imports onnxruntime (about 0.5 s): only where a session is made
     from placewise.onnxrt import new_session
 
     so = ort.SessionOptions()

@@ -3,7 +3,7 @@
 A spec is data (YAML), never code. Every number carries a ``source``: a datasheet title/URL,
 or "measured by placewise hw probe" with date and tags. Units are in the field names.
 
->>> m = load_machine("h100-sxm-server")
+>>> m = read_machine("h100-sxm-server")
 >>> m.device("gpu0").peak_flops_per_s[DType.BF16] > 1e14
 True
 >>> [l.name for l in m.route("cpu", "gpu0")]
@@ -50,10 +50,10 @@ __all__ = [
     "PowerMode",
     "SharedResource",
     "list_presets",
-    "load_machine",
     "machine_json_schema",
     "machine_json_schema_text",
     "parse_machine",
+    "read_machine",
 ]
 
 #: the largest memory tier a spec may describe (1 EiB); larger is a typo (10**400...)
@@ -449,7 +449,7 @@ class Machine(_Strict):
         """This machine with every device's ``efficiency`` block removed: the cost model's
         built-in assumptions (what a spec without the block gets).
 
-        >>> m = load_machine("h100-sxm-server")
+        >>> m = read_machine("h100-sxm-server")
         >>> [d.efficiency is None for d in m.without_efficiency().devices]
         [True, True, True]
         """
@@ -557,22 +557,14 @@ def parse_machine(data: Any, *, file: str) -> Machine:
         raise SpecError(_problem(err), file=file, place=_loc(err, data)) from None
 
 
-def load_machine(ref: str | Path) -> Machine:
-    """Load a machine from a preset name, a YAML/JSON path, or ``local``.
+def read_machine(ref: str | Path) -> Machine:
+    """A machine from a preset name or a YAML/JSON path (``hardware.load.load_machine``
+    also reads ``local`` and ``NAME@MODE``).
 
-    ``local`` is this machine, measured by :func:`placewise.hardware.probe.load_local` the
-    first time and read from its cache afterwards. ``NAME@MODE`` (``jetson-agx-orin@30W``)
-    is that machine in one of its power modes (``placewise.hardware.power.apply_mode``).
+    >>> read_machine("jetson-agx-orin").name
+    'jetson-agx-orin'
     """
     ref_s = str(ref)
-    if "@" in ref_s and not Path(ref_s).exists():
-        from placewise.hardware.power import load_moded  # deferred: power imports this module
-
-        return load_moded(ref_s)
-    if ref_s == "local":
-        from placewise.hardware.probe import load_local  # deferred: probe imports this module
-
-        return load_local()
     path = Path(ref_s)
     if ref_s in list_presets():
         file = f"preset:{ref_s}"

@@ -73,7 +73,7 @@ def nominal_run_s(problem: Problem, requests: int = EVIDENCE_REQUESTS) -> tuple[
     clock: the evidence budget is deterministic).
 
     >>> from placewise.planning import build_problem
-    >>> from placewise.hardware.spec import load_machine
+    >>> from placewise.hardware.load import load_machine
     >>> setup, run = nominal_run_s(build_problem("zoo:mlp", load_machine("jetson-agx-orin")))
     >>> round(setup, 3), round(run, 4)  # 7 small ops: the per-op term
     (1.364, 0.1121)
@@ -91,7 +91,7 @@ def evidence_budget(problem: Problem, work_s: float, *, deadline: float | None =
     ``deadline`` (a ``clock()`` reading).
 
     >>> from placewise.planning import build_problem
-    >>> from placewise.hardware.spec import load_machine
+    >>> from placewise.hardware.load import load_machine
     >>> prob = build_problem("zoo:mlp", load_machine("jetson-agx-orin"))
     >>> evidence_budget(prob, 0.5).evaluations, evidence_budget(prob, 60.0).evaluations > 100
     (0, True)

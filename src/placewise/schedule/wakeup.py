@@ -35,7 +35,7 @@ def worker_threads(machine: HasDevices, devices: Iterable[str], host: str) -> di
     with it, on the client's own thread (named after the host); every other device on its
     own (named after itself).
 
-    >>> from placewise.hardware.spec import load_machine
+    >>> from placewise.hardware.load import load_machine
     >>> worker_threads(load_machine("h100-sxm-server"), ["gpu0"], "cpu")
     {'cpu': 'cpu', 'gpu0': 'gpu0'}
     """

@@ -68,7 +68,7 @@ from dataclasses import dataclass
 import psutil
 
 from placewise.errors import InputError, MemoryInfeasible, UnsupportedError
-from placewise.schedule.evaluate import Objective, request_floor_s
+from placewise.schedule.evaluate import Evaluation, Objective, request_floor_s
 from placewise.schedule.placement import Problem
 from placewise.search.auto import Context, auto
 from placewise.search.result import Progress, SearchResult, Tracker
@@ -551,71 +551,23 @@ def plan_search(problem: Problem, *, strategy: str = "auto",
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise InputError(f"the seed must be an integer, got {seed!r}", place="--seed")
     dts = _dtypes(dtypes)
-    n = len(problem.vertices)
-    check_scale(n, bytes_per_op=SEARCH_BYTES_PER_VERTEX, what="search")
+    check_scale(len(problem.vertices), bytes_per_op=SEARCH_BYTES_PER_VERTEX, what="search")
     budget = (Budget(work_limit, deadline_s=limit, clock=clock) if deterministic else
               Budget(limit, deadline_s=limit, deterministic=False, clock=clock))
     keep = max(0.0, float(reserve_s))
     budget.reserve_s = keep
-    need = minimum_time_s(problem, dts)
-    if need + keep > limit:
-        why = ": costing every vertex on every device (one precision each) and scoring one " \
-            "plan takes (estimated)"
-        if keep:
-            why += f" {need:.3g} s, and {keep:.3g} s are kept for after the search:"
-        raise _too_short(limit, n, why, need + keep)
+    _check_time(problem, dts, limit, keep)
     if progress is not None:
         progress("costing candidates", 0.0)
     explore, screen_note = _screening(problem, dts, budget.limit_s)
     space = _costed(problem, dts, explore, budget, limit)
     budget.reserve_s = (_finish_s(problem) + keep) * budget.speed / PRIOR_SPEED
-    model = Model(space)
     tracker = Tracker(problem, obj, budget, progress, on_best=on_best)
     if screen_note:
         tracker.note(screen_note)
-    label = str(strat)
-    name = strat.name
-    ctx = Context(space, model, tracker, seed=seed, keep=label)
-    tracker.progress("baselines", budget.spent_s() / budget.limit_s)
-    ctx.baselines(first=label if name in ("single", "greedy") else None)
-    if name in ("heft", "cpsat", "local", "auto"):
-        tracker.progress("heft", budget.spent_s() / budget.limit_s)
-        ctx.heft()
-    if name == "dp":
-        ctx.dp()
-    elif name == "cpsat":
-        if ctx.cpsat(max(0.05, budget.left_s())) is None:
-            label = "heft"
-            tracker.note("cpsat: no solution found in time: the plan is its hint (heft)")
-    elif name == "exhaustive":
-        if space.size() > _EXHAUSTIVE_REFUSE:
-            raise UnsupportedError(f"exhaustive: {space.size():.3g} placements is too many to "
-                                   f"enumerate (limit {_EXHAUSTIVE_REFUSE:.0g}); use 'auto'")
-        ctx.exhaustive()
-    elif name == "local":
-        ctx.local()
-    elif name == "auto":
-        auto(ctx)
-    best = tracker.best
-    assert best is not None  # the first baseline is always scored
-    if name in ("local", "auto") or label not in ctx.labelled:
-        if name not in ("local", "auto"):
-            tracker.note(f"{label}: no plan within the time limit: the plan is the best "
-                         f"scored ({tracker.best_label})")
-        chosen = tracker.best_label
-        ev = best
-    else:
-        chosen = label
-        ev = ctx.evaluation_of(ctx.labelled[label][1])
-    if not ev.feasible:
-        if best.feasible:
-            v = ev.memory.violations[0]
-            raise MemoryInfeasible(
-                f"the {chosen} plan does not fit in memory: {v.describe()} (overflow "
-                f"{format_bytes(v.need_bytes - v.capacity_bytes)}); the {tracker.best_label} "
-                f"plan fits: try --strategy auto", device="+".join(v.devices), tier=v.tier,
-                need_bytes=v.need_bytes, capacity_bytes=v.capacity_bytes)
-        tracker.raise_if_nothing_fits()
+    ctx = Context(space, Model(space), tracker, seed=seed, keep=str(strat))
+    label = _run(ctx, strat.name, str(strat))
+    chosen, ev = _chosen(ctx, strat.name, label)
     if budget.wall_stopped:
         tracker.note(f"the {limit:.3g} s time limit (the wall clock), not the work budget, "
                      f"stopped or cut short a step: the result may differ between runs")
@@ -639,6 +591,73 @@ def plan_search(problem: Problem, *, strategy: str = "auto",
         cpsat_status=ctx.cpsat_status, gap=gap, notes=tuple(tracker.notes),
         time_limit_s=limit, work_budget_s=budget.limit_s if deterministic else None,
         wall_stopped=budget.wall_stopped)
+
+
+def _check_time(problem: Problem, dts: tuple[DType, ...] | None, limit: float, keep: float
+                ) -> None:
+    """``InputError`` when the time limit cannot hold the least search (and what is kept)."""
+    need = minimum_time_s(problem, dts)
+    if need + keep > limit:
+        why = ": costing every vertex on every device (one precision each) and scoring one " \
+            "plan takes (estimated)"
+        if keep:
+            why += f" {need:.3g} s, and {keep:.3g} s are kept for after the search:"
+        raise _too_short(limit, len(problem.vertices), why, need + keep)
+
+
+def _run(ctx: Context, name: str, label: str) -> str:
+    """Run strategy ``name`` (after the baselines and, where it helps, HEFT); the label of
+    the plan it stands for (``heft`` when CP-SAT found none)."""
+    tracker, budget, space = ctx.tracker, ctx.tracker.budget, ctx.space
+    tracker.progress("baselines", budget.spent_s() / budget.limit_s)
+    ctx.baselines(first=label if name in ("single", "greedy") else None)
+    if name in ("heft", "cpsat", "local", "auto"):
+        tracker.progress("heft", budget.spent_s() / budget.limit_s)
+        ctx.heft()
+    if name == "dp":
+        ctx.dp()
+    elif name == "cpsat":
+        if ctx.cpsat(max(0.05, budget.left_s())) is None:
+            label = "heft"
+            tracker.note("cpsat: no solution found in time: the plan is its hint (heft)")
+    elif name == "exhaustive":
+        if space.size() > _EXHAUSTIVE_REFUSE:
+            raise UnsupportedError(f"exhaustive: {space.size():.3g} placements is too many to "
+                                   f"enumerate (limit {_EXHAUSTIVE_REFUSE:.0g}); use 'auto'")
+        ctx.exhaustive()
+    elif name == "local":
+        ctx.local()
+    elif name == "auto":
+        auto(ctx)
+    return label
+
+
+def _chosen(ctx: Context, name: str, label: str) -> tuple[str, Evaluation]:
+    """The plan the search returns (its label and evaluation): the strategy's, or the best
+    scored for ``local``/``auto`` or when the strategy found none; ``MemoryInfeasible``
+    when it does not fit."""
+    tracker = ctx.tracker
+    best = tracker.best
+    assert best is not None  # the first baseline is always scored
+    if name in ("local", "auto") or label not in ctx.labelled:
+        if name not in ("local", "auto"):
+            tracker.note(f"{label}: no plan within the time limit: the plan is the best "
+                         f"scored ({tracker.best_label})")
+        chosen = tracker.best_label
+        ev = best
+    else:
+        chosen = label
+        ev = ctx.evaluation_of(ctx.labelled[label][1])
+    if not ev.feasible:
+        if best.feasible:
+            v = ev.memory.violations[0]
+            raise MemoryInfeasible(
+                f"the {chosen} plan does not fit in memory: {v.describe()} (overflow "
+                f"{format_bytes(v.need_bytes - v.capacity_bytes)}); the {tracker.best_label} "
+                f"plan fits: try --strategy auto", device="+".join(v.devices), tier=v.tier,
+                need_bytes=v.need_bytes, capacity_bytes=v.capacity_bytes)
+        tracker.raise_if_nothing_fits()
+    return chosen, ev
 
 
 def _seconds(value: float, what: str, place: str) -> float:

@@ -34,7 +34,7 @@ import math
 from collections.abc import Sequence
 
 from placewise.errors import UnsupportedError
-from placewise.schedule.evaluate import Evaluation, Objective, request_floor_s
+from placewise.schedule.evaluate import Evaluation, Objective, evaluate, request_floor_s
 from placewise.schedule.placement import Placement, Problem
 from placewise.search.baselines import greedy_choice, single_choice
 from placewise.search.cpsat import BUILD_TERM_S, cpsat_search
@@ -124,8 +124,6 @@ class Context:
         for ev in (self.tracker.best, self.kept):
             if ev is not None and ev.placement == pl:
                 return ev
-        from placewise.schedule.evaluate import evaluate
-
         return evaluate(self.space.problem, pl)
 
     def skip(self, step: str, work_s: float) -> None:

@@ -73,6 +73,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ortools.sat.python import cp_model
 
@@ -320,7 +321,6 @@ def cpsat_search(model: Model, *, throughput: bool = False, time_limit_s: float 
         upper_bound_s) else (model.period_s(sp.best_k) if throughput else _serial_upper_s(model))
     tick_s = max(ref_s, 1e-12) / _TICKS
     data = _data(model, tick_s, upper_bound_s if not throughput else None)
-    ed = model.edges
     cp = cp_model.CpModel()
     # ---- variables ---------------------------------------------------------------------
     x = [[cp.new_bool_var(f"x[{i},{k}]") for k in range(len(sp.cands[i]))] for i in range(n)]
@@ -329,67 +329,7 @@ def cpsat_search(model: Model, *, throughput: bool = False, time_limit_s: float 
     starts: list[cp_model.IntVar] = []
     notes: list[str] = []
     if not throughput:
-        h = data.horizon
-        head, tail = _path_bounds(model, data)
-        ends: list[cp_model.IntVar] = []
-        by_dev: list[list[cp_model.IntervalVar]] = [[] for _ in sp.devices]
-        load: list[list[tuple[int, cp_model.IntVar]]] = [[] for _ in sp.devices]
-        for i in range(n):
-            lo = min(head[i], h)
-            s = cp.new_int_var(lo, max(lo, h - tail[i] + min(data.dur[i])), f"start[{i}]")
-            end_v = cp.new_int_var(0, h, f"end[{i}]")
-            cp.add(end_v == s + sum(d * lit for d, lit in zip(data.dur[i], x[i], strict=True)))
-            for k, d in enumerate(data.dur[i]):
-                if d > 0:
-                    di = sp.cand_dev[i][k]
-                    by_dev[di].append(
-                        cp.new_optional_fixed_size_interval_var(s, d, x[i][k], f"iv[{i},{k}]"))
-                    load[di].append((d, x[i][k]))
-            starts.append(s)
-            ends.append(end_v)
-        obj = cp.new_int_var(0, h, "makespan")
-        # redundant: each vertex's cheapest remaining path, each device's work
-        for i in range(n):
-            cp.add(obj >= starts[i] + tail[i])
-        for di, terms in enumerate(load):
-            if terms:
-                cp.add(obj * sp.lanes[di] >= sum(d * lit for d, lit in terms))
-        for _, devs, demand, cap in _core_groups(model):
-            terms = [(d * demand[di], lit) for di in devs for d, lit in load[di]]
-            if terms:
-                cp.add(obj * cap >= sum(d * lit for d, lit in terms))
-        # ---- constraints ---------------------------------------------------------------
-        for di, ivs in enumerate(by_dev):
-            if len(ivs) < 2:
-                continue
-            if sp.lanes[di] == 1:
-                cp.add_no_overlap(ivs)
-            else:
-                cp.add_cumulative(ivs, [1] * len(ivs), sp.lanes[di])
-        for _, devs, demand, cap in _core_groups(model):
-            ivs = [iv for di in devs for iv in by_dev[di]]
-            if len(ivs) < 2:
-                continue
-            if cap == 1:
-                cp.add_no_overlap(ivs)
-            else:
-                cp.add_cumulative(ivs, [demand[di] for di in devs for _ in by_dev[di]], cap)
-        for e in range(len(ed.src)):
-            u, v = ed.src[e], ed.dst[e]
-            cp.add(starts[v] >= ends[u])
-            tab = data.delay[e]
-            for kv in range(len(sp.cands[v])):
-                col = [tab[ku][kv] for ku in range(len(sp.cands[u]))]
-                if max(col) > 0:
-                    cp.add(starts[v] >= ends[u] + sum(c * lit for c, lit in zip(col, x[u],
-                                                                               strict=True))
-                           ).only_enforce_if(x[v][kv])
-        for i in range(n):
-            if max(data.release[i]) > 0:
-                cp.add(starts[i] >= sum(r * lit for r, lit in zip(data.release[i], x[i],
-                                                                   strict=True)))
-            cp.add(obj >= ends[i] + sum(t * lit for t, lit in zip(data.tail[i], x[i],
-                                                                  strict=True)))
+        obj, starts = _makespan_model(cp, model, data, x)
     else:
         obj = _throughput_model(cp, model, x, tick_s)
     if memory:
@@ -399,12 +339,7 @@ def cpsat_search(model: Model, *, throughput: bool = False, time_limit_s: float 
     # ---- objective and hints ------------------------------------------------------------
     cp.minimize(obj)
     if hint is not None:
-        for i in range(n):
-            for k in range(len(sp.cands[i])):
-                cp.add_hint(x[i][k], k == hint[i])
-        if hint_starts_s is not None and starts:
-            for i in range(n):
-                cp.add_hint(starts[i], _ticks(hint_starts_s[i], tick_s))
+        _add_hints(cp, x, starts, hint, hint_starts_s, tick_s)
     # ---- solve ---------------------------------------------------------------------------
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = max(1, workers)
@@ -419,7 +354,27 @@ def cpsat_search(model: Model, *, throughput: bool = False, time_limit_s: float 
     collect = _Collect(sel, starts, obj)
     status = solver.solve(cp, collect)
     wall = time.perf_counter() - t0
-    # ---- extract ---------------------------------------------------------------------------
+    return _extract(model, data, solver, status, collect, throughput, tick_s, wall, wall_cap,
+                    notes)
+
+
+def _add_hints(cp: cp_model.CpModel, x: list[list[cp_model.IntVar]],
+               starts: list[cp_model.IntVar], hint: Sequence[int],
+               hint_starts_s: Sequence[float] | None, tick_s: float) -> None:
+    """The known placement (and its start times) as the solver's first guess."""
+    for i in range(len(x)):
+        for k in range(len(x[i])):
+            cp.add_hint(x[i][k], k == hint[i])
+    if hint_starts_s is not None and starts:
+        for i in range(len(x)):
+            cp.add_hint(starts[i], _ticks(hint_starts_s[i], tick_s))
+
+
+def _extract(model: Model, data: _Data, solver: cp_model.CpSolver, status: Any,
+             collect: _Collect, throughput: bool, tick_s: float, wall: float,
+             wall_cap: float, notes: list[str]) -> CpsatOutcome:
+    """The outcome: every solution found that passes the independent check, the best."""
+    sp = model.space
     name = solver.status_name(status)
     bound_s = max(0.0, solver.best_objective_bound) * tick_s if name in (
         "OPTIMAL", "FEASIBLE") else 0.0
@@ -444,6 +399,87 @@ def cpsat_search(model: Model, *, throughput: bool = False, time_limit_s: float 
         solver.deterministic_time / DETERMINISTIC_PER_S, stopped,
         best is not None,
         tuple(notes))
+
+
+def _makespan_model(cp: cp_model.CpModel, model: Model, data: _Data,
+                    x: list[list[cp_model.IntVar]]
+                    ) -> tuple[cp_model.IntVar, list[cp_model.IntVar]]:
+    """Start and end times, device intervals, the makespan (and its redundant bounds);
+    returns the makespan and the start times."""
+    sp = model.space
+    h = data.horizon
+    head, tail = _path_bounds(model, data)
+    starts: list[cp_model.IntVar] = []
+    ends: list[cp_model.IntVar] = []
+    by_dev: list[list[cp_model.IntervalVar]] = [[] for _ in sp.devices]
+    load: list[list[tuple[int, cp_model.IntVar]]] = [[] for _ in sp.devices]
+    for i in range(sp.n):
+        lo = min(head[i], h)
+        s = cp.new_int_var(lo, max(lo, h - tail[i] + min(data.dur[i])), f"start[{i}]")
+        end_v = cp.new_int_var(0, h, f"end[{i}]")
+        cp.add(end_v == s + sum(d * lit for d, lit in zip(data.dur[i], x[i], strict=True)))
+        for k, d in enumerate(data.dur[i]):
+            if d > 0:
+                di = sp.cand_dev[i][k]
+                by_dev[di].append(
+                    cp.new_optional_fixed_size_interval_var(s, d, x[i][k], f"iv[{i},{k}]"))
+                load[di].append((d, x[i][k]))
+        starts.append(s)
+        ends.append(end_v)
+    obj = cp.new_int_var(0, h, "makespan")
+    # redundant: each vertex's cheapest remaining path, each device's work
+    for i in range(sp.n):
+        cp.add(obj >= starts[i] + tail[i])
+    for di, terms in enumerate(load):
+        if terms:
+            cp.add(obj * sp.lanes[di] >= sum(d * lit for d, lit in terms))
+    for _, devs, demand, cap in _core_groups(model):
+        terms = [(d * demand[di], lit) for di in devs for d, lit in load[di]]
+        if terms:
+            cp.add(obj * cap >= sum(d * lit for d, lit in terms))
+    _makespan_constraints(cp, model, data, x, starts, ends, by_dev, obj)
+    return obj, starts
+
+
+def _makespan_constraints(cp: cp_model.CpModel, model: Model, data: _Data,
+                          x: list[list[cp_model.IntVar]], starts: list[cp_model.IntVar],
+                          ends: list[cp_model.IntVar],
+                          by_dev: list[list[cp_model.IntervalVar]], obj: cp_model.IntVar
+                          ) -> None:
+    """No overlap on a device (cumulative over its lanes) and on shared cores; precedence
+    with the transfer delay of the chosen candidates; release times; the makespan."""
+    sp, ed = model.space, model.edges
+    for di, ivs in enumerate(by_dev):
+        if len(ivs) < 2:
+            continue
+        if sp.lanes[di] == 1:
+            cp.add_no_overlap(ivs)
+        else:
+            cp.add_cumulative(ivs, [1] * len(ivs), sp.lanes[di])
+    for _, devs, demand, cap in _core_groups(model):
+        ivs = [iv for di in devs for iv in by_dev[di]]
+        if len(ivs) < 2:
+            continue
+        if cap == 1:
+            cp.add_no_overlap(ivs)
+        else:
+            cp.add_cumulative(ivs, [demand[di] for di in devs for _ in by_dev[di]], cap)
+    for e in range(len(ed.src)):
+        u, v = ed.src[e], ed.dst[e]
+        cp.add(starts[v] >= ends[u])
+        tab = data.delay[e]
+        for kv in range(len(sp.cands[v])):
+            col = [tab[ku][kv] for ku in range(len(sp.cands[u]))]
+            if max(col) > 0:
+                cp.add(starts[v] >= ends[u] + sum(c * lit for c, lit in zip(col, x[u],
+                                                                           strict=True))
+                       ).only_enforce_if(x[v][kv])
+    for i in range(sp.n):
+        if max(data.release[i]) > 0:
+            cp.add(starts[i] >= sum(r * lit for r, lit in zip(data.release[i], x[i],
+                                                               strict=True)))
+        cp.add(obj >= ends[i] + sum(t * lit for t, lit in zip(data.tail[i], x[i],
+                                                              strict=True)))
 
 
 def _core_groups(model: Model) -> list[tuple[int, tuple[int, ...], dict[int, int], int]]:

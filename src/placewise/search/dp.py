@@ -317,84 +317,32 @@ def _insert(front: list[tuple[float, float, int]], item: tuple[float, float, int
     return True
 
 
+_Front = list[tuple[float, float, int]]  # Pareto list of (closed max, open load, back pointer)
+
+
 def _chain_throughput(model: Model, stop: Stop | None = None) -> DpOutcome:
     sp = model.space
-    comm = model.comm
     p = model.problem
     n = sp.n
-    ed = model.edges
-    ndev = len(sp.devices)
     host = p.device_index[p.host]
     lanes = sp.lanes
     notes: list[str] = []
     capped = False
-
-    def split(parts: list[tuple[int, float]] | tuple[tuple[int, float], ...], dev: int,
-              other: int) -> tuple[float, float, float]:
-        """(load on ``dev``, load on ``other`` device, worst other resource)."""
-        on_dev = on_other = worst = 0.0
-        for r, s in parts:
-            if r == dev:
-                on_dev += s
-            elif r == other:
-                on_other += s
-            elif r >= ndev and not comm.res_exclusive[r]:
-                continue  # shared controllers are not modelled
-            else:
-                worst = max(worst, s / comm.res_lanes[r])
-        return on_dev, on_other, worst
-
     # states[i]: (k, closed mask) -> Pareto list of (closed max, open load, back pointer)
     entries: list[tuple[int, int, int]] = []
-    layer: dict[tuple[int, int], list[tuple[float, float, int]]] = {}
+    layer: dict[tuple[int, int], _Front] = {}
     states = 0
     for k in range(len(sp.cands[0])):
         d = sp.cand_dev[0][k]
-        on_d, on_host, worst = split(model.io_parts(0, k), d, host if host != d else -1)
+        on_d, on_host, worst = _split(model, model.io_parts(0, k), d, host if host != d else -1)
         closed = max(worst, on_host / lanes[host] if host != d else 0.0)
         entries.append((-1, k, 0))
         layer[(k, 0)] = [(closed, on_d, len(entries) - 1)]
     for i in range(1, n):
         if _due(stop, i):
             raise SearchStopped(f"dp stopped partitioning the chain ({i} of {n} vertices)")
-        nxt: dict[tuple[int, int], list[tuple[float, float, int]]] = {}
-        in_e = ed.e_in[i]
-        for (kp, mask), front in layer.items():
-            dp_ = sp.cand_dev[i - 1][kp]
-            for k in range(len(sp.cands[i])):
-                d = sp.cand_dev[i][k]
-                if d != dp_ and (mask >> d) & 1:
-                    continue
-                edge_parts: list[tuple[int, float]] = []
-                for e in in_e:
-                    edge_parts.extend(model.delay_parts(e, kp, k))
-                io_d, io_host, io_worst = split(model.io_parts(i, k), d,
-                                                host if host != d else -1)
-                host_extra = io_host / lanes[host] if host != d else 0.0
-                if d == dp_:
-                    on_d, _, worst = split(edge_parts, d, -1)
-                    add_open = on_d + io_d
-                    add_closed = max(worst, io_worst, host_extra)
-                    key = (k, mask)
-                    for closed, opened, back in front:
-                        states += 1
-                        item = (max(closed, add_closed), opened + add_open, -1)
-                        lst = nxt.setdefault(key, [])
-                        if _insert(lst, item):
-                            entries.append((back, k, mask))
-                            lst[-1] = (item[0], item[1], len(entries) - 1)
-                else:
-                    on_prev, on_d, worst = split(edge_parts, dp_, d)
-                    key = (k, mask | (1 << dp_))
-                    for closed, opened, back in front:
-                        states += 1
-                        c = max(closed, worst, io_worst, host_extra,
-                                (opened + on_prev) / lanes[dp_])
-                        item = (c, on_d + io_d, -1)
-                        lst = nxt.setdefault(key, [])
-                        if _insert(lst, item):
-                            entries.append((back, k, key[1]))
-                            lst[-1] = (item[0], item[1], len(entries) - 1)
+        nxt, added = _next_layer(model, layer, i, entries)
+        states += added
         for key, lst in nxt.items():
             if len(lst) > _FRONT_MAX:
                 nl = lanes[sp.cand_dev[i][key[0]]]
@@ -427,3 +375,71 @@ def _chain_throughput(model: Model, stop: Stop | None = None) -> DpOutcome:
                      f"stage partition is not proven optimal")
     return DpOutcome(sp.placement(choice), tuple(choice), best[0], not capped, "chain",
                      states, tuple(notes))
+
+
+def _split(model: Model, parts: list[tuple[int, float]] | tuple[tuple[int, float], ...],
+           dev: int, other: int) -> tuple[float, float, float]:
+    """(load on ``dev``, load on ``other`` device, worst other resource)."""
+    comm = model.comm
+    ndev = len(model.space.devices)
+    on_dev = on_other = worst = 0.0
+    for r, s in parts:
+        if r == dev:
+            on_dev += s
+        elif r == other:
+            on_other += s
+        elif r >= ndev and not comm.res_exclusive[r]:
+            continue  # shared controllers are not modelled
+        else:
+            worst = max(worst, s / comm.res_lanes[r])
+    return on_dev, on_other, worst
+
+
+def _next_layer(model: Model, layer: dict[tuple[int, int], _Front], i: int,
+                entries: list[tuple[int, int, int]]
+                ) -> tuple[dict[tuple[int, int], _Front], int]:
+    """The states of vertex ``i`` from those of ``i - 1``: each candidate either stays in
+    the open stage (same device) or closes it (a device not used before); the states made."""
+    sp, ed, p = model.space, model.edges, model.problem
+    host = p.device_index[p.host]
+    lanes = sp.lanes
+    states = 0
+    nxt: dict[tuple[int, int], _Front] = {}
+    in_e = ed.e_in[i]
+    for (kp, mask), front in layer.items():
+        dp_ = sp.cand_dev[i - 1][kp]
+        for k in range(len(sp.cands[i])):
+            d = sp.cand_dev[i][k]
+            if d != dp_ and (mask >> d) & 1:
+                continue
+            edge_parts: list[tuple[int, float]] = []
+            for e in in_e:
+                edge_parts.extend(model.delay_parts(e, kp, k))
+            io_d, io_host, io_worst = _split(model, model.io_parts(i, k), d,
+                                             host if host != d else -1)
+            host_extra = io_host / lanes[host] if host != d else 0.0
+            if d == dp_:
+                on_d, _, worst = _split(model, edge_parts, d, -1)
+                add_open = on_d + io_d
+                add_closed = max(worst, io_worst, host_extra)
+                key = (k, mask)
+                for closed, opened, back in front:
+                    states += 1
+                    item = (max(closed, add_closed), opened + add_open, -1)
+                    lst = nxt.setdefault(key, [])
+                    if _insert(lst, item):
+                        entries.append((back, k, mask))
+                        lst[-1] = (item[0], item[1], len(entries) - 1)
+            else:
+                on_prev, on_d, worst = _split(model, edge_parts, dp_, d)
+                key = (k, mask | (1 << dp_))
+                for closed, opened, back in front:
+                    states += 1
+                    c = max(closed, worst, io_worst, host_extra,
+                            (opened + on_prev) / lanes[dp_])
+                    item = (c, on_d + io_d, -1)
+                    lst = nxt.setdefault(key, [])
+                    if _insert(lst, item):
+                        entries.append((back, k, key[1]))
+                        lst[-1] = (item[0], item[1], len(entries) - 1)
+    return nxt, states

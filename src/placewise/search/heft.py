@@ -271,22 +271,13 @@ def heft_schedule(model: Model, *, throughput: bool = False,
     # a conservative estimate of each edge's crossing time between two devices (half the
     # fitted time at the tensor's smallest representation): a candidate whose finish is
     # already lost with these delays is not costed exactly
-    min_bits = min(dt.bits for dt in sp.dtypes)
-    small = []
-    for e in range(len(ed.src)):
-        tname = ed.tensor[e]
-        nat = p.reps[p.natural_rid[tname]]
-        bits = min(min_bits, nat.dtype.bits) if nat.dtype.is_float else nat.dtype.bits
-        small.append((p.numel[tname] * bits + 7) // 8)
+    small = _smallest_bytes(model)
     lanes = [[_Lane() for _ in range(max(1, nl))] for nl in sp.lanes]
-    choice = [-1] * n
-    start_s = [0.0] * n
-    fin = [0.0] * n
-    lane_of = [0] * n
-    span = 0.0
+    choice, lane_of = [-1] * n, [0] * n
+    start_s, fin = [0.0] * n, [0.0] * n
+    span = peak = 0.0
     load = [0.0] * comm.n_resources
     res_lanes = comm.res_lanes
-    peak = 0.0
     preds = p.preds
     indeg = [len(preds[i]) for i in range(n)]
     ready_q = [(-rank[i], i) for i in range(n) if indeg[i] == 0]
@@ -314,16 +305,8 @@ def heft_schedule(model: Model, *, throughput: bool = False,
             if not throughput and best is not None:
                 if cand_dev[k] != prev_dev:
                     prev_dev = cand_dev[k]
-                    name = sp.devices[prev_dev]
-                    est = floor
-                    for e in ed.e_in[i]:
-                        u = ed.src[e]
-                        du = sp.cands[u][choice[u]].device
-                        if du != name:
-                            base, per_byte = fit.get((du, name), (0.0, 0.0))
-                            t = fin[u] + 0.5 * (base + per_byte * small[e])
-                            if t > est:
-                                est = t
+                    est = _optimistic_ready(model, fit, small, i, sp.devices[prev_dev], floor,
+                                            fin, choice)
                 if (est + costs[k], 0.0, k) >= best:
                     continue  # it would not win even with these optimistic crossings
             ready = max(floor, model.release(i, k))
@@ -332,27 +315,11 @@ def heft_schedule(model: Model, *, throughput: bool = False,
                 t = fin[u] + model.delay(e, choice[u], k)
                 if t > ready:
                     ready = t
-            dur = costs[k]
-            di = cand_dev[k]
-            start, lane = math.inf, 0
-            for ln, lane_k in enumerate(lanes[di]):
-                s = lane_k.slot(ready, dur)
-                if s < start:
-                    start, lane = s, ln
-            finish = start + dur + model.tail(i, k)
+            start, lane = _earliest_slot(lanes[cand_dev[k]], ready, costs[k])
+            finish = start + costs[k] + model.tail(i, k)
             if throughput:
-                parts = model.io_parts(i, k)
-                for e in ed.e_in[i]:
-                    parts.extend(model.delay_parts(e, choice[ed.src[e]], k))
-                acc: dict[int, float] = {}
-                for r, s in parts:
-                    acc[r] = acc.get(r, 0.0) + s
-                new_peak = peak
-                for r, s in acc.items():
-                    v = (load[r] + s) / res_lanes[r]
-                    if v > new_peak:
-                        new_peak = v
-                key = (new_peak, finish, k)
+                parts = _resource_parts(model, i, k, choice)
+                key = (_peak_with(parts, load, res_lanes, peak), finish, k)
             else:
                 parts = []
                 key = (finish, 0.0, k)
@@ -372,16 +339,88 @@ def heft_schedule(model: Model, *, throughput: bool = False,
         if best_end > span:
             span = best_end
         if throughput:
-            for r, s in best_parts:
-                load[r] += s
-                v = load[r] / res_lanes[r]
-                if v > peak:
-                    peak = v
+            peak = _add_load(best_parts, load, res_lanes, peak)
         for s in succs[i]:
             indeg[s] -= 1
             if indeg[s] == 0:
                 heapq.heappush(ready_q, (-rank[s], s))
     return HeftSchedule(choice, start_s, fin, lane_of, span, sp.placement(choice))
+
+
+def _smallest_bytes(model: Model) -> list[int]:
+    """Each edge's tensor at its smallest representation (bytes)."""
+    sp, ed, p = model.space, model.edges, model.problem
+    min_bits = min(dt.bits for dt in sp.dtypes)
+    small = []
+    for e in range(len(ed.src)):
+        tname = ed.tensor[e]
+        nat = p.reps[p.natural_rid[tname]]
+        bits = min(min_bits, nat.dtype.bits) if nat.dtype.is_float else nat.dtype.bits
+        small.append((p.numel[tname] * bits + 7) // 8)
+    return small
+
+
+def _optimistic_ready(model: Model, fit: dict[tuple[str, str], tuple[float, float]],
+                      small: Sequence[int], i: int, device: str, floor: float,
+                      fin: Sequence[float], choice: Sequence[int]) -> float:
+    """When vertex ``i`` could start on ``device`` at the earliest, crossing each input edge
+    in half its fitted time at the tensor's smallest representation."""
+    sp, ed = model.space, model.edges
+    est = floor
+    for e in ed.e_in[i]:
+        u = ed.src[e]
+        du = sp.cands[u][choice[u]].device
+        if du != device:
+            base, per_byte = fit.get((du, device), (0.0, 0.0))
+            t = fin[u] + 0.5 * (base + per_byte * small[e])
+            if t > est:
+                est = t
+    return est
+
+
+def _earliest_slot(lanes: Sequence[_Lane], ready: float, dur: float) -> tuple[float, int]:
+    """The earliest start at or after ``ready`` on any of ``lanes``, and that lane."""
+    start, lane = math.inf, 0
+    for ln, lane_k in enumerate(lanes):
+        s = lane_k.slot(ready, dur)
+        if s < start:
+            start, lane = s, ln
+    return start, lane
+
+
+def _resource_parts(model: Model, i: int, k: int, choice: Sequence[int]
+                    ) -> list[tuple[int, float]]:
+    """(resource, seconds) vertex ``i`` on candidate ``k`` adds: its I/O, its input edges."""
+    ed = model.edges
+    parts = model.io_parts(i, k)
+    for e in ed.e_in[i]:
+        parts.extend(model.delay_parts(e, choice[ed.src[e]], k))
+    return parts
+
+
+def _peak_with(parts: Sequence[tuple[int, float]], load: Sequence[float],
+               res_lanes: Sequence[int], peak: float) -> float:
+    """The busiest resource's load per lane once ``parts`` are added."""
+    acc: dict[int, float] = {}
+    for r, s in parts:
+        acc[r] = acc.get(r, 0.0) + s
+    new_peak = peak
+    for r, s in acc.items():
+        v = (load[r] + s) / res_lanes[r]
+        if v > new_peak:
+            new_peak = v
+    return new_peak
+
+
+def _add_load(parts: Sequence[tuple[int, float]], load: list[float],
+              res_lanes: Sequence[int], peak: float) -> float:
+    """Add ``parts`` to ``load``; the busiest resource's load per lane since."""
+    for r, s in parts:
+        load[r] += s
+        v = load[r] / res_lanes[r]
+        if v > peak:
+            peak = v
+    return peak
 
 
 def heft_choice(model: Model, *, throughput: bool = False,

@@ -407,185 +407,241 @@ def local_search(model: Model, tracker: Tracker,
                  defer: int = DEFER, cluster: float = CLUSTER) -> LocalOutcome:
     """Run the walk from ``starts`` ((label, candidate indexes[, rank key if already
     scored]), best first) until the tracker's budget is spent (see the module docstring)."""
-    sp = model.space
-    budget = tracker.budget
-    rng = random.Random(seed)
-    moves = _Moves(model, rng)
-    throughput = tracker.objective is Objective.THROUGHPUT
-    exact = sp.n <= exact_max
+    exact = model.space.n <= exact_max
     if patience is None:
-        patience = max(50, min(2000, 4 * sp.n)) if exact else max(400, 4 * check_every)
-    # score the starts (the tracker memoizes the ones already scored)
-    scored: list[tuple[RankKey, tuple[int, ...]]] = []
-    for item in starts:
-        ch = item[1]
-        key = item[2] if len(item) > 2 else tracker.evaluate(sp.placement(ch))[0]
-        scored.append((key, tuple(ch)))
-    best_key, best = min(scored, key=lambda kv: kv[0])
-    order = [ch for _, ch in scored]
-    proposed = accepted = evals = restarts = 0
-    cur = list(best)
-    cur_key = best_key
-    start_used = budget.spent_s()
-    span = max(budget.left_s(), 1e-9)
-    est = None if exact else Estimator(model, cur, throughput=throughput, defer=defer)
-    levels = None if exact or cluster <= 0.0 else coarsen(model, seed=seed)
-    # the coarsest cluster level the walk still moves: one finer after each restart that
-    # found nothing better; the walk counts stale restarts (to stop early) only below it
-    top = 0
-    if levels is not None:
-        budget.charge(READ_S * levels.reads)
-        top = levels.depth
-    guard = WeightGuard(model, cur)
-    rejected_memory = 0
-    est_val = est.score() if est else 0.0
-    since_best = 0
-    since_check = 0
-    next_start = 1
-    stale = 0
-    improved = False
-    converged = False
-    last_touched = 0  # the estimator's construction is charged with the first move
-    comm = model.comm
-    last_queries = comm.queries
+        patience = max(50, min(2000, 4 * model.space.n)) if exact else max(400, 4 * check_every)
+    settings = _Settings(exact, check_every, patience, t_start, t_end, max_stale, guided,
+                         check_share, cluster)
+    return _Walk(model, tracker, starts, settings, seed=seed, defer=defer).run()
 
-    def charge_reads(base: float) -> None:
+
+@dataclass(frozen=True, slots=True)
+class _Settings:
+    exact: bool  # every move scored by the scheduler (no estimator)
+    check_every: int
+    patience: int
+    t_start: float
+    t_end: float
+    max_stale: int
+    guided: float
+    check_share: float
+    cluster: float
+
+
+class _Walk:
+    """The walk's state: the current and best placements, the estimator, the counters."""
+
+    def __init__(self, model: Model, tracker: Tracker,
+                 starts: Sequence[tuple[str, Sequence[int]] | tuple[str, Sequence[int], RankKey]],
+                 settings: _Settings, *, seed: int, defer: int) -> None:
+        self.model, self.tracker, self.cfg = model, tracker, settings
+        self.sp = sp = model.space
+        self.budget = budget = tracker.budget
+        self.rng = random.Random(seed)
+        self.moves = _Moves(model, self.rng)
+        exact = settings.exact
+        # score the starts (the tracker memoizes the ones already scored)
+        scored: list[tuple[RankKey, tuple[int, ...]]] = []
+        for item in starts:
+            ch = item[1]
+            key = item[2] if len(item) > 2 else tracker.evaluate(sp.placement(ch))[0]
+            scored.append((key, tuple(ch)))
+        self.best_key, self.best = min(scored, key=lambda kv: kv[0])
+        self.order = [ch for _, ch in scored]
+        self.proposed = self.accepted = self.evals = self.restarts = 0
+        self.cur = list(self.best)
+        self.cur_key = self.best_key
+        self.start_used = budget.spent_s()
+        self.span = max(budget.left_s(), 1e-9)
+        throughput = tracker.objective is Objective.THROUGHPUT
+        self.est = None if exact else Estimator(model, self.cur, throughput=throughput,
+                                                defer=defer)
+        self.levels = None if exact or settings.cluster <= 0.0 else coarsen(model, seed=seed)
+        # the coarsest cluster level the walk still moves: one finer after each restart that
+        # found nothing better; the walk counts stale restarts (to stop early) only below it
+        self.top = 0
+        if self.levels is not None:
+            budget.charge(READ_S * self.levels.reads)
+            self.top = self.levels.depth
+        self.guard = WeightGuard(model, self.cur)
+        self.rejected_memory = 0
+        self.est_val = self.est.score() if self.est else 0.0
+        self.since_best = self.since_check = self.stale = 0
+        self.next_start = 1
+        self.improved = self.converged = False
+        self.last_touched = 0  # the estimator's construction is charged with the first move
+        self.last_queries = model.comm.queries
+        self.path: list[int] | None = None  # the estimator's critical path (None: to recompute)
+        self.check_spent = budget.spent_s()
+        self.move_wall = 0.0  # the slowest estimated move so far (wall seconds; cannot be cut)
+
+    def charge_reads(self, base: float) -> None:
         """Charge ``base`` and what the estimator read and the crossings it computed
         (each a few cost-model questions, priced as HEFT's) since the last charge."""
-        nonlocal last_touched, last_queries
+        est, comm = self.est, self.model.comm
         assert est is not None
-        budget.charge(base + READ_S * (est.touched - last_touched)
-                      + HEFT_QUERY_S * (comm.queries - last_queries))
-        last_touched = est.touched
-        last_queries = comm.queries
+        self.budget.charge(base + READ_S * (est.touched - self.last_touched)
+                           + HEFT_QUERY_S * (comm.queries - self.last_queries))
+        self.last_touched = est.touched
+        self.last_queries = comm.queries
 
-    clock = budget.clock
-    path: list[int] | None = None  # the estimator's critical path (None: to recompute)
-    check_spent = budget.spent_s()
-    move_wall = 0.0  # the slowest estimated move so far (wall seconds; it cannot be cut)
-    while not budget.exhausted():
-        frac = min(1.0, (budget.spent_s() - start_used) / span)
-        # cooled by the budget spent, or by the restarts where the walk ends early
-        temp = t_start * (t_end / t_start) ** (frac if exact else max(
-            frac, min(1.0, restarts / COOL_RESTARTS)))
-        if est is not None and moves.movable and rng.random() < guided:
-            if path is None:
-                path = est.critical_path()
-            kind, mv = _guided(est, rng, path)
-        elif levels is not None and levels.depth and rng.random() < cluster and (
-                level := min(top, levels.level_at(frac))):
-            kind, mv = moves.cluster(cur, levels, level)
-        else:
-            kind, mv = moves.draw(cur)
-        if not mv:
-            budget.charge(MOVE_VERTEX_S)
-            if kind == "none":
+    def run(self) -> LocalOutcome:
+        budget, cfg, tracker = self.budget, self.cfg, self.tracker
+        while not budget.exhausted():
+            frac = min(1.0, (budget.spent_s() - self.start_used) / self.span)
+            # cooled by the budget spent, or by the restarts where the walk ends early
+            temp = cfg.t_start * (cfg.t_end / cfg.t_start) ** (frac if cfg.exact else max(
+                frac, min(1.0, self.restarts / COOL_RESTARTS)))
+            kind, mv = self._draw(frac)
+            if not mv:
+                budget.charge(MOVE_VERTEX_S)
+                if kind == "none":
+                    break
+                continue
+            if (cfg.exact or self.since_check + 1 >= cfg.check_every) and \
+                    not tracker.can_evaluate(work=False):
+                break  # the deadline: no time to score another placement
+            if self.move_wall > 0.0 and not budget.fits(0.0, self.move_wall):
+                break  # the deadline: no time for another move as slow as the slowest so far
+            self.proposed += 1
+            if not self.guard.apply(self.cur, mv) and self.cur_key[0] == 0:
+                self.guard.undo(self.cur, mv)
+                self.rejected_memory += 1
+                self.since_best += 1
+                budget.charge(MOVE_BASE_S)
+            elif cfg.exact:
+                self._step_exact(mv, temp)
+            else:
+                self._step_estimated(mv, temp)
+            if self.since_best == 0:
+                self.improved = True
+            if self.since_best >= cfg.patience and not self._restart():
                 break
-            continue
-        if (exact or since_check + 1 >= check_every) and not tracker.can_evaluate(work=False):
-            break  # the deadline: no time to score another placement
-        if move_wall > 0.0 and not budget.fits(0.0, move_wall):
-            break  # the deadline: no time for another move as slow as the slowest so far
-        proposed += 1
-        if not guard.apply(cur, mv) and cur_key[0] == 0:
-            guard.undo(cur, mv)
-            rejected_memory += 1
-            since_best += 1
-            budget.charge(MOVE_BASE_S)
-        elif exact:
-            old = {v: cur[v] for v in mv}
-            for v, k in mv.items():
+        return self._finish()
+
+    def _draw(self, frac: float) -> tuple[str, dict[int, int]]:
+        est, levels, rng = self.est, self.levels, self.rng
+        if est is not None and self.moves.movable and rng.random() < self.cfg.guided:
+            if self.path is None:
+                self.path = est.critical_path()
+            return _guided(est, rng, self.path)
+        if levels is not None and levels.depth and rng.random() < self.cfg.cluster and (
+                level := min(self.top, levels.level_at(frac))):
+            return self.moves.cluster(self.cur, levels, level)
+        return self.moves.draw(self.cur)
+
+    def _step_exact(self, mv: dict[int, int], temp: float) -> None:
+        """Score the moved placement; keep it by the Metropolis rule."""
+        cur = self.cur
+        old = {v: cur[v] for v in mv}
+        for v, k in mv.items():
+            cur[v] = k
+        key, _ = self.tracker.evaluate(self.sp.placement(cur))
+        self.evals += 1
+        w = _worse(key, self.cur_key)
+        if w <= 0.0 or (math.isfinite(w) and self.rng.random() < math.exp(-w / temp)):
+            self.accepted += 1
+            self.cur_key = key
+            if key < self.best_key:
+                self.best_key, self.best = key, tuple(cur)
+                self.since_best = 0
+            else:
+                self.since_best += 1
+        else:
+            after = list(cur)
+            for v, k in old.items():
                 cur[v] = k
-            key, _ = tracker.evaluate(sp.placement(cur))
-            evals += 1
-            w = _worse(key, cur_key)
-            if w <= 0.0 or (math.isfinite(w) and rng.random() < math.exp(-w / temp)):
-                accepted += 1
-                cur_key = key
-                if key < best_key:
-                    best_key, best = key, tuple(cur)
-                    since_best = 0
-                else:
-                    since_best += 1
-            else:
-                after = list(cur)
-                for v, k in old.items():
-                    cur[v] = k
-                guard.undo(cur, {v: after[v] for v in old})
-                since_best += 1
+            self.guard.undo(cur, {v: after[v] for v in old})
+            self.since_best += 1
+
+    def _step_estimated(self, mv: dict[int, int], temp: float) -> None:
+        """Estimate the move; every ``check_every`` moves score the estimator's placement."""
+        est = self.est
+        assert est is not None
+        t_move = self.budget.clock()
+        # accepted iff its relative worsening w satisfies w <= -T ln u (u uniform): the
+        # Metropolis rule, decided against a limit so that the estimator can stop early
+        u = self.rng.random()
+        limit = self.est_val * (1.0 - temp * math.log(u)) if u > 0.0 else math.inf
+        val, ok = est.propose(mv, limit)
+        took = self.budget.clock() - t_move
+        if took > self.move_wall:
+            self.move_wall = took
+        self.tracker.estimates += 1
+        self.charge_reads(MOVE_BASE_S)
+        if ok:
+            self.accepted += 1
+            self.est_val = val
+            self.cur = est.choice
+            if not (est.kept and self.path is not None and mv.keys().isdisjoint(self.path)):
+                self.path = None  # (a vertex off it moved, its path shorter: still longest)
         else:
+            self.guard.undo(est.choice, mv)
+        self.since_check += 1
+        self.since_best += 1
+        if self.since_check >= self.cfg.check_every and (
+                self.budget.spent_s() - self.check_spent
+                >= self.cfg.check_share * self.tracker.eval_work_s):
+            self._check()
+
+    def _check(self) -> None:
+        """Score the estimator's placement; go back to the best when it is worse."""
+        est = self.est
+        assert est is not None
+        self.since_check = 0
+        self.est_val = est.flush()
+        key, _ = self.tracker.evaluate(self.sp.placement(est.choice))
+        self.check_spent = self.budget.spent_s()
+        self.path = None
+        self.evals += 1
+        if key < self.best_key:
+            self.best_key, self.best = key, tuple(est.choice)
+            self.since_best = 0
+        elif _worse(key, self.best_key) > 0.0:
+            est.reset(self.best)
+            self.guard.reset(self.best)
+            self.path = None
+            self.est_val = est.score()
+            self.charge_reads(0.0)
+        self.cur = est.choice
+
+    def _restart(self) -> bool:
+        """Restart from the next start (then the best); False when the walk ends."""
+        self.restarts += 1
+        self.since_best = 0
+        if not self.improved and self.top > 0:
+            self.top -= 1  # a restart that found nothing: finer clusters from now on
+        else:
+            self.stale = 0 if self.improved else self.stale + 1
+        self.improved = False
+        if self.stale >= self.cfg.max_stale and self.next_start >= len(self.order):
+            self.converged = True
+            return False
+        if self.cfg.exact and not self.tracker.can_evaluate(work=False):
+            return False
+        src = self.order[self.next_start] if self.next_start < len(self.order) else self.best
+        self.next_start += 1
+        self.cur = list(src)
+        self.guard.reset(self.cur)
+        if self.cfg.exact:
+            self.cur_key, _ = self.tracker.evaluate(self.sp.placement(self.cur))
+        else:
+            est = self.est
             assert est is not None
-            t_move = clock()
-            # accepted iff its relative worsening w satisfies w <= -T ln u (u uniform): the
-            # Metropolis rule, decided against a limit so that the estimator can stop early
-            u = rng.random()
-            limit = est_val * (1.0 - temp * math.log(u)) if u > 0.0 else math.inf
-            val, ok = est.propose(mv, limit)
-            took = clock() - t_move
-            if took > move_wall:
-                move_wall = took
-            tracker.estimates += 1
-            charge_reads(MOVE_BASE_S)
-            if ok:
-                accepted += 1
-                est_val = val
-                cur = est.choice
-                if not (est.kept and path is not None and mv.keys().isdisjoint(path)):
-                    path = None  # (a vertex off it moved, its path shorter: still longest)
-            else:
-                guard.undo(est.choice, mv)
-            since_check += 1
-            since_best += 1
-            if since_check >= check_every and (
-                    budget.spent_s() - check_spent >= check_share * tracker.eval_work_s):
-                since_check = 0
-                est_val = est.flush()
-                key, _ = tracker.evaluate(sp.placement(est.choice))
-                check_spent = budget.spent_s()
-                path = None
-                evals += 1
-                if key < best_key:
-                    best_key, best = key, tuple(est.choice)
-                    since_best = 0
-                elif _worse(key, best_key) > 0.0:
-                    est.reset(best)
-                    guard.reset(best)
-                    path = None
-                    est_val = est.score()
-                    charge_reads(0.0)
-                cur = est.choice
-        if since_best == 0:
-            improved = True
-        if since_best >= patience:
-            restarts += 1
-            since_best = 0
-            if not improved and top > 0:
-                top -= 1  # a restart that found nothing: finer clusters from now on
-            else:
-                stale = 0 if improved else stale + 1
-            improved = False
-            if stale >= max_stale and next_start >= len(order):
-                converged = True
-                break
-            if exact and not tracker.can_evaluate(work=False):
-                break
-            src = order[next_start] if next_start < len(order) else best
-            next_start += 1
-            cur = list(src)
-            guard.reset(cur)
-            if exact:
-                cur_key, _ = tracker.evaluate(sp.placement(cur))
-            else:
-                assert est is not None
-                est.reset(cur)
-                path = None
-                est_val = est.score()
-                charge_reads(0.0)
-                cur = est.choice
-    if est is not None and tuple(est.choice) != best and tracker.can_evaluate(work=False):
-        key, _ = tracker.evaluate(sp.placement(est.choice))
-        evals += 1
-        if key < best_key:
-            best_key, best = key, tuple(est.choice)
-    return LocalOutcome(best, best_key, proposed, accepted, evals, restarts, converged,
-                        rejected_memory)
+            est.reset(self.cur)
+            self.path = None
+            self.est_val = est.score()
+            self.charge_reads(0.0)
+            self.cur = est.choice
+        return True
+
+    def _finish(self) -> LocalOutcome:
+        est, tracker = self.est, self.tracker
+        if est is not None and tuple(est.choice) != self.best and \
+                tracker.can_evaluate(work=False):
+            key, _ = tracker.evaluate(self.sp.placement(est.choice))
+            self.evals += 1
+            if key < self.best_key:
+                self.best_key, self.best = key, tuple(est.choice)
+        return LocalOutcome(self.best, self.best_key, self.proposed, self.accepted, self.evals,
+                            self.restarts, self.converged, self.rejected_memory)

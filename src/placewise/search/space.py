@@ -414,17 +414,6 @@ class SearchSpace:
         names = self.problem.vertices
         return Placement.of((names[i].name, self.cands[i][k]) for i, k in enumerate(choice))
 
-    def choice_of(self, placement: Placement) -> list[int]:
-        """Candidate indexes of a placement (raises ``KeyError`` if one is not a candidate)."""
-        out: list[int] = []
-        for v in self.problem.vertices:
-            a = placement[v.name]
-            try:
-                out.append(self.cands[v.index].index(a))
-            except ValueError:
-                raise KeyError(f"{a} is not a candidate of vertex {v.name!r}") from None
-        return out
-
     def cheapest_s(self, vi: int) -> float:
         return self.cost_s[vi][self.best_k[vi]]
 
@@ -561,9 +550,6 @@ class Comm:
     @property
     def n_resources(self) -> int:
         return len(self.res_names)
-
-    def shared_occupancy(self, ri: int, nbytes: float) -> float:
-        return nbytes / self._bw[ri]
 
     def rid(self, tensor: str, dtype: DType) -> int:
         """The rep id a vertex computing in ``dtype`` holds ``tensor`` in."""

@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, Any
 from placewise.energy import plan_energy
 from placewise.errors import Infeasible, InputError, MemoryInfeasible, UnsupportedError
 from placewise.graph.zoo import parse_zoo_ref, resolve_options
+from placewise.hardware.load import load_machine
 from placewise.hardware.probe import load_local
-from placewise.hardware.spec import load_machine
 from placewise.plan import save_plan
 from placewise.planning import build_problem, plan_model
 from placewise.precision.policy import parse_policy

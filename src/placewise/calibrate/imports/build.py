@@ -52,7 +52,14 @@ from placewise.calibrate.imports.records import (
     ImportedProfile,
     MeasuredRegion,
     MeasuredTransfer,
-    quantiles,
+)
+from placewise.cost.calibrated import (
+    conversion_key,
+    device_record,
+    op_family,
+    op_features,
+    op_key,
+    op_series,
 )
 from placewise.cost.calibration import (
     Calibration,
@@ -62,10 +69,16 @@ from placewise.cost.calibration import (
     Measurement,
     StepOverhead,
 )
+from placewise.cost.fit import fit_link
+from placewise.cost.model import Representation
+from placewise.cost.roofline import RooflineModel
 from placewise.errors import ProfileError
 from placewise.graph.ir import Graph, Op, OpKind
 from placewise.hardware.spec import Device, Machine
-from placewise.units import DType
+from placewise.hardware.stats import quantiles
+from placewise.runtime.ort_profile import node_owners, optimized_nodes, profile_names
+from placewise.schedule.placement import natural_dtype
+from placewise.units import DType, Layout
 
 __all__ = [
     "MIN_MATCHED_SHARE",
@@ -116,10 +129,11 @@ class ImportReport:
     """What an import did, for the command line: the device, per profile its record, and
     over all profiles: timed nodes, those that named ops, those left out and why, the ops
     covered, the share of the model's roofline time (on the device) now measured, keys
-    written, copies and reformats, the per-run overhead."""
+    written, copies and reformats, the per-run overhead. ``records.to_json`` makes its
+    JSON (the fields, in order)."""
 
     device: str
-    records: tuple[ImportRecord, ...]
+    profiles: tuple[ImportRecord, ...]
     profiled_nodes: int
     matched_nodes: int
     unattributed: tuple[str, ...]
@@ -140,21 +154,6 @@ class ImportReport:
     node_gaps_s: float | None
     precision: str
     notes: tuple[str, ...] = field(default_factory=tuple)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "device": self.device, "profiles": [r.model_dump(mode="json") for r in self.records],
-            "profiled_nodes": self.profiled_nodes, "matched_nodes": self.matched_nodes,
-            "unattributed": list(self.unattributed), "unmatched": list(self.unmatched),
-            "other_engine": list(self.other_engine), "graph_ops": self.graph_ops,
-            "ops_covered": self.ops_covered, "measured_share": self.measured_share,
-            "measurements": self.measurements, "split_nodes": self.split_nodes,
-            "copies": self.copies, "links": list(self.links), "reformats": self.reformats,
-            "reformats_attributed": self.reformats_attributed,
-            "conversions": self.conversions, "run_overhead_s": self.run_overhead_s,
-            "run_overhead_n": self.run_overhead_n, "node_gaps_s": self.node_gaps_s,
-            "precision": self.precision,
-            "notes": list(self.notes)}
 
 
 # ---- the device -----------------------------------------------------------------------------
@@ -219,8 +218,6 @@ class _Matcher:
 
     @classmethod
     def make(cls, graph: Graph, onnx_model: Any) -> _Matcher:
-        from placewise.runtime.ort_profile import node_owners, optimized_nodes, profile_names
-
         by_name: dict[str, str] = {}
         for op in graph.ops:
             by_name.setdefault(op.name, op.name)
@@ -323,8 +320,6 @@ def _model_dtype(graph: Graph) -> DType:
 
 
 def _op_dtype(graph: Graph, op: Op, default: DType) -> DType:
-    from placewise.schedule.placement import natural_dtype
-
     ds = [graph.tensor(t).dtype for t in (*op.inputs, *op.outputs) if t]
     return natural_dtype(ds) if any(d.is_float for d in ds) else default
 
@@ -394,8 +389,6 @@ class _Context:
         w = self.weights.get(op.name)
         if w is None:
             if self.roofline is None:
-                from placewise.cost.roofline import RooflineModel
-
                 self.roofline = RooflineModel(self.machine)
             try:
                 w = self.roofline.op_cost(self.graph, op, self.dev.name,
@@ -503,7 +496,7 @@ def import_calibration(profiles: Sequence[ImportedProfile], graph: Graph, machin
             file=profiles[0].source.file)
     cal, report = _assemble(ctx, pool, profiles, records, measurements, model_ref)
     return cal, ImportReport(
-        device=dev.name, records=tuple(records),
+        device=dev.name, profiles=tuple(records),
         profiled_nodes=sum(r.profiled_nodes for r in records),
         matched_nodes=sum(r.matched_nodes for r in records), unattributed=tuple(unattributed),
         unmatched=tuple(unmatched), other_engine=tuple(other_engine),
@@ -631,8 +624,6 @@ def _flush(pool: _Pool, ctx: _Context, parts: dict[str, list[list[float]]], tool
            ) -> None:
     """One profile's per-op parts into the pooled keys: the parts of an op summed run by
     run (their medians summed, when the regions ran in different numbers of runs)."""
-    from placewise.cost.calibrated import op_key
-
     for o, lists in parts.items():
         op = ctx.graph.op(o)
         if len({len(x) for x in lists}) == 1:
@@ -678,10 +669,6 @@ def _transfer(pool: _Pool, ctx: _Context, t: MeasuredTransfer,
 def _conversion(t: MeasuredTransfer) -> tuple[str, str, DType] | None:
     """(key, kind, destination dtype) of a reformat between two representations
     (``fp32/nchw`` -> ``fp16/nchw``; a bare dtype is row-major), else None."""
-    from placewise.cost.calibrated import conversion_key
-    from placewise.cost.model import Representation
-    from placewise.units import Layout
-
     def rep(text: str) -> Representation | None:
         dt, _, lay = text.strip().lower().partition("/")
         try:
@@ -727,8 +714,6 @@ def _stats(samples: Sequence[float]) -> tuple[float, float, float]:
 
 def _measurements(pool: _Pool, ctx: _Context, profiles: Sequence[ImportedProfile]
                   ) -> list[Measurement]:
-    from placewise.cost.calibrated import op_family, op_features, op_key, op_series
-
     out: list[Measurement] = []
     for key, (op, dtype, samples, tool) in sorted(pool.keys.items()):
         med, p10, p90 = _stats(samples)
@@ -757,8 +742,6 @@ def _links(pool: _Pool, ctx: _Context, profiles: Sequence[ImportedProfile]
            ) -> tuple[list[LinkMeasurement], list[str]]:
     """Copies fitted as latency + seconds per byte, per direction, where at least two
     sizes were timed."""
-    from placewise.calibrate.context import fit_link
-
     links: list[LinkMeasurement] = []
     notes: list[str] = []
     tools = ", ".join(sorted({p.source.tool for p in profiles}))
@@ -779,8 +762,6 @@ def _links(pool: _Pool, ctx: _Context, profiles: Sequence[ImportedProfile]
 def _assemble(ctx: _Context, pool: _Pool, profiles: Sequence[ImportedProfile],
               records: Sequence[ImportRecord], measurements: list[Measurement],
               model_ref: str) -> tuple[Calibration, dict[str, Any]]:
-    from placewise.cost.calibrated import device_record
-
     rec = device_record(ctx.dev)
     method = (f"per kept run of the imported profiles: {' or '.join(sorted(pool.overhead_how))}"
               f" (the session's own cost per run)")

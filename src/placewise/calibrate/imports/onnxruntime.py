@@ -37,6 +37,7 @@ import statistics
 from collections import Counter
 from collections.abc import Sequence
 
+from placewise.calibrate.imports.build import engine_class
 from placewise.calibrate.imports.records import (
     ImportedProfile,
     MeasuredRegion,
@@ -45,6 +46,7 @@ from placewise.calibrate.imports.records import (
     file_sha256,
 )
 from placewise.errors import ProfileError
+from placewise.graph.onnx_import import read_onnx_as_is
 from placewise.io import load_json
 from placewise.runtime.ort_profile import ORT_DTYPES, OrtNode, OrtRuns, read_events
 
@@ -201,8 +203,6 @@ def read_onnxruntime(path: str | os.PathLike[str], *, tool_version: str = "",
 
 
 def _on_cpu(node: OrtNode) -> bool:
-    from placewise.calibrate.imports.build import engine_class
-
     return engine_class(node.provider) == "cpu"
 
 
@@ -283,8 +283,6 @@ def subgraph_nodes(folder: str | os.PathLike[str], labels: Sequence[str]
     ``labels``, the ``.onnx`` file in ``folder`` whose name holds it (the longest such
     name: ``..._1`` is not ``..._10``), its node names. Labels without a file are left
     out. Files are read through the input boundary (``read_onnx_as_is``)."""
-    from placewise.graph.onnx_import import read_onnx_as_is
-
     root = os.fspath(folder)
     if not os.path.isdir(root):
         raise ProfileError("not a folder", file=root, place="--subgraphs")

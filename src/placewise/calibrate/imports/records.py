@@ -17,13 +17,11 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from placewise.errors import ProfileError
+from placewise.hardware.stats import quantiles
 
 __all__ = [
     "ImportedProfile",
@@ -31,25 +29,11 @@ __all__ = [
     "MeasuredTransfer",
     "ProfileSource",
     "file_sha256",
-    "quantiles",
 ]
 
 #: what a reader calls the place a region ran (``MeasuredRegion.engine``), normalised to a
 #: device class of the machine spec by ``build.py``: "cpu", "gpu", "dla", "npu"
 ENGINE_CLASSES = ("cpu", "gpu", "dla", "npu")
-
-
-def quantiles(samples: Sequence[float]) -> tuple[float, float, float]:
-    """(p10, median, p90) of ``samples`` (linear interpolation; one sample: itself thrice).
-
-    >>> quantiles([1.0, 2.0, 3.0, 4.0, 5.0])
-    (1.4, 3.0, 4.6)
-    """
-    if not samples:
-        raise ValueError("no samples")
-    a = np.asarray(samples, dtype=float)
-    p10, p90 = np.quantile(a, [0.1, 0.9])
-    return float(p10), float(statistics.median(samples)), float(p90)
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:

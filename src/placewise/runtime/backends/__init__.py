@@ -6,7 +6,7 @@ name. ``RUNNABLE_BACKENDS`` are those this build runs (on the device's CPU cores
 other device (a probed GPU, backend ``cuda``; a preset's accelerator) is plannable and
 exportable only, and ``backend_gap`` says so in one line.
 
->>> from placewise.hardware.spec import load_machine
+>>> from placewise.hardware.load import load_machine
 >>> backend_gap(load_machine("h100-sxm-server").device("gpu0"))
 "device 'gpu0' is not a local device (gpu, NVIDIA H100 SXM5 80GB; no backend): plannable and exportable only"
 """
@@ -66,7 +66,7 @@ def runnable_part(machine: Any) -> tuple[Any, list[str]]:
     ``machine`` itself when every device runs. What ``demo`` plans on, so that the plan it
     validates runs here.
 
-    >>> from placewise.hardware.spec import load_machine
+    >>> from placewise.hardware.load import load_machine
     >>> part, gaps = runnable_part(load_machine("h100-sxm-server"))
     Traceback (most recent call last):
     ...

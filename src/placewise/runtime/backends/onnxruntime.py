@@ -85,7 +85,7 @@ def provider_for(device: Any, dtype: Any = None) -> Provider:
     partition computing in ``dtype`` (a ``units.DType``; only TensorRT's DLA options
     depend on it). See the module docstring for the rules.
 
-    >>> from placewise.hardware.spec import load_machine
+    >>> from placewise.hardware.load import load_machine
     >>> orin = load_machine("jetson-agx-orin")
     >>> provider_for(orin.device("gpu")).name
     'CUDAExecutionProvider'
