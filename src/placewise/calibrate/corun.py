@@ -535,7 +535,7 @@ def _records(jobs: Sequence[_Job]) -> list[CorunMeasurement]:
 
 
 def _local(machine: Machine, names: Sequence[str] | None) -> list[Device]:
-    usable = [d for d in machine.devices if d.cores and d.backend]
+    usable = [d for d in machine.devices if d.is_local]
     if names is None:
         return usable
     by = {d.name: d for d in usable}

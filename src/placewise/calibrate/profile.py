@@ -253,7 +253,7 @@ class ProfileJob:
 def local_devices(machine: Machine, names: Sequence[str] | None = None) -> list[Device]:
     """The devices of ``machine`` that can be measured here (they have cores and a
     backend), optionally only ``names``."""
-    usable = [d for d in machine.devices if d.cores and d.backend]
+    usable = [d for d in machine.devices if d.is_local]
     if names is not None:
         by = {d.name: d for d in machine.devices}
         out: list[Device] = []
@@ -261,7 +261,7 @@ def local_devices(machine: Machine, names: Sequence[str] | None = None) -> list[
             if n not in by:
                 raise InputError(f"machine {machine.name!r} has no device {n!r} (devices: "
                                  f"{', '.join(by)})", place="--devices")
-            if not (by[n].cores and by[n].backend):
+            if not by[n].is_local:
                 raise InputError(f"{backend_gap(by[n])}: only this machine's devices with "
                                  f"a backend can be profiled", place="--devices")
             out.append(by[n])

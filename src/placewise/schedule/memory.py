@@ -323,7 +323,7 @@ def _buffers(problem: Problem, schedule: Schedule, tier_of: dict[str, str]) -> _
         en.append(makespan)
     names, kinds = tl.name, tl.kind
     transfer, conversion = TaskKind.TRANSFER, TaskKind.CONVERSION
-    local = {d.name for d in problem.machine.devices if d.cores and d.backend}
+    local = {d.name for d in problem.machine.devices if d.is_local}
     staged = {i for i in range(len(names)) if kinds[i] is transfer and
               tl.device[i] in local and tl.dst_device[i] in local}
     for c in range(len(tl.c_tensor)):
