@@ -465,7 +465,7 @@ def _shapes_result(block: Any, classes: Any) -> dict[str, Any]:
 
 def _write_runs(block: Any, path: Path, names: tuple[str, ...]) -> list[str]:
     """Each bucket's telemetry run (buckets that ran nothing have none)."""
-    from placewise.adapt.telemetry import save_telemetry_run
+    from placewise.runtime.windows import save_telemetry_run
 
     runs = block.runs
     out: list[str] = []
