@@ -14,8 +14,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper
 
 from placewise.errors import UnsupportedError
 from placewise.graph.onnx_data import save_model
@@ -34,6 +32,8 @@ def int8_weights_reduced() -> bool:
     AVX-VNNI / AVX512-VNNI / AMX) add pairs of uint8 x int8 products in saturating int16
     (``vpmaddubsw``), and a dynamically quantized activation spans all of 0..255; with 7-bit
     weights the pair sums fit. Measured once per process, on two shapes (a row, a block)."""
+    # onnx costs about a second to import; validate and serve import this module at start
+    from onnx import TensorProto, helper
     graph = helper.make_graph(
         [helper.make_node("MatMulInteger", ["A", "B"], ["Y"])], "int8_exactness",
         [helper.make_tensor_value_info("A", TensorProto.UINT8, ["m", 64]),
@@ -61,6 +61,7 @@ def quantize_dynamic_model(model: Any, what: str, *,
     whose B is not an initializer stays float, onnxruntime's ``MatMulConstBOnly`` default),
     its weights at 7 bits where ``int8_weights_reduced()``."""
     # heavy (onnxruntime's quantization tool imports its own onnx helpers): int8 only
+    import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     quiet_logs()
