@@ -208,35 +208,31 @@ def gaps(model: str, cache: Path, requests: int) -> list[dict[str, Any]]:
     ``model`` on ``local``, one request at a time (deterministic arrivals, the gap after
     the previous one's expected end), no batching; the client's idle wait sleeping (then
     spinning its last 300 us, the default) or spinning throughout."""
-    import placewise.runtime.executor as executor
     from placewise.hardware.probe import load_local
+    from placewise.runtime.executor import CLIENT_SPIN_S
     from placewise.serve import Workload, parse_batching
     from placewise.serve.real import serve_real
 
     machine = load_local()
     cal = _calibrations(model, [1], machine, cache, 0.5, _log)[1]
     plan = _plan(model, 1, "latency", machine, cal)
-    spin0 = executor._SPIN_S
     rows = []
-    try:
-        for gap_ms in (0.0, 0.5, 2.0, 10.0):
-            period = 2.2 * plan.predicted_latency_s + gap_ms * 1e-3
-            t = np.arange(requests) * period
-            for mode, spin in (("sleep", spin0), ("spin", 10.0)):
-                executor._SPIN_S = spin
-                got = serve_real(plan, Workload(t), parse_batching("none"), in_flight=1,
-                                 machine=machine, limit_s=120)
-                r = got.result
-                svc = r.latency_s - r.wait_s
-                rows.append({"model": model, "gap_ms": gap_ms, "idle_wait": mode,
-                             "predicted_s": plan.predicted_latency_s,
-                             "service_p50_s": float(np.median(svc)),
-                             "service_p90_s": float(np.quantile(svc, 0.9)),
-                             "n": len(svc)})
-                _log(f"gap {gap_ms} ms, {mode}: service p50 {np.median(svc) * 1e3:.3f} ms "
-                     f"(predicted {plan.predicted_latency_s * 1e3:.3f} ms)")
-    finally:
-        executor._SPIN_S = spin0
+    for gap_ms in (0.0, 0.5, 2.0, 10.0):
+        period = 2.2 * plan.predicted_latency_s + gap_ms * 1e-3
+        t = np.arange(requests) * period
+        for mode, spin in (("sleep", CLIENT_SPIN_S), ("spin", 10.0)):
+            got = serve_real(plan, Workload(t), parse_batching("none"), in_flight=1,
+                             machine=machine, limit_s=120,
+                             executor_options={"client_spin_s": spin})
+            r = got.result
+            svc = r.latency_s - r.wait_s
+            rows.append({"model": model, "gap_ms": gap_ms, "idle_wait": mode,
+                         "predicted_s": plan.predicted_latency_s,
+                         "service_p50_s": float(np.median(svc)),
+                         "service_p90_s": float(np.quantile(svc, 0.9)),
+                         "n": len(svc)})
+            _log(f"gap {gap_ms} ms, {mode}: service p50 {np.median(svc) * 1e3:.3f} ms "
+                 f"(predicted {plan.predicted_latency_s * 1e3:.3f} ms)")
     return rows
 
 

@@ -28,7 +28,9 @@ numpy name of the element type the file declares: ``float32``, ``int64``), shape
 ``from`` (the partition that makes the tensor, or ``graph_input``); outputs also say
 ``to`` (the partitions that read them, and ``graph_output``). ``graph_inputs`` and
 ``graph_outputs`` (with the partition that makes each) and the plan, graph and machine
-``fingerprints`` close it. Every partition file loads and runs in plain onnxruntime; the
+``fingerprints`` close it. A tuned plan (``placewise tune``) adds ``runtime``: the
+onnxruntime session setting (``session.intra_op.allow_spinning``) and the client's idle-wait
+spin it chose by measurement. Every partition file loads and runs in plain onnxruntime; the
 README shows the dozen lines that chain them.
 """
 
@@ -77,6 +79,7 @@ __all__ = [
     "PartitionRecord",
     "PartitionTensor",
     "ProviderRecord",
+    "RuntimeRecord",
     "export_plan",
     "load_manifest",
     "manifest_from_json",
@@ -184,6 +187,16 @@ class ManifestFingerprints(_Record):
     machine: str
 
 
+class RuntimeRecord(_Record):
+    """The runtime settings ``placewise tune`` chose for the plan from measurement
+    (``Plan.service``): onnxruntime's ``session.intra_op.allow_spinning`` session config
+    entry for every partition's session ("1" or "0"), and how long before a request is due
+    the client stops sleeping and spins (``client_spin_s``)."""
+
+    session_intra_op_allow_spinning: Literal["0", "1"]
+    client_spin_s: float = Field(ge=0)
+
+
 class Manifest(_Record):
     """An export folder's ``manifest.json``; see the module docstring."""
 
@@ -197,6 +210,8 @@ class Manifest(_Record):
     graph_inputs: tuple[GraphTensor, ...]
     graph_outputs: tuple[GraphOutput, ...] = Field(min_length=1)
     fingerprints: ManifestFingerprints
+    #: the tuned plan's runtime settings (absent: the plan was not tuned)
+    runtime: RuntimeRecord | None = None
 
     def partition(self, name: str) -> PartitionRecord:
         for p in self.partitions:
@@ -207,7 +222,8 @@ class Manifest(_Record):
 
 def manifest_to_json(manifest: Manifest) -> dict[str, Any]:
     """The JSON object of a manifest (what ``manifest.json`` holds)."""
-    return manifest.model_dump(mode="json", by_alias=True)
+    return manifest.model_dump(mode="json", by_alias=True,
+                               exclude={"runtime"} if manifest.runtime is None else None)
 
 
 def manifest_json_schema() -> dict[str, Any]:
@@ -589,7 +605,10 @@ def _manifest(plan: Any, src: Any, devices: Mapping[str, Any], parts: Sequence[A
                     machine=plan.machine.name, batch=plan.batch,
                     source_format=src.format.value, partitions=tuple(records),
                     graph_inputs=tuple(graph_tensor(x) for x in graph.inputs),
-                    graph_outputs=tuple(g_outs), fingerprints=fps)
+                    graph_outputs=tuple(g_outs), fingerprints=fps,
+                    runtime=None if plan.service is None else RuntimeRecord(
+                        session_intra_op_allow_spinning="1" if plan.service.session_spinning
+                        else "0", client_spin_s=plan.service.client_spin_s))
 
 
 # ---- the output folder --------------------------------------------------------------------

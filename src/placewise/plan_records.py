@@ -6,6 +6,8 @@ The scheduler's own records are held as they are (``ResourceUse``, ``LowerBound`
 
 from __future__ import annotations
 
+import itertools
+import math
 from typing import Literal
 
 from pydantic import Field
@@ -29,6 +31,7 @@ __all__ = [
     "CutRecord",
     "DeviceInfo",
     "Fingerprints",
+    "IdlePoint",
     "KeptRecord",
     "LinkInfo",
     "MachineInfo",
@@ -41,8 +44,10 @@ __all__ = [
     "PrecisionRecord",
     "RegionRecord",
     "RequestRecord",
+    "RuntimeTrial",
     "ScheduleRecord",
     "SearchRecord",
+    "ServiceRecord",
     "SharedInfo",
     "SourceFileRecord",
     "SourcesRecord",
@@ -464,6 +469,101 @@ class PrecisionRecord(Record):
     notes: tuple[str, ...] = ()
 
 
+class IdlePoint(Record):
+    """The service time of a request that follows ``gap_s`` of idle time (the median gap
+    of the ``n`` requests in this bin): its median and 90th percentile."""
+
+    gap_s: float
+    service_p50_s: float
+    service_p90_s: float
+    n: int
+
+
+class RuntimeTrial(Record):
+    """One runtime setting tried while tuning: onnxruntime's intra-op pool spinning after
+    a run (``session_spinning``) and how long before a request is due the client stops
+    sleeping and spins (``client_spin_s``); the service p50 and p90 it gave over the
+    probe gaps."""
+
+    session_spinning: bool
+    client_spin_s: float
+    service_p50_s: float
+    service_p90_s: float
+
+
+class ServiceRecord(Record):
+    """How the plan serves on the machine it was tuned on (``placewise tune``, measured
+    with the one run recipe, ``serve.real``): the runtime settings chosen
+    (``session_spinning``, ``client_spin_s``) among the ``trials``; the service time of a
+    request against the idle time before it (``points``, gaps ascending); the capacity
+    measured back to back with ``window`` batches in flight, beside the predicted one; the
+    load generator's own lateness (p50/p99) in those runs; ``spread``: the spread of the
+    service p50 between the repeats of the smallest gap ((max - min) / median).
+
+    The simulator prices a batch after an idle gap ``g`` at ``latency_factor(g)`` times
+    the plan's latency and ``occupancy_factor(g)`` times its occupancies, so that an
+    isolated request costs what was measured after such a gap and the service saturates
+    at the measured capacity.
+
+    >>> r = ServiceRecord(session_spinning=True, client_spin_s=3e-4, predicted_latency_s=1e-3,
+    ...     predicted_capacity_rps=1000.0, capacity_rps=800.0, window=1,
+    ...     points=(IdlePoint(gap_s=1e-4, service_p50_s=1.1e-3, service_p90_s=1.2e-3, n=50),
+    ...             IdlePoint(gap_s=1e-2, service_p50_s=1.5e-3, service_p90_s=1.8e-3, n=50)))
+    >>> round(r.latency_factor(0.0), 3), round(r.latency_factor(1e-3), 3), r.latency_factor(1.0)
+    (1.1, 1.3, 1.5)
+    >>> round(r.occupancy_factor(0.0), 3), round(r.occupancy_factor(1e-2), 3)
+    (1.25, 1.705)
+    """
+
+    session_spinning: bool
+    client_spin_s: float
+    predicted_latency_s: float
+    predicted_capacity_rps: float
+    capacity_rps: float
+    window: int
+    points: tuple[IdlePoint, ...]
+    trials: tuple[RuntimeTrial, ...] = ()
+    late_p50_s: float = 0.0
+    late_p99_s: float = 0.0
+    spread: float = 0.0
+    requests: int = 0
+
+    def service_s(self, gap_s: float) -> float:
+        """The median service after ``gap_s`` idle: the measured points interpolated
+        linearly in ``log(gap)``, held flat outside them."""
+        pts = self.points
+        if not pts:
+            return self.predicted_latency_s
+        if gap_s <= pts[0].gap_s:
+            return pts[0].service_p50_s
+        for a, b in itertools.pairwise(pts):
+            if gap_s <= b.gap_s:
+                lo, hi = math.log(max(a.gap_s, 1e-9)), math.log(max(b.gap_s, 1e-9))
+                w = 0.0 if hi <= lo else (math.log(gap_s) - lo) / (hi - lo)
+                return a.service_p50_s + w * (b.service_p50_s - a.service_p50_s)
+        return pts[-1].service_p50_s
+
+    def sigma(self, gap_s: float) -> float:
+        """The log-spread of one request's service after ``gap_s`` (``ln(p90 / p50) /
+        1.2816``, a log-normal's; of the nearest measured gap)."""
+        pts = self.points
+        if not pts:
+            return 0.0
+        p = min(pts, key=lambda x: abs(math.log(max(x.gap_s, 1e-9))
+                                       - math.log(max(gap_s, 1e-9))))
+        return max(0.0, math.log(p.service_p90_s / p.service_p50_s)) / 1.2816
+
+    def latency_factor(self, gap_s: float) -> float:
+        """Measured service after ``gap_s`` over the plan's predicted latency."""
+        return self.service_s(gap_s) / self.predicted_latency_s
+
+    def occupancy_factor(self, gap_s: float) -> float:
+        """The occupancies' scale after ``gap_s``: the predicted over the measured capacity
+        (back to back), grown as the service grows with the gap."""
+        warm = self.points[0].service_p50_s if self.points else self.predicted_latency_s
+        return (self.predicted_capacity_rps / self.capacity_rps) * self.service_s(gap_s) / warm
+
+
 class Plan(Record):
     """A plan file's content; see the module docstring. Build with ``build_plan``, write
     with ``save_plan``, read with ``load_plan``."""
@@ -511,6 +611,9 @@ class Plan(Record):
     #: costed, saying when its trip count is a bound (``graph.summary.control_flow_note``)
     control_flow: tuple[str, ...] = ()
     sources: SourcesRecord | None = None
+    #: how it serves on the machine it was tuned on (``placewise tune``): runtime settings
+    #: and the cost of an idle gap
+    service: ServiceRecord | None = None
 
     @property
     def predicted_latency_s(self) -> float:

@@ -23,7 +23,7 @@ from placewise.errors import InputError
 from placewise.serve.policies import max_batch
 from placewise.units import format_seconds
 
-__all__ = ["demo_serve", "serve"]
+__all__ = ["demo_serve", "serve", "tune"]
 
 _SHAPE_PEEK_BYTES = 1 << 16
 
@@ -63,10 +63,12 @@ def serve(
     window_requests: Annotated[int, typer.Option("--window-requests", help="Executor requests per telemetry window (--telemetry-out)")] = 20,
     against: Annotated[Path | None, typer.Option("--against", help="An earlier serve --json (or telemetry file) to compare with: refused unless the stable tags agree")] = None,
     allow_mismatch: Annotated[bool, typer.Option("--allow-mismatch", help="Compare runs whose stable tags differ, naming the tags that differ")] = False,
+    untuned: Annotated[bool, typer.Option("--untuned", help="Simulate with the plan's predicted costs even when 'placewise tune' measured its service")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """The plan as a loaded service: tails, queues, batches, utilisation; simulated, and
-    with --real measured. A plan set (or a shape trace, SHAPES.jsonl) serves each request
+    with --real measured. A tuned plan (placewise tune) is simulated with its measured
+    service: the cost of an idle gap before each request, its spread, its capacity. A plan set (or a shape trace, SHAPES.jsonl) serves each request
     in its bucket, padded (--real)."""
     if _shape_path(plan_file, trace_file):
         assert trace_file is not None
@@ -80,8 +82,9 @@ def serve(
         return
     from placewise.runtime.planned import plan_fingerprint
     from placewise.serve.policies import parse_seconds
-    from placewise.serve.run import ServeSetup, default_window, run_once, sweep
+    from placewise.serve.run import ServeSetup, default_window, run_interval, run_once, sweep
     from placewise.serve.run import find_max_rate as search_rate
+    from placewise.serve.service import service_interval
     from placewise.validate.compare import (
         serve_arrival,
         serve_stable_tags,
@@ -97,31 +100,36 @@ def serve(
     plan, machine, services = _plan_services(plan_file, against, allow_mismatch, hw,
                                              calibration, per_batch, model, shape, shapes_list)
     service: Any = services[0] if len(services) == 1 else (lambda b, k: services[k](b))
+    tuned = plan.service is not None and not untuned
     setup = ServeSetup(
         batcher, classes, admission, rate=rate, cv=cv, concurrency=concurrency,
         think_s=parse_seconds(think, "--think"), trace=trace,
         requests=requests if requests is not None else (None if dur else 10_000),
         duration_s=dur, seed=seed, replicas=replicas, router=router,
         in_flight=in_flight or default_window(services[0], batcher), pad_to=plan.batch if real else None,
-        slo_p99_s=slo)
+        slo_p99_s=slo, idle=plan.service if tuned else None)
     result: dict[str, Any] = {
         "plan": str(plan_file), "plan_fingerprint": plan_fingerprint(plan),
         "machine": machine.name, "batching": batcher.describe(), "admission": admission.text(),
         "per_batch": per_batch, "replicas": replicas, "router": router,
         "window": setup.in_flight, "classes": [c.text() for c in classes],
-        "service": [services[0].describe(b) for b in sorted({1, plan.batch, max_batch(batcher)})]}
+        "service": [services[0].describe(b) for b in sorted({1, plan.batch, max_batch(batcher)})],
+        "service_model": "tuned" if tuned else "predicted"}
     with _progress("serving (simulated)") as cb:
         if find_max_rate:
             assert slo is not None
             result["find_max_rate"] = search_rate(services[0], setup, slo, progress=cb)
         if sweep_values:
             result["sweep"] = sweep(service, setup, sweep_values.split(","), progress=cb)
-        cb("one run", 0.9)
-        _, fig = run_once(service, setup)
+        cb("one run", 0.8)
+        sim_run, fig = run_once(service, setup)
+        cb("the service model's interval", 0.9)
+        interval = run_interval(service, setup, *service_interval(plan, tuned=tuned))
     result.update(fig)
+    result["interval"] = interval
     if real:
         result.update(_serve_for_real(plan, plan_file, setup, batcher, admission, wall,
-                                      seed, machine, classes, slo, fig))
+                                      seed, machine, classes, slo, fig, sim_run, interval))
     result["stable_tags"] = serve_stable_tags(
         plan, arrival=serve_arrival(rate=rate, cv=cv, concurrency=concurrency, think=think,
                                     trace=trace_file), seed=seed,
@@ -224,12 +232,14 @@ def _serve_options(*, rate: float | None, cv: float | None, concurrency: int | N
 
 def _serve_for_real(plan: Any, plan_file: Path, setup: Any, batcher: Any, admission: Any,
                     wall: float, seed: int, machine: Any, classes: Any,
-                    slo: float | None, simulated: dict[str, Any]) -> dict[str, Any]:
+                    slo: float | None, simulated: dict[str, Any], sim_run: Any,
+                    interval: dict[str, Any]) -> dict[str, Any]:
     """``serve --real``: the same arrivals and policy served on this machine; the measured
     figures (also at the top level), the simulated ones beside them, the run's lateness,
-    tags and notes."""
+    tags and notes; the per-request terms on both sides and whether the measured p50 and
+    p99 fall inside the predicted interval."""
     from placewise.serve.real import serve_real
-    from placewise.serve.report import summarize
+    from placewise.serve.report import inside, summarize, terms
 
     wl = _workload_of(setup)
     with _progress("serving (real)") as cb:
@@ -242,7 +252,9 @@ def _serve_for_real(plan: Any, plan_file: Path, setup: Any, batcher: Any, admiss
     measured = summarize(got.result, classes, slo_p99_s=slo)
     return {**measured, "simulated": simulated, "measured": measured,
             "late_s": {k: getattr(got.late_s, k) for k in got.late_s.__slots__},
-            "tags": got.tags, "real_notes": list(got.notes)}
+            "tags": got.tags, "real_notes": list(got.notes),
+            "terms": terms(sim_run, got.result, got.late),
+            "inside": inside(measured, interval)}
 
 
 def _workload_of(setup: Any) -> Any:
@@ -308,8 +320,43 @@ def _render_serve(r: dict[str, Any], real: bool) -> None:
                            fs(p["p95_s"]), fs(p["p99_s"]), fs(p["mean_wait_s"]),
                            f"{p['mean_batch']:.3g}" if p["mean_batch"] else "-",
                            p["rejected"] + p["timed_out"]] for p in r["sweep"]]))
+    _render_model(r, real)
     for note in r.get("notes", []):
         out.print(f"note: {note}")
+
+
+def _render_model(r: dict[str, Any], real: bool) -> None:
+    """The service model's interval and, measured, where each request's time went."""
+    def fs(x: Any) -> str:
+        return format_seconds(x) if isinstance(x, int | float) else "-"
+
+    iv = r.get("interval")
+    if iv:
+        line = (f"service model: {r.get('service_model', 'predicted')}; p50 interval "
+                f"{fs(iv['p50']['low_s'])} .. {fs(iv['p50']['high_s'])}, p99 interval "
+                f"{fs(iv['p99']['low_s'])} .. {fs(iv['p99']['high_s'])}")
+        if real and "inside" in r:
+            ins = r["inside"]
+            line += (f"; measured p50 {'inside' if ins['p50']['inside'] else 'OUTSIDE'}, "
+                     f"p99 {'inside' if ins['p99']['inside'] else 'OUTSIDE'}")
+        out.print(line)
+    if real and "terms" in r:
+        t = r["terms"]
+        rows = [[name, fs(v["simulated"]["p50_s"]), fs(v["measured"]["p50_s"]),
+                 fs(v["simulated"]["p99_s"]), fs(v["measured"]["p99_s"]),
+                 fs(v["simulated"]["mean_s"]), fs(v["measured"]["mean_s"])]
+                for name, v in t["terms"].items()]
+        for side in ("after_idle", "warm"):
+            s, m = t["service_by_idle"]["simulated"][side], t["service_by_idle"]["measured"][side]
+            rows.append([f"service, {side.replace('_', ' ')} ({s['n']}/{m['n']})",
+                         fs(s["p50_s"]), fs(m["p50_s"]), fs(s["p99_s"]), fs(m["p99_s"]),
+                         fs(s["mean_s"]), fs(m["mean_s"])])
+        out.print(_table("per request, simulated against measured",
+                         ["term", "sim p50", "real p50", "sim p99", "real p99", "sim mean",
+                          "real mean"], rows))
+        mm = t["mean_miss"]
+        out.print(f"mean latency missed by {fs(mm['latency_s'])}: wait {fs(mm['wait_s'])}, "
+                  f"service {fs(mm['service_s'])}")
 
 
 def demo_serve(plan: Any, plan_file: Path, cal_file: Path, machine: Any) -> dict[str, Any]:
@@ -345,6 +392,71 @@ def demo_serve(plan: Any, plan_file: Path, cal_file: Path, machine: Any) -> dict
                    "measured": real, **real}
     _render_serve(result, True)
     return result
+
+
+# ---- tune --------------------------------------------------------------------------------------
+@app.command()
+def tune(
+    plan_file: Annotated[Path, typer.Argument(metavar="PLAN", help="Plan JSON (made with --hw local)")],
+    output: Annotated[Path | None, typer.Option("-o", "--out", help="Write the tuned plan here (default: PLAN itself)")] = None,
+    requests: Annotated[int, typer.Option(help="Requests per idle gap measured")] = 60,
+    repeats: Annotated[int, typer.Option(help="Times the idle-gap ladder is measured")] = 2,
+    seed: Annotated[int, typer.Option(help="Seed of the request inputs")] = 0,
+    model: Annotated[str | None, typer.Option(help="The plan's model, if moved")] = None,
+    shape: Annotated[list[str] | None, typer.Option("--shape", help="Input bindings the plan was made with: NAME=DIMS")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Serve the plan for real on this machine to choose its runtime settings (onnxruntime
+    pool spinning, the client's idle wait) and measure what an idle gap before a request
+    costs; record both in the plan (its 'service' section), which serve, serve --real and
+    export then use."""
+    from placewise.io import check_output_path
+    from placewise.plan import load_plan, save_plan
+    from placewise.runtime.planned import check_machine, plan_fingerprint
+    from placewise.serve.tune import tune_service
+
+    target = output if output is not None else plan_file
+    check_output_path(target, place="--out")
+    plan = load_plan(plan_file)
+    machine = check_machine(plan, None, str(plan_file))
+    with _progress("tuning") as cb:
+        try:
+            rec = tune_service(plan, machine=machine, source=model,
+                               shapes=_parse_shapes(shape), per_gap=requests, probe=requests,
+                               repeats=repeats, seed=seed, progress=cb)
+        except InputError as exc:
+            raise exc.at(file=str(plan_file)) from None
+    tuned = plan.model_copy(update={"service": rec})
+    save_plan(tuned, target)
+    result = {"plan": str(target), "from": str(plan_file),
+              "plan_fingerprint": plan_fingerprint(tuned), "service": rec.to_json()}
+    if as_json:
+        _print_json(result)
+        return
+    _render_tune(result)
+
+
+def _render_tune(r: dict[str, Any]) -> None:
+    s = r["service"]
+    out.print(f"[bold]tune[/bold] {r['from']} -> {r['plan']}")
+    out.print(_table("runtime settings tried (service after 1 ms and 10 ms idle)",
+                     ["pool spinning", "client spins", "p50", "p90", "chosen"],
+                     [["on" if t["session_spinning"] else "off",
+                       format_seconds(t["client_spin_s"]), format_seconds(t["service_p50_s"]),
+                       format_seconds(t["service_p90_s"]),
+                       "yes" if (t["session_spinning"], t["client_spin_s"]) == (
+                           s["session_spinning"], s["client_spin_s"]) else ""]
+                      for t in s["trials"]]))
+    out.print(_table(f"service after an idle gap (predicted {format_seconds(s['predicted_latency_s'])})",
+                     ["idle gap", "p50", "p90", "p50 / predicted", "requests"],
+                     [[format_seconds(p["gap_s"]), format_seconds(p["service_p50_s"]),
+                       format_seconds(p["service_p90_s"]),
+                       f"{p['service_p50_s'] / s['predicted_latency_s']:.2f}", p["n"]]
+                      for p in s["points"]]))
+    out.print(f"capacity back to back ({s['window']} in flight): {s['capacity_rps']:.4g}/s, "
+              f"predicted {s['predicted_capacity_rps']:.4g}/s; warm service spread between "
+              f"repeats {s['spread']:.1%}; load generator late by "
+              f"{format_seconds(s['late_p50_s'])} (p50), {format_seconds(s['late_p99_s'])} (p99)")
 
 
 # ---- serve a plan set (or a plan) on a shape trace ------------------------------------------

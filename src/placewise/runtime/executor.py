@@ -101,13 +101,13 @@ from placewise.schedule.simulate import TaskKind, may_poll, worker_threads
 if TYPE_CHECKING:
     from placewise.runtime.opexec import ModelSource
 
-__all__ = ["SHM_PREFIX", "Completion", "ExecutionError", "Executor", "Fault"]
+__all__ = ["CLIENT_SPIN_S", "SHM_PREFIX", "Completion", "ExecutionError", "Executor", "Fault"]
 
 #: the granularity of a wait on pipes (``multiprocessing.connection.wait``: poll(2) takes
 #: milliseconds, rounded up)
 _WAIT_GRAIN_S = 1e-3
-#: the last part of an idle wait spun rather than slept (see ``_wait_some``)
-_SPIN_S = 3e-4
+#: the last part of an idle wait spun rather than slept by default (``client_spin_s``)
+CLIENT_SPIN_S = 3e-4
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +163,13 @@ class Executor:
     a hang injected into the client's own process would take the client with it). An
     in-process device that hangs inside a partition cannot be timed out (as in any
     application calling onnxruntime itself).
+
+    ``client_spin_s``: with nothing in flight, the client's wait (``poll``) sleeps and spins
+    only its last ``client_spin_s`` (a sleep overshoots by the kernel's timer slack, 50-100
+    us here); a longer spin keeps the client's core awake through idle gaps, at the price of
+    a core that spins. ``session_spinning``: onnxruntime's intra-op pool spins after a run
+    (its threads then answer the next run at once). ``placewise tune`` chooses both per plan
+    from measurement (``Plan.service``).
     """
 
     def __init__(self, program: ExecProgram, source: ModelSource, *,
@@ -172,7 +179,8 @@ class Executor:
                  idle_spin_s: float = 2e-4, omp_wait_policy: str | None = "PASSIVE",
                  refill_s: float = 5e-4,
                  partition_files: Mapping[str, str] | None = None,
-                 inline_host: bool | None = None, session_spinning: bool = True) -> None:
+                 inline_host: bool | None = None, session_spinning: bool = True,
+                 client_spin_s: float = CLIENT_SPIN_S) -> None:
         if slots < 1:
             raise InputError(f"slots must be >= 1, got {slots}", place="slots")
         self.program = program
@@ -194,6 +202,7 @@ class Executor:
         #: cores in one process: a plan set's buckets; an idle one's spinning pool threads
         #: would take the cores the next one's work needs)
         self.session_spinning = bool(session_spinning)
+        self.client_spin_s = max(0.0, float(client_spin_s))
         #: the workers run in this process (the host's first), each with its pipes from
         #: other workers, and every pipe end they hold
         self._inline: list[tuple[_Worker, list[Connection]]] = []
@@ -615,10 +624,10 @@ class Executor:
             first = False
             if end is not None and not h.flight:
                 # nothing in flight, so no message to wait for: sleep, then spin the last
-                # _SPIN_S (a sleep overshoots by the kernel's timer slack, 50-100 us here;
-                # a pipe wait rounds up to the millisecond)
-                if end - now > _SPIN_S:
-                    time.sleep(end - now - _SPIN_S)
+                # client_spin_s (a sleep overshoots by the kernel's timer slack, 50-100 us
+                # here; a pipe wait rounds up to the millisecond)
+                if end - now > self.client_spin_s:
+                    time.sleep(end - now - self.client_spin_s)
                 continue
             stall = self.timeout_s - (time.monotonic_ns() - self._progress_ns) / 1e9
             wait = max(0.0, stall)

@@ -44,7 +44,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -99,13 +99,16 @@ class Lateness:
 class RealServe:
     """A measured run (module docstring): the figures, as the simulator reports them;
     the run's telemetry tags; notes on what may colour the figures; the generator's
-    lateness; the executor's telemetry (``None`` unless kept)."""
+    lateness; the executor's telemetry (``None`` unless kept); every executor request
+    (``calls``, in completion order); each arrival's lateness (``late``, arrival order)."""
 
     result: ServeResult
     tags: dict[str, str]
     notes: tuple[str, ...]
     late_s: Lateness
     telemetry: Telemetry | None = None
+    calls: tuple[Call, ...] = ()
+    late: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 def serve_real(plan: Plan | str | os.PathLike[str], workload: Workload | np.ndarray,
@@ -128,7 +131,9 @@ def serve_real(plan: Plan | str | os.PathLike[str], workload: Workload | np.ndar
     limit. ``warmup``: untimed batches first. ``inputs``: distinct batch inputs generated
     from ``seed`` and cycled. ``timeout_s``: how long the executor may make no progress
     before the run is declared hung. ``executor_options``: more ``Executor`` arguments
-    (tests: ``fault``, ``partition_files``).
+    (tests: ``fault``, ``partition_files``); a tuned plan's runtime settings
+    (``Plan.service``: ``session_spinning``, ``client_spin_s``) are used unless these give
+    them.
 
     Raises ``InputError`` for bad arguments or a plan that cannot run here,
     ``ExecutionError`` when a worker fails; ``KeyboardInterrupt`` propagates. Nothing is
@@ -162,6 +167,9 @@ def serve_real(plan: Plan | str | os.PathLike[str], workload: Workload | np.ndar
     pool = request_inputs(src, graph, inputs, seed)
     timeout = max(timeout_s, 100.0 * float(plan.makespan_s))
     opts = dict(executor_options or {})
+    if plan.service is not None:
+        opts.setdefault("session_spinning", plan.service.session_spinning)
+        opts.setdefault("client_spin_s", plan.service.client_spin_s)
     with Executor(program, src, reference_inputs=pool[0], slots=in_flight, timeout_s=timeout,
                   **opts) as ex:
         ex.start(lambda m: report(m, 0.05))
@@ -182,9 +190,11 @@ def serve_real(plan: Plan | str | os.PathLike[str], workload: Workload | np.ndar
     tags.update({"phase": SERVE, "batching": batcher.describe(), "admission": admission.text(),
                  "in_flight": str(in_flight), "plan_batch": str(batch),
                  "arrivals": str(n), "limit_s": f"{limit_s:g}",
-                 "calibration": plan.fingerprints.calibration})
+                 "calibration": plan.fingerprints.calibration,
+                 "session_spinning": str(ex.session_spinning),
+                 "client_spin_s": f"{ex.client_spin_s:g}"})
     return RealServe(result, tags, tuple(run.notes(n)), Lateness.of(run.late_s()),
-                     tel if keep_telemetry else None)
+                     tel if keep_telemetry else None, tuple(run.calls), run.late_s().copy())
 
 
 def _check_args(wl: Workload, classes: np.ndarray, priorities: Sequence[int], in_flight: int,
@@ -232,8 +242,9 @@ class Call:
     """One executor request of the timed run, done: its lane, the requests it carried, the
     rows they filled (``rows``) of the lane's ``batch`` and the elements (rows x sequence
     positions) they filled (``used``) of the lane's (``size``); when it was submitted
-    (``dispatch_s``, on the run's clock) and how long the executor took
-    (``service_s``: submit to outputs)."""
+    (``dispatch_s``, on the run's clock), how long the executor took (``service_s``: submit
+    to outputs) and how long the executor had been idle before it (``idle_s``: since its
+    last completion, 0 when another was in flight, ``inf`` for the first)."""
 
     lane: int
     ids: tuple[int, ...]
@@ -242,6 +253,7 @@ class Call:
     size: int
     dispatch_s: float
     service_s: float
+    idle_s: float = 0.0
 
     @property
     def padded_fraction(self) -> float:
@@ -255,6 +267,7 @@ class _Batch:
     ids: list[int]
     dispatch_s: float
     submit_ns: int
+    idle_s: float
 
 
 class OpenLoop:
@@ -297,6 +310,8 @@ class OpenLoop:
         self.latency = np.full(n, math.nan)
         self.wait = np.full(n, math.nan)
         self.late = np.full(n, math.nan)
+        self.idle = np.full(n, math.nan)
+        self.last_done_s = -math.inf  # the latest completion so far, on the run's clock
         self.sizes: list[int] = []
         self.padded = 0
         self.calls: list[Call] = []
@@ -403,14 +418,16 @@ class OpenLoop:
             li = self.lane_l[ids[0]]
             lane = self.lanes[li]
             arrays = lane.pool[lane.sent % len(lane.pool)]
+            gap = t - self.last_done_s if not self.outstanding() else 0.0
             self._pin(lane)
             r = lane.ex.submit(arrays)
             lane.sent += 1
-            self.batches[(li, r)] = _Batch(li, ids, t, time.monotonic_ns())
+            self.batches[(li, r)] = _Batch(li, ids, t, time.monotonic_ns(), gap)
             self.sizes.append(k)
             self.padded += lane.batch - sum(self.rows_l[i] for i in ids)
             for i in ids:
                 self.wait[i] = t - self.times_l[i]
+                self.idle[i] = gap
         return False
 
     def _used(self, lane: Lane, ids: Sequence[int]) -> tuple[int, int, int]:
@@ -426,12 +443,13 @@ class OpenLoop:
             b = self.batches.pop((li, c.request))
             t = (c.outputs_ns - self.t0_ns) / 1e9
             self.end_s = max(self.end_s, t)
+            self.last_done_s = max(self.last_done_s, t)
             for i in b.ids:
                 self.state[i] = _DONE
                 self.latency[i] = t - self.times_l[i]
             rows, used, size = self._used(self.lanes[li], b.ids)
             self.calls.append(Call(li, tuple(b.ids), rows, used, size, b.dispatch_s,
-                                   (c.outputs_ns - c.submit_ns) / 1e9))
+                                   (c.outputs_ns - c.submit_ns) / 1e9, b.idle_s))
 
     def _reject(self, ids: Sequence[int]) -> None:
         for i in ids:
@@ -485,7 +503,7 @@ class OpenLoop:
             preempted=self.q.preempted, delayed=self.q.delayed, padded=self.padded,
             arrived_by_class=by_class(np.ones(arrived, dtype=bool)),
             rejected_by_class=by_class(st == _REJECTED),
-            timed_out_by_class=by_class(st == _TIMED_OUT))
+            timed_out_by_class=by_class(st == _TIMED_OUT), idle_s=self.idle[order])
 
     def notes(self, n: int) -> list[str]:
         out: list[str] = []

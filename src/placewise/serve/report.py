@@ -22,7 +22,8 @@ import numpy as np
 from placewise.serve.queue import RequestClass
 from placewise.serve.sim import ServeResult, quantile_ci
 
-__all__ = ["P99_MIN_SAMPLES", "QUANTILES", "jain", "summarize"]
+__all__ = ["IDLE_AFTER_S", "P99_MIN_SAMPLES", "QUANTILES", "TERMS", "inside", "jain", "summarize",
+           "terms"]
 
 QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99), ("p99.9", 0.999))
 P99_MIN_SAMPLES = 299
@@ -134,3 +135,66 @@ def _histogram(x: np.ndarray, edges: list[float]) -> list[dict[str, Any]]:
     counts, _ = np.histogram(x, bins=e)
     return [{"low_s": float(lo), "high_s": float(hi), "count": int(c)}
             for lo, hi, c in zip(e[:-1], e[1:], counts, strict=True)]
+
+
+#: the per-request terms of a service run, simulated and measured alike: the generator's
+#: lateness (measured only), the queue wait (dispatch - arrival, lateness included), the
+#: executor's idle time before the request's batch, and the service (latency - wait)
+TERMS = ("late", "wait", "idle", "service")
+#: an idle gap longer than this makes a request "after idle" in ``terms``
+IDLE_AFTER_S = 1e-3
+
+
+def _stats(x: np.ndarray) -> dict[str, float | None]:
+    x = x[np.isfinite(x)]
+    if not len(x):
+        return {"p50_s": None, "p99_s": None, "mean_s": None, "n": 0}
+    return {"p50_s": float(np.quantile(x, 0.5)), "p99_s": float(np.quantile(x, 0.99)),
+            "mean_s": float(x.mean()), "n": len(x)}
+
+
+def _terms_of(r: ServeResult, late: np.ndarray | None) -> dict[str, np.ndarray]:
+    svc = r.latency_s - r.wait_s
+    idle = r.idle_s if len(r.idle_s) == len(svc) else np.full(len(svc), math.nan)
+    return {"late": late if late is not None else np.zeros(0), "wait": r.wait_s,
+            "idle": idle, "service": svc}
+
+
+def terms(simulated: ServeResult, measured: ServeResult,
+          late_s: np.ndarray | None = None) -> dict[str, Any]:
+    """Where a measured run's time went against the simulation of the same arrivals, per
+    request, in terms named alike (``TERMS``): each term's p50, p99 and mean on both sides;
+    the service of requests after an idle gap (longer than ``IDLE_AFTER_S``) and of the
+    rest; and the miss of the mean latency split exactly into its wait and service parts
+    (``mean latency = mean wait + mean service`` on both sides)."""
+    sim, real = _terms_of(simulated, None), _terms_of(measured, late_s)
+    out: dict[str, Any] = {"terms": {k: {"simulated": _stats(sim[k]),
+                                         "measured": _stats(real[k])} for k in TERMS}}
+    split: dict[str, Any] = {}
+    for side, t in (("simulated", sim), ("measured", real)):
+        after = np.nan_to_num(t["idle"], nan=0.0) > IDLE_AFTER_S
+        split[side] = {"after_idle": _stats(t["service"][after]),
+                       "warm": _stats(t["service"][~after])}
+    out["service_by_idle"] = split
+    def mean(x: np.ndarray) -> float:
+        x = x[np.isfinite(x)]
+        return float(x.mean()) if len(x) else math.nan
+
+    out["mean_miss"] = {
+        k: _num(mean(a) - mean(b)) for k, a, b in (
+            ("latency_s", measured.latency_s, simulated.latency_s),
+            ("wait_s", real["wait"], sim["wait"]), ("service_s", real["service"], sim["service"]))}
+    return out
+
+
+def inside(measured: dict[str, Any], interval: dict[str, dict[str, float | None]]
+           ) -> dict[str, Any]:
+    """Whether the measured p50 and p99 fall inside the predicted interval
+    (``serve.run.run_interval``; an end that is None is open)."""
+    out: dict[str, Any] = {}
+    for name in ("p50", "p99"):
+        m = measured.get(f"{name}_s")
+        lo, hi = interval[name]["low_s"], interval[name]["high_s"]
+        ok = m is not None and (lo is None or lo <= m) and (hi is None or m <= hi)
+        out[name] = {"measured_s": m, "low_s": lo, "high_s": hi, "inside": bool(ok)}
+    return out

@@ -35,15 +35,18 @@ from placewise.serve.queue import Admission, RequestClass
 from placewise.serve.report import summarize
 from placewise.serve.sim import (
     ClosedLoop,
+    IdleCost,
     ServeResult,
     ServiceFn,
+    StageTimes,
     Workload,
     as_stages,
     quantile_ci,
     simulate,
 )
 
-__all__ = ["ServeSetup", "capacity_rps", "default_window", "find_max_rate", "run_once", "sweep", "workload"]
+__all__ = ["ServeSetup", "capacity_rps", "default_window", "find_max_rate", "run_interval",
+           "run_once", "sweep", "workload"]
 
 Progress = Callable[[str, float], None]
 
@@ -68,6 +71,9 @@ class ServeSetup:
     in_flight: int = 1
     pad_to: int | None = None
     slo_p99_s: float | None = None
+    #: what an idle gap before a batch costs (a tuned plan's ``ServiceRecord``); None: the
+    #: plan's own costs for every batch
+    idle: IdleCost | None = None
 
     @property
     def priorities(self) -> tuple[int, ...]:
@@ -126,15 +132,18 @@ def run_once(service: ServiceFn, setup: ServeSetup) -> tuple[ServeResult, dict[s
     """One simulated run and its figures (``serve.report.summarize``)."""
     r = simulate(workload(setup), service, setup.batcher, admission=setup.admission,
                  priorities=setup.priorities, replicas=setup.replicas, router=setup.router,
-                 in_flight=setup.in_flight, pad_to=setup.pad_to)
+                 in_flight=setup.in_flight, pad_to=setup.pad_to, idle=setup.idle)
     return r, summarize(r, setup.classes, slo_p99_s=setup.slo_p99_s)
 
 
 def capacity_rps(service: ServiceFn, setup: ServeSetup) -> float:
-    """Completions per second at the batcher's largest batch (module docstring)."""
+    """Completions per second at the batcher's largest batch (module docstring; with
+    ``setup.idle``, at the occupancies measured back to back)."""
     b = max_batch(setup.batcher) if setup.pad_to is None else max(setup.pad_to, 1)
     st = as_stages(service(b))
     busiest = max(st.occupancy_s, default=0.0)
+    if setup.idle is not None:
+        busiest *= setup.idle.occupancy_factor(0.0)
     if not busiest > 0:
         raise InputError("the plan's service takes no time: no capacity to load",
                          place="plan")
@@ -160,6 +169,35 @@ def _p99_verdict(x: np.ndarray, slo: float) -> str:
     if lo > slo:
         return "fail"
     return "unsure" if math.isfinite(mid) else "fail"
+
+
+def scaled(service: ServiceFn, factor: float) -> ServiceFn:
+    """``service`` with every batch's latency, offsets and occupancies times ``factor``."""
+
+    def fn(*args: int) -> StageTimes:
+        st = as_stages(service(*args))
+        return StageTimes(st.latency_s * factor, tuple(x * factor for x in st.offsets_s),
+                          tuple(x * factor for x in st.occupancy_s), st.resources)
+
+    return fn
+
+
+def run_interval(service: ServiceFn, setup: ServeSetup, low: float, high: float
+                 ) -> dict[str, dict[str, float | None]]:
+    """The interval of p50 and p99 that the service model's own interval gives: the run
+    simulated with every batch at ``low`` and at ``high`` times its service (the cost
+    model's interval of the plan's latency, or a tuned plan's repeat spread), widened by
+    each run's sampling interval (``quantile_ci``): ``{"p50": {"low_s", "high_s"}, "p99":
+    ...}`` (None: unbounded, too few samples)."""
+    lo, _ = run_once(scaled(service, low), setup)
+    hi, _ = run_once(scaled(service, high), setup)
+    out = {}
+    for name, q in (("p50", 0.5), ("p99", 0.99)):
+        a = quantile_ci(lo.latency_s, q)[1] if len(lo.latency_s) else math.nan
+        b = quantile_ci(hi.latency_s, q)[2] if len(hi.latency_s) else math.nan
+        out[name] = {"low_s": float(a) if math.isfinite(a) else None,
+                     "high_s": float(b) if math.isfinite(b) else None}
+    return out
 
 
 def find_max_rate(service: ServiceFn, setup: ServeSetup, slo_p99_s: float, *,

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from placewise.plan import Plan
     from placewise.schedule.evaluate import Evaluation
 
-__all__ = ["PER_BATCH", "PlanService", "stage_times"]
+__all__ = ["PER_BATCH", "PlanService", "service_interval", "stage_times"]
 
 PER_BATCH = ("same", "replan")
 
@@ -65,6 +65,30 @@ def stage_times(ev: Evaluation) -> StageTimes:
     return StageTimes(float(ev.latency_s),
                       tuple(0.0 if n == ALL_CORES else float(first.get(n, 0.0)) for n, _ in occ),
                       tuple(float(w) for _, w in occ), tuple(n for n, _ in occ))
+
+
+def service_interval(plan: Plan, *, tuned: bool) -> tuple[float, float]:
+    """The service model's interval as factors on a batch's service: for a ``tuned`` plan,
+    the repeat spread of its measured warm service (``ServiceRecord.spread``: half of it
+    each side); else the cost model's, the critical path's tasks (and the request
+    hand-off) at their interval's ends over their predicted durations.
+
+    A plan with no interval recorded gives ``(1.0, 1.0)``."""
+    if tuned and plan.service is not None:
+        half = plan.service.spread / 2
+        return (max(0.0, 1.0 - half), 1.0 + half)
+    tasks = plan.task_index()
+    path = [tasks[n] for n in plan.schedule.critical_path if n in tasks]
+    mid = sum(t.duration_s for t in path)
+    low = sum(t.low_s for t in path)
+    high = sum(t.high_s for t in path)
+    if plan.request is not None:
+        mid += plan.request.latency_s
+        low += plan.request.low_s
+        high += plan.request.high_s
+    if not (mid > 0 and high > 0):
+        return (1.0, 1.0)
+    return (min(1.0, low / mid), max(1.0, high / mid))
 
 
 @dataclass

@@ -27,6 +27,15 @@ request it keeps the single-request latency ``L`` and the evaluator's throughput
 max_j w_j`` at saturation, with the delay between approximated by the shift. A request's
 latency is its batch's completion minus its arrival; its wait, the dispatch minus its arrival.
 
+**Idle gaps.** A real executor serves a request more slowly after it has idled (caches
+and cores gone cold, pool threads asleep). Given ``idle`` (a plan's measured
+``ServiceRecord``), a batch dispatched while none of its replica's batches is in service,
+``g`` seconds after the replica's last completion, has its latency and offsets scaled by
+``idle.latency_factor(g)`` and its occupancies by ``idle.occupancy_factor(g)``, both times
+a log-normal draw of median 1 and log-spread ``idle.sigma(g)`` (the measured service's
+spread: a real service time is not a constant; seeded); a batch dispatched behind another
+runs warm (``g = 0``). Each request's ``g`` is in ``ServeResult.idle_s``.
+
 **Conservation**: ``arrived = completed + rejected + timed_out + in_flight`` (in flight:
 queued when arrivals ended and never sent, e.g. fewer than ``B`` left for ``static:B``).
 
@@ -52,6 +61,7 @@ import heapq
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -59,7 +69,7 @@ from placewise.errors import InputError
 from placewise.serve.policies import Batcher
 from placewise.serve.queue import Admission, RequestQueue
 
-__all__ = ["ROUTERS", "ClosedLoop", "ServeResult", "StageTimes", "Workload", "as_stages", "chain",
+__all__ = ["ROUTERS", "ClosedLoop", "IdleCost", "ServeResult", "StageTimes", "Workload", "as_stages", "chain",
            "quantile_ci", "simulate"]
 
 ROUTERS = ("round-robin", "least-outstanding")
@@ -164,6 +174,9 @@ class ServeResult:
     arrived_by_class: tuple[int, ...] = ()
     rejected_by_class: tuple[int, ...] = ()
     timed_out_by_class: tuple[int, ...] = ()
+    #: per completed request (arrival order): the idle time of its replica before its
+    #: batch was dispatched (0 when another batch was in service; ``inf`` for the first)
+    idle_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def throughput_rps(self) -> float:
@@ -200,10 +213,23 @@ def quantile_ci(samples: np.ndarray, q: float, *, z: float = 1.96
     return (mid, low, high)
 
 
+class IdleCost(Protocol):
+    """What an idle gap before a batch costs (``plan_records.ServiceRecord``): the factors
+    on the batch's latency (and offsets) and on its occupancies after ``gap_s`` idle, and
+    the spread of a batch's service about them (``sigma``: of its logarithm)."""
+
+    def latency_factor(self, gap_s: float) -> float: ...
+
+    def occupancy_factor(self, gap_s: float) -> float: ...
+
+    def sigma(self, gap_s: float) -> float: ...
+
+
 class _Replica:
     """One copy of the plan: its queue, resources and batches in service."""
 
-    __slots__ = ("busy", "free", "next_t", "order", "out", "outstanding", "queue")
+    __slots__ = ("busy", "free", "last_fin", "next_t", "order", "out", "outstanding",
+                 "queue")
 
     def __init__(self, queue: RequestQueue) -> None:
         self.queue = queue
@@ -213,6 +239,7 @@ class _Replica:
         self.outstanding: list[tuple[float, int]] = []  # (completion, requests) heap
         self.next_t = math.inf
         self.order: tuple[int, ...] = ()
+        self.last_fin = -math.inf  # the latest completion so far
 
     def load(self, now: float) -> int:
         """Requests queued or in service at ``now``."""
@@ -231,14 +258,18 @@ def simulate(workload: Workload | ClosedLoop | np.ndarray, service_s: ServiceFn,
              admission: Admission | None = None, priorities: Sequence[int] = (1,),
              replicas: int = 1, router: str = "round-robin", in_flight: int | None = None,
              pad_to: int | None = None, deterministic: bool = True,
-             queue_limit: int | None = None, timeout_s: float | None = None) -> ServeResult:
+             queue_limit: int | None = None, timeout_s: float | None = None,
+             idle: IdleCost | None = None) -> ServeResult:
     """Simulate the service (module docstring). ``service_s(b)`` (``service_s(b, shape)``
     for a workload with shapes) gives a batch's ``StageTimes`` or, for a chain, its stage
     times. ``priorities[c]``: class ``c``'s priority (1 = highest). ``pad_to``: batches run
     padded to that size (a fixed-shape executor; ``padded`` counts the empty slots).
     ``deterministic``: a batch of ``b`` always costs ``service_s(b)`` (asked once per size);
     else it is asked for every batch. ``queue_limit``/``timeout_s``: shorthands for an
-    ``Admission``."""
+    ``Admission``. ``idle``: what an idle gap costs (module docstring: a batch dispatched
+    when nothing of its replica is in service, ``g`` after the replica's last completion,
+    runs with its latency and offsets scaled by ``idle.latency_factor(g)`` and its
+    occupancies by ``idle.occupancy_factor(g)``); None: every batch costs the same."""
     if admission is None:
         admission = Admission(queue_limit, timeout_s)
     if router not in ROUTERS:
@@ -253,6 +284,7 @@ def simulate(workload: Workload | ClosedLoop | np.ndarray, service_s: ServiceFn,
         workload = Workload(np.asarray(workload, dtype=float))
     reps = [_Replica(RequestQueue(batcher, admission, priorities)) for _ in range(replicas)]
     sim = _Service(workload, service_s, reps, len(priorities), router, pad_to, deterministic)
+    sim.idle = idle
     sim.in_service_max = in_flight if in_flight is not None else max(
         1, len(sim.price(1, 0).offsets_s))
     sim.run()
@@ -303,6 +335,9 @@ class _Service:
         self.names: tuple[str, ...] = ()
         self.latency: list[float] = []
         self.wait: list[float] = []
+        self.gaps: list[float] = []
+        self.idle: IdleCost | None = None
+        self.jitter = np.random.default_rng(7)  # the service's spread about its median
         self.done_ids: list[int] = []
         self.sizes: list[int] = []
         self.rejected_ids: list[int] = []
@@ -378,15 +413,23 @@ class _Service:
             rep.free = [0.0] * len(st.offsets_s)
             rep.busy = [0.0] * len(st.offsets_s)
         free, busy = rep.free, rep.busy
+        gap = 0.0 if rep.out else t - rep.last_fin  # dispatch popped what ended by t
+        fl = fo = 1.0
+        if self.idle is not None:
+            jitter = math.exp(self.idle.sigma(gap) * float(self.jitter.standard_normal()))
+            fl = self.idle.latency_factor(gap) * jitter
+            fo = self.idle.occupancy_factor(gap) * jitter
         shift = 0.0
         for j, (a, w) in enumerate(zip(st.offsets_s, st.occupancy_s, strict=True)):
-            s = t + a + shift
+            s = t + a * fl + shift
             if free[j] > s:
                 shift += free[j] - s
                 s = free[j]
-            free[j] = s + w
-            busy[j] += w
-        fin = t + st.latency_s + shift
+            free[j] = s + w * fo
+            busy[j] += w * fo
+        fin = t + st.latency_s * fl + shift
+        if fin > rep.last_fin:
+            rep.last_fin = fin
         heapq.heappush(rep.out, fin)
         if self.track_load:
             heapq.heappush(rep.outstanding, (fin, k))
@@ -398,6 +441,7 @@ class _Service:
             self.done_ids.append(r)
             self.latency.append(fin - times[r])
             self.wait.append(t - times[r])
+            self.gaps.append(gap)
             if self.closed is not None:
                 self.client_sends(fin, self.owner[r])
 
@@ -476,4 +520,5 @@ class _Service:
             self.padded,
             tuple(int(x) for x in np.bincount(cls_arr, minlength=n_classes)) if n else
             (0,) * n_classes,
-            by_class(self.rejected_ids), by_class(self.dropped_ids))
+            by_class(self.rejected_ids), by_class(self.dropped_ids),
+            np.asarray(self.gaps)[order])

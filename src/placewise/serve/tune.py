@@ -1,0 +1,202 @@
+"""``placewise tune``: the runtime settings a deployed service of the plan would use, chosen
+on this machine from measurement, and what an idle gap before a request costs; both recorded
+in the plan (``Plan.service``, a ``plan_records.ServiceRecord``) for ``serve``, ``serve
+--real`` and ``export`` to use.
+
+Everything is measured with the one run recipe (``serve.real.serve_real``: the plan's
+executor driven open loop), one request at a time (``--batching none``) at the plan's batch:
+
+1. **Settings.** Each of ``SETTINGS`` (onnxruntime's intra-op pool spinning after a run, on
+   or off; the client's idle wait sleeping until ``CLIENT_SPIN_S`` before a request is due,
+   or spinning the last ``LONG_SPIN_S``) serves ``probe`` requests after idle gaps of
+   ``PROBE_GAPS_S``. The setting with the lowest service p90 over those requests is chosen
+   (ties: the lower p50): the tail is what a service is sized by.
+2. **Idle cost.** With the chosen setting, a ladder of rungs: ``per_gap`` requests spaced so
+   that each follows about ``g`` of idle time, for every ``g`` in ``GAPS_S``, then a burst of
+   ``per_gap`` requests arriving at once (each dispatched as the previous completes: the
+   warm, back-to-back service). Each rung is one point: the median idle time its requests
+   actually followed (measured, ``serve.real.Call.idle_s``) and their service p50 and p90
+   (submit to outputs). The ladder runs ``repeats`` times; the points are the medians over
+   the repeats, ``spread`` the spread of the warm service p50 between them.
+3. **Capacity.** A burst of ``4 * per_gap`` requests with the plan's window in flight
+   (``serve.run.default_window``): completions per second, back to back.
+
+The load generator's own lateness in the ladder runs is kept (``late_p50_s``/``late_p99_s``)
+to show what it adds. The library never prints: ``progress(message, fraction)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from placewise.errors import InputError
+from placewise.plan_records import IdlePoint, RuntimeTrial, ServiceRecord
+from placewise.runtime.executor import CLIENT_SPIN_S
+from placewise.serve.policies import parse_batching
+from placewise.serve.real import Call, serve_real
+from placewise.serve.sim import Workload
+
+if TYPE_CHECKING:
+    from placewise.hardware.spec import Machine
+    from placewise.plan import Plan
+    from placewise.runtime.opexec import ModelSource
+
+__all__ = ["GAPS_S", "LONG_SPIN_S", "PROBE_GAPS_S", "SETTINGS", "plan_window", "tune_service"]
+
+#: idle gaps the ladder aims at (seconds); the points record the gaps actually measured
+GAPS_S = (2e-4, 1e-3, 3e-3, 1e-2, 3e-2)
+#: idle gaps the settings are compared at
+PROBE_GAPS_S = (1e-3, 1e-2)
+#: the client's long spin: it stays awake through gaps up to this long
+LONG_SPIN_S = 2e-2
+#: (session_spinning, client_spin_s) tried
+SETTINGS = ((True, CLIENT_SPIN_S), (False, CLIENT_SPIN_S), (True, LONG_SPIN_S),
+            (False, LONG_SPIN_S))
+
+Progress = Callable[[str, float], None]
+
+
+def _ladder(gaps_s: Sequence[float], per_gap: int, service_s: float, burst: int
+            ) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """Arrival times of the rungs (``per_gap`` requests spaced ``service_s + g``), then a
+    burst of ``burst`` arriving together after the last rung has drained; and each
+    segment's request index range."""
+    times: list[float] = []
+    segments: list[tuple[int, int]] = []
+    t = 0.0
+    for g in gaps_s:
+        start = len(times)
+        for _ in range(per_gap):
+            times.append(t)
+            t += service_s + g
+        segments.append((start, len(times)))
+    if burst:
+        t += 4 * service_s + max(gaps_s, default=0.0)
+        segments.append((len(times), len(times) + burst))
+        times.extend([t] * burst)
+    return np.asarray(times), segments
+
+
+def _by_request(calls: Sequence[Call]) -> dict[int, Call]:
+    return {i: c for c in calls for i in c.ids}
+
+
+def _point(calls: Sequence[Call]) -> IdlePoint | None:
+    """One rung's point: the median idle gap its requests followed, their service p50/p90."""
+    done = [c for c in calls if math.isfinite(c.idle_s)]
+    if not done:
+        return None
+    svc = np.array([c.service_s for c in done])
+    return IdlePoint(gap_s=float(np.median([c.idle_s for c in done])),
+                     service_p50_s=float(np.median(svc)),
+                     service_p90_s=float(np.quantile(svc, 0.9)), n=len(done))
+
+
+def tune_service(plan: Plan, *, machine: Machine | None = None,
+                 source: ModelSource | str | None = None,
+                 shapes: Mapping[str, Sequence[int]] | None = None, per_gap: int = 60,
+                 probe: int = 60, repeats: int = 2, seed: int = 0,
+                 progress: Progress | None = None,
+                 executor_options: Mapping[str, Any] | None = None) -> ServiceRecord:
+    """Measure ``plan`` as a service on this machine (module docstring) and return its
+    ``ServiceRecord``. ``machine``, ``source``, ``shapes``, ``executor_options``: as for
+    ``serve_real`` (the settings tried override theirs).
+    ``InputError`` for bad arguments or a plan that cannot run here."""
+    for name, v in (("--requests", per_gap), ("probe", probe), ("--repeats", repeats)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise InputError(f"must be a positive integer, got {v!r}", place=name)
+    report: Progress = progress or (lambda _m, _f: None)
+    none = parse_batching("none")
+    predicted = float(plan.predicted_latency_s)
+    steps = len(SETTINGS) + repeats + 1
+    done = 0
+
+    def run(times: np.ndarray, spinning: bool, spin_s: float, in_flight: int = 1
+            ) -> tuple[list[Call], float, float, float]:
+        nonlocal done
+        got = serve_real(plan, Workload(times), none, in_flight=in_flight, machine=machine,
+                         source=source, shapes=shapes, seed=seed, limit_s=600.0,
+                         executor_options={**(executor_options or {}),
+                                           "session_spinning": spinning,
+                                           "client_spin_s": spin_s})
+        done += 1
+        late = got.late[np.isfinite(got.late)]
+        r = got.result
+        return (list(got.calls), r.throughput_rps,
+                float(np.median(late)) if len(late) else 0.0,
+                float(np.quantile(late, 0.99)) if len(late) else 0.0)
+
+    # 1. the settings, compared after the probe gaps
+    trials: list[RuntimeTrial] = []
+    for spinning, spin_s in SETTINGS:
+        report(f"trying pool spinning {'on' if spinning else 'off'}, client spin "
+               f"{spin_s * 1e3:g} ms", done / steps)
+        times, _ = _ladder(PROBE_GAPS_S, probe, 2 * predicted, 0)
+        calls, _, _, _ = run(times, spinning, spin_s)
+        svc = np.array([c.service_s for c in calls])
+        trials.append(RuntimeTrial(session_spinning=spinning, client_spin_s=spin_s,
+                                   service_p50_s=float(np.median(svc)),
+                                   service_p90_s=float(np.quantile(svc, 0.9))))
+    best = min(trials, key=lambda t: (t.service_p90_s, t.service_p50_s))
+    # 2. the idle cost with the chosen setting: the ladder, repeated
+    warm = min(t.service_p50_s for t in trials)
+    rungs: list[list[IdlePoint]] = []
+    lates: list[tuple[float, float]] = []
+    for k in range(repeats):
+        report(f"measuring the idle cost (ladder {k + 1} of {repeats})", done / steps)
+        times, segments = _ladder(GAPS_S, per_gap, 1.5 * warm, per_gap)
+        calls, _, late50, late99 = run(times, best.session_spinning, best.client_spin_s)
+        lates.append((late50, late99))
+        of = _by_request(calls)
+        pts = []
+        for a, b in segments:
+            seg = list({id(c): c for i in range(a, b) if (c := of.get(i)) is not None
+                        }.values())
+            p = _point(seg[1:] if (a, b) == segments[-1] else seg)  # a burst's first waited
+            if p is not None:
+                pts.append(p)
+        rungs.append(pts)
+    points = _merge(rungs)
+    warm_p50 = [min(r, key=lambda p: p.gap_s).service_p50_s for r in rungs if r]
+    spread = (max(warm_p50) - min(warm_p50)) / float(np.median(warm_p50)) if warm_p50 else 0.0
+    # 3. the capacity, back to back with the plan's window
+    window = plan_window(plan)
+    report(f"measuring the capacity ({window} in flight)", done / steps)
+    _, capacity, _, _ = run(np.zeros(4 * per_gap), best.session_spinning, best.client_spin_s,
+                            window)
+    report("done", 1.0)
+    period = float(plan.throughput.period_s)
+    pred_cap = 1.0 / period if period > 0 else 1.0 / predicted
+    return ServiceRecord(
+        session_spinning=best.session_spinning, client_spin_s=best.client_spin_s,
+        predicted_latency_s=predicted, predicted_capacity_rps=pred_cap,
+        capacity_rps=capacity, window=window, points=points, trials=tuple(trials),
+        late_p50_s=float(np.median([x for x, _ in lates])),
+        late_p99_s=float(max(y for _, y in lates)), spread=float(spread),
+        requests=per_gap)
+
+
+def plan_window(plan: Plan) -> int:
+    """Executor requests in flight that keep the plan's pipeline full: ``ceil(latency /
+    period)`` (``serve.run.default_window`` at the plan's own batch), at least 1."""
+    period = float(plan.throughput.period_s)
+    if not period > 0:
+        return 1
+    return max(1, math.ceil(float(plan.predicted_latency_s) / period - 1e-9))
+
+
+def _merge(rungs: Sequence[Sequence[IdlePoint]]) -> tuple[IdlePoint, ...]:
+    """The ladders' points, rung by rung, as medians over the repeats; sorted by gap."""
+    width = min((len(r) for r in rungs), default=0)
+    out = []
+    for j in range(width):
+        ps = [r[j] for r in rungs]
+        out.append(IdlePoint(gap_s=float(np.median([p.gap_s for p in ps])),
+                             service_p50_s=float(np.median([p.service_p50_s for p in ps])),
+                             service_p90_s=float(np.median([p.service_p90_s for p in ps])),
+                             n=sum(p.n for p in ps)))
+    return tuple(sorted(out, key=lambda p: p.gap_s))
