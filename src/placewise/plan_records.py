@@ -482,13 +482,13 @@ class IdlePoint(Record):
 class RuntimeTrial(Record):
     """One runtime setting tried while tuning: onnxruntime's intra-op pool spinning after
     a run (``session_spinning``) and how long before a request is due the client stops
-    sleeping and spins (``client_spin_s``); the service p50 and p90 it gave over the
-    probe gaps."""
+    sleeping and spins (``client_spin_s``); the latency p50 and p90 it gave on the probe
+    stream (``serve.tune``)."""
 
     session_spinning: bool
     client_spin_s: float
-    service_p50_s: float
-    service_p90_s: float
+    latency_p50_s: float
+    latency_p90_s: float
 
 
 class ServiceRecord(Record):

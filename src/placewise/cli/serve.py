@@ -439,11 +439,11 @@ def tune(
 def _render_tune(r: dict[str, Any]) -> None:
     s = r["service"]
     out.print(f"[bold]tune[/bold] {r['from']} -> {r['plan']}")
-    out.print(_table("runtime settings tried (service after 1 ms and 10 ms idle)",
+    out.print(_table("runtime settings tried (latency of a Poisson stream at 30% of the predicted capacity)",
                      ["pool spinning", "client spins", "p50", "p90", "chosen"],
                      [["on" if t["session_spinning"] else "off",
-                       format_seconds(t["client_spin_s"]), format_seconds(t["service_p50_s"]),
-                       format_seconds(t["service_p90_s"]),
+                       format_seconds(t["client_spin_s"]), format_seconds(t["latency_p50_s"]),
+                       format_seconds(t["latency_p90_s"]),
                        "yes" if (t["session_spinning"], t["client_spin_s"]) == (
                            s["session_spinning"], s["client_spin_s"]) else ""]
                       for t in s["trials"]]))

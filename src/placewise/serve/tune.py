@@ -8,9 +8,11 @@ executor driven open loop), one request at a time (``--batching none``) at the p
 
 1. **Settings.** Each of ``SETTINGS`` (onnxruntime's intra-op pool spinning after a run, on
    or off; the client's idle wait sleeping until ``CLIENT_SPIN_S`` before a request is due,
-   or spinning the last ``LONG_SPIN_S``) serves ``probe`` requests after idle gaps of
-   ``PROBE_GAPS_S``. The setting with the lowest service p90 over those requests is chosen
-   (ties: the lower p50): the tail is what a service is sized by.
+   or spinning the last ``LONG_SPIN_S``) serves one seeded Poisson stream of ``4 * probe``
+   requests at ``PROBE_LOAD`` of the plan's predicted capacity, in ``PROBE_ROUNDS``
+   interleaved rounds (A B C D A B C D: a drift of the machine touches every setting
+   alike). The setting with the lowest latency p90 over its pooled requests is chosen (ties:
+   the lower p50): the tail is what a service is sized by.
 2. **Idle cost.** With the chosen setting, a ladder of rungs: ``per_gap`` requests spaced so
    that each follows about ``g`` of idle time, for every ``g`` in ``GAPS_S``, then a burst of
    ``per_gap`` requests arriving at once (each dispatched as the previous completes: the
@@ -18,10 +20,11 @@ executor driven open loop), one request at a time (``--batching none``) at the p
    actually followed (measured, ``serve.real.Call.idle_s``) and their service p50 and p90
    (submit to outputs). The ladder runs ``repeats`` times; the points are the medians over
    the repeats, ``spread`` the spread of the warm service p50 between them.
-3. **Capacity.** A burst of ``4 * per_gap`` requests with the plan's window in flight
-   (``serve.run.default_window``): completions per second, back to back.
+3. **Capacity.** A burst of requests arriving at once, enough for about ``CAPACITY_S`` at
+   the predicted capacity (a shorter run is dominated by its first requests' start-up), with
+   the plan's window in flight (``plan_window``): completions per second, back to back.
 
-The load generator's own lateness in the ladder runs is kept (``late_p50_s``/``late_p99_s``)
+The load generator's own lateness over the ladder runs is kept (``late_p50_s``/``late_p99_s``)
 to show what it adds. The library never prints: ``progress(message, fraction)``.
 """
 
@@ -36,8 +39,9 @@ import numpy as np
 from placewise.errors import InputError
 from placewise.plan_records import IdlePoint, RuntimeTrial, ServiceRecord
 from placewise.runtime.executor import CLIENT_SPIN_S
+from placewise.serve.arrivals import poisson_arrivals
 from placewise.serve.policies import parse_batching
-from placewise.serve.real import Call, serve_real
+from placewise.serve.real import Call, RealServe, serve_real
 from placewise.serve.sim import Workload
 
 if TYPE_CHECKING:
@@ -45,12 +49,18 @@ if TYPE_CHECKING:
     from placewise.plan import Plan
     from placewise.runtime.opexec import ModelSource
 
-__all__ = ["GAPS_S", "LONG_SPIN_S", "PROBE_GAPS_S", "SETTINGS", "plan_window", "tune_service"]
+__all__ = ["CAPACITY_S", "GAPS_S", "LONG_SPIN_S", "PROBE_LOAD", "SETTINGS", "plan_window",
+           "tune_service"]
 
 #: idle gaps the ladder aims at (seconds); the points record the gaps actually measured
 GAPS_S = (2e-4, 1e-3, 3e-3, 1e-2, 3e-2)
-#: idle gaps the settings are compared at
-PROBE_GAPS_S = (1e-3, 1e-2)
+#: the settings are compared on a Poisson stream at this share of the predicted capacity,
+#: in this many interleaved rounds
+PROBE_LOAD = 0.3
+PROBE_ROUNDS = 2
+#: the capacity run lasts about this long (at the predicted capacity), within these counts
+CAPACITY_S = 1.0
+CAPACITY_MAX = 20_000
 #: the client's long spin: it stays awake through gaps up to this long
 LONG_SPIN_S = 2e-2
 #: (session_spinning, client_spin_s) tried
@@ -112,11 +122,11 @@ def tune_service(plan: Plan, *, machine: Machine | None = None,
     report: Progress = progress or (lambda _m, _f: None)
     none = parse_batching("none")
     predicted = float(plan.predicted_latency_s)
-    steps = len(SETTINGS) + repeats + 1
+    steps = PROBE_ROUNDS * len(SETTINGS) + repeats + 1
     done = 0
 
     def run(times: np.ndarray, spinning: bool, spin_s: float, in_flight: int = 1
-            ) -> tuple[list[Call], float, float, float]:
+            ) -> RealServe:
         nonlocal done
         got = serve_real(plan, Workload(times), none, in_flight=in_flight, machine=machine,
                          source=source, shapes=shapes, seed=seed, limit_s=600.0,
@@ -124,34 +134,38 @@ def tune_service(plan: Plan, *, machine: Machine | None = None,
                                            "session_spinning": spinning,
                                            "client_spin_s": spin_s})
         done += 1
-        late = got.late[np.isfinite(got.late)]
-        r = got.result
-        return (list(got.calls), r.throughput_rps,
-                float(np.median(late)) if len(late) else 0.0,
-                float(np.quantile(late, 0.99)) if len(late) else 0.0)
+        return got
 
-    # 1. the settings, compared after the probe gaps
-    trials: list[RuntimeTrial] = []
-    for spinning, spin_s in SETTINGS:
-        report(f"trying pool spinning {'on' if spinning else 'off'}, client spin "
-               f"{spin_s * 1e3:g} ms", done / steps)
-        times, _ = _ladder(PROBE_GAPS_S, probe, 2 * predicted, 0)
-        calls, _, _, _ = run(times, spinning, spin_s)
-        svc = np.array([c.service_s for c in calls])
+    # 1. the settings, compared on a Poisson stream (interleaved rounds, pooled)
+    window = plan_window(plan)
+    period = float(plan.throughput.period_s)
+    pred_cap = 1.0 / period if period > 0 else 1.0 / predicted
+    stream = poisson_arrivals(PROBE_LOAD * pred_cap, 4 * probe, seed=seed)
+    pooled: dict[tuple[bool, float], list[np.ndarray]] = {k: [] for k in SETTINGS}
+    for k in range(PROBE_ROUNDS):
+        for spinning, spin_s in SETTINGS:
+            report(f"trying pool spinning {'on' if spinning else 'off'}, client spin "
+                   f"{spin_s * 1e3:g} ms (round {k + 1} of {PROBE_ROUNDS})", done / steps)
+            got = run(stream, spinning, spin_s, window)
+            pooled[(spinning, spin_s)].append(got.result.latency_s)
+    trials = []
+    for (spinning, spin_s), runs in pooled.items():
+        lat = np.concatenate(runs)
         trials.append(RuntimeTrial(session_spinning=spinning, client_spin_s=spin_s,
-                                   service_p50_s=float(np.median(svc)),
-                                   service_p90_s=float(np.quantile(svc, 0.9))))
-    best = min(trials, key=lambda t: (t.service_p90_s, t.service_p50_s))
+                                   latency_p50_s=float(np.median(lat)),
+                                   latency_p90_s=float(np.quantile(lat, 0.9))))
+    best = min(trials, key=lambda t: (t.latency_p90_s, t.latency_p50_s))
     # 2. the idle cost with the chosen setting: the ladder, repeated
-    warm = min(t.service_p50_s for t in trials)
+    warm = float(np.median(np.concatenate(pooled[(best.session_spinning,
+                                                  best.client_spin_s)])))
     rungs: list[list[IdlePoint]] = []
-    lates: list[tuple[float, float]] = []
+    lates: list[np.ndarray] = []
     for k in range(repeats):
         report(f"measuring the idle cost (ladder {k + 1} of {repeats})", done / steps)
         times, segments = _ladder(GAPS_S, per_gap, 1.5 * warm, per_gap)
-        calls, _, late50, late99 = run(times, best.session_spinning, best.client_spin_s)
-        lates.append((late50, late99))
-        of = _by_request(calls)
+        got = run(times, best.session_spinning, best.client_spin_s)
+        lates.append(got.late[np.isfinite(got.late)])
+        of = _by_request(got.calls)
         pts = []
         for a, b in segments:
             seg = list({id(c): c for i in range(a, b) if (c := of.get(i)) is not None
@@ -163,21 +177,20 @@ def tune_service(plan: Plan, *, machine: Machine | None = None,
     points = _merge(rungs)
     warm_p50 = [min(r, key=lambda p: p.gap_s).service_p50_s for r in rungs if r]
     spread = (max(warm_p50) - min(warm_p50)) / float(np.median(warm_p50)) if warm_p50 else 0.0
-    # 3. the capacity, back to back with the plan's window
-    window = plan_window(plan)
-    report(f"measuring the capacity ({window} in flight)", done / steps)
-    _, capacity, _, _ = run(np.zeros(4 * per_gap), best.session_spinning, best.client_spin_s,
-                            window)
+    # 3. the capacity, back to back with the plan's window, for about CAPACITY_S
+    n = int(min(CAPACITY_MAX, max(4 * per_gap, CAPACITY_S * pred_cap)))
+    report(f"measuring the capacity ({n} requests, {window} in flight)", done / steps)
+    capacity = run(np.zeros(n), best.session_spinning, best.client_spin_s,
+                   window).result.throughput_rps
     report("done", 1.0)
-    period = float(plan.throughput.period_s)
-    pred_cap = 1.0 / period if period > 0 else 1.0 / predicted
+    late = np.concatenate(lates) if lates else np.zeros(0)
     return ServiceRecord(
         session_spinning=best.session_spinning, client_spin_s=best.client_spin_s,
         predicted_latency_s=predicted, predicted_capacity_rps=pred_cap,
         capacity_rps=capacity, window=window, points=points, trials=tuple(trials),
-        late_p50_s=float(np.median([x for x, _ in lates])),
-        late_p99_s=float(max(y for _, y in lates)), spread=float(spread),
-        requests=per_gap)
+        late_p50_s=float(np.median(late)) if len(late) else 0.0,
+        late_p99_s=float(np.quantile(late, 0.99)) if len(late) else 0.0,
+        spread=float(spread), requests=per_gap)
 
 
 def plan_window(plan: Plan) -> int:
