@@ -6,10 +6,11 @@ import json
 import os
 import random
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.cli_runner import CliProcess, run_cli, start_cli
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
@@ -17,8 +18,7 @@ UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, COLUMNS="120", TERM="dumb", PYTHONHASHSEED="0")
-    return subprocess.run([sys.executable, "-m", "placewise.cli", *args], capture_output=True,
-                          text=True, cwd=cwd, env=env, timeout=600)
+    return run_cli(args, env=env, cwd=cwd, timeout=600)
 
 
 def run_together(*commands: list[str], env: dict[str, str] | None = None,
@@ -28,22 +28,14 @@ def run_together(*commands: list[str], env: dict[str, str] | None = None,
     waits for its interpreter. Every process is gone when this returns or raises."""
     if env is None:
         env = dict(os.environ, COLUMNS="120", TERM="dumb", PYTHONHASHSEED="0")
-    procs: list[tuple[list[str], subprocess.Popen[str]]] = []
+    procs: list[CliProcess] = []
     try:
         for c in commands:
-            procs.append((c, subprocess.Popen([sys.executable, "-m", "placewise.cli", *c],
-                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                              text=True, env=env)))
-        done = []
-        for c, p in procs:
-            out, err = p.communicate(timeout=timeout)
-            done.append(subprocess.CompletedProcess(c, p.returncode, out, err))
-        return done
+            procs.append(start_cli(c, env=env, shown=c))
+        return [p.wait(timeout) for p in procs]
     finally:
-        for _, p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        for p in procs:
+            p.kill()
 
 
 def check_golden(name: str, text: str) -> None:

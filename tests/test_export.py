@@ -45,6 +45,7 @@ from placewise.runtime.backends.onnxruntime import provider_for
 from placewise.runtime.opexec import ModelSource, load_source
 from placewise.schedule import Assignment, Placement, Problem, evaluate
 from placewise.units import DType
+from tests.cli_runner import run_cli
 from tests.runtime.helpers import local_machine, tiny_plan, tiny_source
 from tests.test_cli import assert_bad_input, run_together
 
@@ -57,8 +58,7 @@ BERT = {"layers": 1, "hidden": 32, "heads": 2, "seq": 8, "vocab": 50}
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, COLUMNS="120", TERM="dumb", PYTHONHASHSEED="0")
-    return subprocess.run([sys.executable, "-m", "placewise.cli", *args], capture_output=True,
-                          text=True, cwd=cwd, env=env, timeout=600)
+    return run_cli(args, env=env, cwd=cwd, timeout=600)
 
 
 

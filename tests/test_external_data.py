@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +22,14 @@ from placewise.plan import build_plan, save_plan
 from placewise.runtime.opexec import load_source
 from placewise.schedule import Assignment, Placement, Problem, evaluate
 from placewise.units import DType
+from tests.cli_runner import run_cli
 from tests.graph.test_onnx_data import mlp, with_data
 from tests.runtime.helpers import local_machine
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, COLUMNS="120", TERM="dumb", PYTHONHASHSEED="0")
-    return subprocess.run([sys.executable, "-m", "placewise.cli", *args], capture_output=True,
-                          text=True, env=env, timeout=1200)
+    return run_cli(args, env=env, timeout=1200)
 
 
 def chain_folder(folder: Path, feeds: dict[str, np.ndarray[Any, Any]]

@@ -11,7 +11,6 @@ import json
 import os
 import stat
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from placewise.io import (
     read_file_bytes,
     read_text,
 )
+from tests.cli_runner import run_cli
 from tests.test_cli import run_together as cli_run_together
 
 ROOT = os.geteuid() == 0
@@ -40,8 +40,7 @@ def _env() -> dict[str, str]:
 
 
 def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "placewise.cli", *args], capture_output=True,
-                          text=True, env=_env(), timeout=timeout)
+    return run_cli(args, env=_env(), timeout=timeout)
 
 
 def run_together(*commands: list[str], timeout: float = 300

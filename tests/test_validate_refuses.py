@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from placewise.graph.ir import INT8_KINDS, OpKind
 from placewise.plan import Plan, build_plan, load_plan, plan_records_json, save_plan
 from placewise.units import DType
 from placewise.validate import validate_plan
+from tests.cli_runner import run_cli
 from tests.runtime.helpers import local_machine, tiny_plan, tiny_source
 from tests.test_cli import assert_bad_input, run_together
 
@@ -112,8 +112,7 @@ def _env(xdg: Path) -> dict[str, str]:
 
 
 def _run(xdg: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "placewise.cli", *args], capture_output=True,
-                          text=True, env=_env(xdg), timeout=600)
+    return run_cli(args, env=_env(xdg), timeout=600)
 
 
 def _run_together(xdg: Path, commands: list[list[str]]

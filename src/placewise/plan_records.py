@@ -497,8 +497,10 @@ class ServiceRecord(Record):
     (``session_spinning``, ``client_spin_s``) among the ``trials``; the service time of a
     request against the idle time before it (``points``, gaps ascending); the capacity
     measured back to back with ``window`` batches in flight, beside the predicted one; the
-    load generator's own lateness (p50/p99) in those runs; ``spread``: the spread of the
-    service p50 between the repeats of the smallest gap ((max - min) / median).
+    load generator's own lateness (p50/p99) in those runs. ``spread`` and ``tail_spread``:
+    how much a measurement moves when it is repeated, ((max - min) / median), the larger of
+    the warm service p50 between the ladder's repeats and the chosen setting's latency p50
+    between the probe rounds; and of that latency's p90 between the rounds.
 
     The simulator prices a batch after an idle gap ``g`` at ``latency_factor(g)`` times
     the plan's latency and ``occupancy_factor(g)`` times its occupancies, so that an
@@ -526,6 +528,7 @@ class ServiceRecord(Record):
     late_p50_s: float = 0.0
     late_p99_s: float = 0.0
     spread: float = 0.0
+    tail_spread: float = 0.0
     requests: int = 0
 
     def service_s(self, gap_s: float) -> float:

@@ -27,6 +27,7 @@ from placewise.hardware.probe import host_fingerprint, save_local
 from placewise.hardware.spec import Machine
 from placewise.hardware.stats import PROBE_SOURCE_PREFIX
 from placewise.plan import load_plan
+from tests.cli_runner import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -183,8 +184,7 @@ def test_no_gpu_here_says_so_and_the_spec_is_the_cpus() -> None:
 
 
 def _cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "placewise.cli", *args], capture_output=True,
-                          text=True, env=env, cwd=cwd, timeout=600, check=False)
+    return run_cli(args, env=env, cwd=cwd, timeout=600)
 
 
 @pytest.fixture(scope="module")

@@ -16,13 +16,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from tests.cli_runner import run_cli
 from tests.report.helpers import HOSTILE, sweep_doc
 
 
@@ -32,8 +32,7 @@ def env_of(xdg: Path) -> dict[str, str]:
 
 
 def cli(xdg: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "placewise.cli", *args], capture_output=True,
-                          text=True, env=env_of(xdg), timeout=timeout)
+    return run_cli(args, env=env_of(xdg), timeout=timeout)
 
 
 @pytest.fixture(scope="session")

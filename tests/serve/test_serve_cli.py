@@ -170,6 +170,12 @@ def test_serve_json_has_the_keys_and_is_reproducible(plan_file: Path, tmp_path: 
     js = json.loads(s.stdout)
     assert [round(r["rate_rps"] / js["sweep"][0]["rate_rps"], 6) for r in js["sweep"]] == \
         [1.0, 2.5, 4.0]
+    # an untuned plan is simulated with its predicted costs; the cost model's interval
+    # brackets the simulated tails
+    assert ja["service_model"] == "predicted"
+    for q in ("p50", "p99"):
+        lo, hi = ja["interval"][q]["low_s"], ja["interval"][q]["high_s"]
+        assert lo is not None and hi is not None and lo <= ja[f"{q}_s"] <= hi
     assert math.isfinite(js["sweep"][-1]["p99_s"])
 
 
@@ -187,9 +193,13 @@ def test_bad_input_exits_2_naming_the_place(plan_file: Path, tmp_path: Path) -> 
         ["serve", p, "--rate", "100", "--class", "x:share=0"],
         ["serve", p, "--rate", "100", "--router", "random"],
         ["serve", p, "--rate", "100", "--hw", "h100-sxm-server"],
-        ["serve", str(tmp_path / "missing.json"), "--rate", "100"])
+        ["serve", str(tmp_path / "missing.json"), "--rate", "100"],
+        ["tune", p],  # a preset's plan: tune serves it on this machine
+        ["tune", str(tmp_path / "missing.json")],
+        ["tune", p, "--requests", "0"])
     needles = [("--batching", "fifo"), ("--rate",), ("--rate",), ("line 3", str(trace)),
                ("--rate",), ("--slo-p99",), ("share",), ("--router",),
-               ("fingerprints.machine",), ("missing.json",)]
+               ("fingerprints.machine",), ("missing.json",), ("preset", "plan.json"),
+               ("missing.json",), ("--requests",)]
     for proc, need in zip(procs, needles, strict=True):
         assert_bad_input(proc, *need)

@@ -14,12 +14,11 @@ import pytest
 
 from placewise.plan import Plan, load_plan, save_plan
 from placewise.plan_records import IdlePoint, ServiceRecord
-from placewise.runtime.executor import CLIENT_SPIN_S
 from placewise.serve import Workload, parse_batching, simulate
 from placewise.serve.real import serve_real
 from placewise.serve.report import TERMS, inside, summarize, terms
 from placewise.serve.run import ServeSetup, capacity_rps, run_interval, run_once
-from placewise.serve.service import service_interval
+from placewise.serve.service import predicted_compute_s, service_interval
 from placewise.serve.tune import SETTINGS, plan_window, tune_service
 from tests.runtime.helpers import local_machine
 from tests.serve.test_real import _serve, setup  # noqa: F401  (the module's plan fixture)
@@ -84,7 +83,7 @@ def test_capacity_and_interval_follow_the_service_model() -> None:
     assert capacity_rps(svc, setup_) == pytest.approx(1000.0)
     slow = ServeSetup(parse_batching("none"), idle=_record((1e-3, 1e-3), capacity=500.0))
     assert capacity_rps(svc, slow) == pytest.approx(500.0)
-    iv = run_interval(svc, setup_, 0.8, 1.3)
+    iv = run_interval(svc, setup_, {"p50": (0.8, 1.3), "p99": (0.8, 1.3)})
     _, mid = run_once(svc, setup_)
     for q in ("p50", "p99"):
         lo, hi = iv[q]["low_s"], iv[q]["high_s"]
@@ -97,7 +96,8 @@ def test_tune_measures_the_plan_and_serve_real_uses_its_settings(
         setup: dict[str, Any], tmp_path: Path) -> None:  # noqa: F811
     plan: Plan = setup["plan"]
     rec = tune_service(plan, machine=local_machine(), source=setup["source"], per_gap=6,
-                       probe=4, repeats=1, executor_options={"partition_files": setup["files"]})
+                       probe=4, repeats=1, rounds=1, capacity_s=0.01,
+                       executor_options={"partition_files": setup["files"]})
     assert {(t.session_spinning, t.client_spin_s) for t in rec.trials} == set(SETTINGS)
     best = min(rec.trials, key=lambda t: (t.latency_p90_s, t.latency_p50_s))
     assert (rec.session_spinning, rec.client_spin_s) == (best.session_spinning,
@@ -111,16 +111,13 @@ def test_tune_measures_the_plan_and_serve_real_uses_its_settings(
     save_plan(tuned, tmp_path / "tuned.json")
     back = load_plan(tmp_path / "tuned.json")
     assert back.service == rec
-    assert service_interval(back, tuned=True)[0] <= 1.0 <= service_interval(back, tuned=True)[1]
-    lo, hi = service_interval(back, tuned=False)
-    assert lo <= 1.0 <= hi
+    for tuned_ in (True, False):
+        for lo, hi in service_interval(back, tuned=tuned_).values():
+            assert lo <= 1.0 <= hi
     # a tuned plan's settings reach the executor; the terms line up with a simulation
     got = serve_real_of(setup, back)
     assert got.tags["session_spinning"] == str(rec.session_spinning)
     assert float(got.tags["client_spin_s"]) == pytest.approx(rec.client_spin_s)
-    plain = serve_real_of(setup, plan)
-    assert plain.tags["session_spinning"] == "True"
-    assert float(plain.tags["client_spin_s"]) == pytest.approx(CLIENT_SPIN_S)
 
 
 def serve_real_of(fixture: dict[str, Any], plan: Plan) -> Any:
@@ -135,8 +132,15 @@ def test_real_terms_against_the_simulation_of_the_same_arrivals(
     got = _serve(setup, times, "none")
     sim = simulate(Workload(times), lambda b: (setup["plan"].predicted_latency_s,),
                    parse_batching("none"))
-    t = terms(sim, got.result, got.late)
+    t = terms(sim, got.result, got.late, compute_s=got.compute_s,
+              predicted_compute_s=predicted_compute_s(setup["plan"]))
     assert set(t["terms"]) == set(TERMS)
+    # every completed request's partition runs, from the telemetry, inside its service
+    svc = got.result.latency_s - got.result.wait_s
+    assert len(got.compute_s) == 30 and (got.compute_s > 0).all()
+    assert (got.compute_s <= svc).all()
+    assert t["terms"]["compute"]["measured"]["n"] == t["terms"]["handoff"]["measured"]["n"] == 30
+    assert 0 < predicted_compute_s(setup["plan"]) <= setup["plan"].predicted_latency_s
     r = got.result
     assert len(r.idle_s) == r.completed == 30
     assert math.isinf(r.idle_s[0]) and (r.idle_s[1:] >= 0).all()

@@ -124,7 +124,7 @@ def serve(
         cb("one run", 0.8)
         sim_run, fig = run_once(service, setup)
         cb("the service model's interval", 0.9)
-        interval = run_interval(service, setup, *service_interval(plan, tuned=tuned))
+        interval = run_interval(service, setup, service_interval(plan, tuned=tuned))
     result.update(fig)
     result["interval"] = interval
     if real:
@@ -240,6 +240,7 @@ def _serve_for_real(plan: Any, plan_file: Path, setup: Any, batcher: Any, admiss
     p99 fall inside the predicted interval."""
     from placewise.serve.real import serve_real
     from placewise.serve.report import inside, summarize, terms
+    from placewise.serve.service import predicted_compute_s
 
     wl = _workload_of(setup)
     with _progress("serving (real)") as cb:
@@ -253,7 +254,8 @@ def _serve_for_real(plan: Any, plan_file: Path, setup: Any, batcher: Any, admiss
     return {**measured, "simulated": simulated, "measured": measured,
             "late_s": {k: getattr(got.late_s, k) for k in got.late_s.__slots__},
             "tags": got.tags, "real_notes": list(got.notes),
-            "terms": terms(sim_run, got.result, got.late),
+            "terms": terms(sim_run, got.result, got.late, compute_s=got.compute_s,
+                           predicted_compute_s=predicted_compute_s(plan)),
             "inside": inside(measured, interval)}
 
 
@@ -415,6 +417,9 @@ def tune(
     from placewise.runtime.planned import check_machine, plan_fingerprint
     from placewise.serve.tune import tune_service
 
+    for name, v in (("--requests", requests), ("--repeats", repeats)):
+        if v < 1:
+            raise InputError(f"must be a positive integer, got {v}", place=name)
     target = output if output is not None else plan_file
     check_output_path(target, place="--out")
     plan = load_plan(plan_file)
@@ -454,8 +459,8 @@ def _render_tune(r: dict[str, Any]) -> None:
                        f"{p['service_p50_s'] / s['predicted_latency_s']:.2f}", p["n"]]
                       for p in s["points"]]))
     out.print(f"capacity back to back ({s['window']} in flight): {s['capacity_rps']:.4g}/s, "
-              f"predicted {s['predicted_capacity_rps']:.4g}/s; warm service spread between "
-              f"repeats {s['spread']:.1%}; load generator late by "
+              f"predicted {s['predicted_capacity_rps']:.4g}/s; repeats moved by "
+              f"{s['spread']:.1%} (p50), {s['tail_spread']:.1%} (p90); load generator late by "
               f"{format_seconds(s['late_p50_s'])} (p50), {format_seconds(s['late_p99_s'])} (p99)")
 
 

@@ -100,7 +100,9 @@ class RealServe:
     """A measured run (module docstring): the figures, as the simulator reports them;
     the run's telemetry tags; notes on what may colour the figures; the generator's
     lateness; the executor's telemetry (``None`` unless kept); every executor request
-    (``calls``, in completion order); each arrival's lateness (``late``, arrival order)."""
+    (``calls``, in completion order); each arrival's lateness (``late``, arrival order); per
+    completed request (as ``result``), the seconds its executor request spent in partition
+    runs (``compute_s``: the telemetry's compute tasks, summed over devices)."""
 
     result: ServeResult
     tags: dict[str, str]
@@ -109,6 +111,7 @@ class RealServe:
     telemetry: Telemetry | None = None
     calls: tuple[Call, ...] = ()
     late: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    compute_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 def serve_real(plan: Plan | str | os.PathLike[str], workload: Workload | np.ndarray,
@@ -194,7 +197,8 @@ def serve_real(plan: Plan | str | os.PathLike[str], workload: Workload | np.ndar
                  "session_spinning": str(ex.session_spinning),
                  "client_spin_s": f"{ex.client_spin_s:g}"})
     return RealServe(result, tags, tuple(run.notes(n)), Lateness.of(run.late_s()),
-                     tel if keep_telemetry else None, tuple(run.calls), run.late_s().copy())
+                     tel if keep_telemetry else None, tuple(run.calls), run.late_s().copy(),
+                     run.compute_s(tel))
 
 
 def _check_args(wl: Workload, classes: np.ndarray, priorities: Sequence[int], in_flight: int,
@@ -311,6 +315,7 @@ class OpenLoop:
         self.wait = np.full(n, math.nan)
         self.late = np.full(n, math.nan)
         self.idle = np.full(n, math.nan)
+        self.exec_of = np.full(n, -1, dtype=np.int64)  # request -> its executor request
         self.last_done_s = -math.inf  # the latest completion so far, on the run's clock
         self.sizes: list[int] = []
         self.padded = 0
@@ -447,6 +452,7 @@ class OpenLoop:
             for i in b.ids:
                 self.state[i] = _DONE
                 self.latency[i] = t - self.times_l[i]
+                self.exec_of[i] = c.request
             rows, used, size = self._used(self.lanes[li], b.ids)
             self.calls.append(Call(li, tuple(b.ids), rows, used, size, b.dispatch_s,
                                    (c.outputs_ns - c.submit_ns) / 1e9, b.idle_s))
@@ -474,6 +480,16 @@ class OpenLoop:
     @property
     def span_s(self) -> float:
         return float(self.end_s - (self.times_l[0] if self.times_l else 0.0))
+
+    def compute_s(self, tel: Telemetry) -> np.ndarray:
+        """Per completed request (arrival order), the seconds of partition runs of its
+        executor request in ``tel`` (one lane: executor request ids are that lane's)."""
+        ns: dict[int, int] = {}
+        for t in tel.tasks:
+            if t.phase == self.phase and t.kind == "compute":
+                ns[t.request] = ns.get(t.request, 0) + t.end_ns - t.start_ns
+        return np.array([ns[r] / 1e9 if (r := int(self.exec_of[i])) in ns else math.nan
+                         for i in self.completed()])
 
     def late_s(self) -> np.ndarray:
         return self.late[: self.nxt]

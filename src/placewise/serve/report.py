@@ -139,8 +139,11 @@ def _histogram(x: np.ndarray, edges: list[float]) -> list[dict[str, Any]]:
 
 #: the per-request terms of a service run, simulated and measured alike: the generator's
 #: lateness (measured only), the queue wait (dispatch - arrival, lateness included), the
-#: executor's idle time before the request's batch, and the service (latency - wait)
-TERMS = ("late", "wait", "idle", "service")
+#: executor's idle time before the request's batch, the service (latency - wait), and the
+#: service split into its partition runs (``compute``) and the rest (``handoff``: request
+#: hand-offs, transfers, dispatch and wake-ups); the split is measured from the executor's
+#: telemetry and predicted by the plan's critical path
+TERMS = ("late", "wait", "idle", "service", "compute", "handoff")
 #: an idle gap longer than this makes a request "after idle" in ``terms``
 IDLE_AFTER_S = 1e-3
 
@@ -153,21 +156,32 @@ def _stats(x: np.ndarray) -> dict[str, float | None]:
             "mean_s": float(x.mean()), "n": len(x)}
 
 
-def _terms_of(r: ServeResult, late: np.ndarray | None) -> dict[str, np.ndarray]:
+def _terms_of(r: ServeResult, late: np.ndarray | None, compute: np.ndarray | float | None
+              ) -> dict[str, np.ndarray]:
     svc = r.latency_s - r.wait_s
-    idle = r.idle_s if len(r.idle_s) == len(svc) else np.full(len(svc), math.nan)
+    n = len(svc)
+    idle = r.idle_s if len(r.idle_s) == n else np.full(n, math.nan)
+    comp = (np.full(n, math.nan) if compute is None
+            else np.broadcast_to(np.asarray(compute, dtype=float), (n,)) if np.ndim(compute) == 0
+            else np.asarray(compute, dtype=float))
+    if len(comp) != n:
+        comp = np.full(n, math.nan)
     return {"late": late if late is not None else np.zeros(0), "wait": r.wait_s,
-            "idle": idle, "service": svc}
+            "idle": idle, "service": svc, "compute": comp, "handoff": svc - comp}
 
 
-def terms(simulated: ServeResult, measured: ServeResult,
-          late_s: np.ndarray | None = None) -> dict[str, Any]:
+def terms(simulated: ServeResult, measured: ServeResult, late_s: np.ndarray | None = None,
+          *, compute_s: np.ndarray | None = None,
+          predicted_compute_s: float | None = None) -> dict[str, Any]:
     """Where a measured run's time went against the simulation of the same arrivals, per
-    request, in terms named alike (``TERMS``): each term's p50, p99 and mean on both sides;
-    the service of requests after an idle gap (longer than ``IDLE_AFTER_S``) and of the
-    rest; and the miss of the mean latency split exactly into its wait and service parts
-    (``mean latency = mean wait + mean service`` on both sides)."""
-    sim, real = _terms_of(simulated, None), _terms_of(measured, late_s)
+    request, in terms named alike (``TERMS``): each term's p50, p99 and mean on both sides
+    (``compute_s``: the measured partition runs per completed request;
+    ``predicted_compute_s``: the plan's, per request); the service of requests after an
+    idle gap (longer than ``IDLE_AFTER_S``) and of the rest; and the miss of the mean
+    latency split exactly into its wait and service parts (``mean latency = mean wait +
+    mean service`` on both sides)."""
+    sim = _terms_of(simulated, None, predicted_compute_s)
+    real = _terms_of(measured, late_s, compute_s)
     out: dict[str, Any] = {"terms": {k: {"simulated": _stats(sim[k]),
                                          "measured": _stats(real[k])} for k in TERMS}}
     split: dict[str, Any] = {}

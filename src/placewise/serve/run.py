@@ -22,7 +22,7 @@ The search ends when the bracket is narrower than ``tolerance`` of the rate.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -182,17 +182,23 @@ def scaled(service: ServiceFn, factor: float) -> ServiceFn:
     return fn
 
 
-def run_interval(service: ServiceFn, setup: ServeSetup, low: float, high: float
+def run_interval(service: ServiceFn, setup: ServeSetup,
+                 factors: Mapping[str, tuple[float, float]]
                  ) -> dict[str, dict[str, float | None]]:
-    """The interval of p50 and p99 that the service model's own interval gives: the run
-    simulated with every batch at ``low`` and at ``high`` times its service (the cost
-    model's interval of the plan's latency, or a tuned plan's repeat spread), widened by
-    each run's sampling interval (``quantile_ci``): ``{"p50": {"low_s", "high_s"}, "p99":
-    ...}`` (None: unbounded, too few samples)."""
-    lo, _ = run_once(scaled(service, low), setup)
-    hi, _ = run_once(scaled(service, high), setup)
+    """The interval of p50 and p99 that the service model's own interval gives: for each
+    quantile, the run simulated with every batch at ``low`` and at ``high`` times its service
+    (``factors[q]``: the cost model's interval of the plan's latency, or how much a tuned
+    plan's measurements moved when repeated), widened by each run's sampling interval
+    (``quantile_ci``): ``{"p50": {"low_s", "high_s"}, "p99": ...}`` (None: unbounded, too few
+    samples)."""
+    runs: dict[float, ServeResult] = {}
     out = {}
     for name, q in (("p50", 0.5), ("p99", 0.99)):
+        low, high = factors[name]
+        for f in (low, high):
+            if f not in runs:
+                runs[f] = run_once(scaled(service, f), setup)[0]
+        lo, hi = runs[low], runs[high]
         a = quantile_ci(lo.latency_s, q)[1] if len(lo.latency_s) else math.nan
         b = quantile_ci(hi.latency_s, q)[2] if len(hi.latency_s) else math.nan
         out[name] = {"low_s": float(a) if math.isfinite(a) else None,

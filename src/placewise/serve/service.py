@@ -44,7 +44,8 @@ if TYPE_CHECKING:
     from placewise.plan import Plan
     from placewise.schedule.evaluate import Evaluation
 
-__all__ = ["PER_BATCH", "PlanService", "service_interval", "stage_times"]
+__all__ = ["PER_BATCH", "PlanService", "predicted_compute_s", "service_interval",
+           "stage_times"]
 
 PER_BATCH = ("same", "replan")
 
@@ -67,16 +68,31 @@ def stage_times(ev: Evaluation) -> StageTimes:
                       tuple(float(w) for _, w in occ), tuple(n for n, _ in occ))
 
 
-def service_interval(plan: Plan, *, tuned: bool) -> tuple[float, float]:
-    """The service model's interval as factors on a batch's service: for a ``tuned`` plan,
-    the repeat spread of its measured warm service (``ServiceRecord.spread``: half of it
-    each side); else the cost model's, the critical path's tasks (and the request
-    hand-off) at their interval's ends over their predicted durations.
+def service_interval(plan: Plan, *, tuned: bool) -> dict[str, tuple[float, float]]:
+    """The service model's interval as factors on a batch's service, for p50 and for p99:
+    for a ``tuned`` plan, how much its measurements moved when repeated
+    (``ServiceRecord.spread`` and ``tail_spread``, half of each on either side); else the
+    cost model's, the critical path's tasks (and the request hand-off) at their interval's
+    ends over their predicted durations, for both.
 
     A plan with no interval recorded gives ``(1.0, 1.0)``."""
     if tuned and plan.service is not None:
-        half = plan.service.spread / 2
-        return (max(0.0, 1.0 - half), 1.0 + half)
+        out = {}
+        for q, s in (("p50", plan.service.spread), ("p99", plan.service.tail_spread)):
+            out[q] = (max(0.0, 1.0 - s / 2), 1.0 + s / 2)
+        return out
+    return dict.fromkeys(("p50", "p99"), _cost_interval(plan))
+
+
+def predicted_compute_s(plan: Plan) -> float:
+    """The partition runs of one request on the plan's critical path (its compute tasks)."""
+    tasks = plan.task_index()
+    return float(sum(tasks[n].duration_s for n in plan.schedule.critical_path
+                     if n in tasks and tasks[n].kind.value == "compute"))
+
+
+def _cost_interval(plan: Plan) -> tuple[float, float]:
+    """The cost model's interval of the plan's latency (``service_interval``)."""
     tasks = plan.task_index()
     path = [tasks[n] for n in plan.schedule.critical_path if n in tasks]
     mid = sum(t.duration_s for t in path)

@@ -19,7 +19,9 @@ executor driven open loop), one request at a time (``--batching none``) at the p
    warm, back-to-back service). Each rung is one point: the median idle time its requests
    actually followed (measured, ``serve.real.Call.idle_s``) and their service p50 and p90
    (submit to outputs). The ladder runs ``repeats`` times; the points are the medians over
-   the repeats, ``spread`` the spread of the warm service p50 between them.
+   the repeats. ``spread``: the larger of the warm service p50's spread between them and
+   the chosen setting's latency p50's between the probe rounds; ``tail_spread``: that
+   latency p90's between the rounds (spread: (max - min) / median).
 3. **Capacity.** A burst of requests arriving at once, enough for about ``CAPACITY_S`` at
    the predicted capacity (a shorter run is dominated by its first requests' start-up), with
    the plan's window in flight (``plan_window``): completions per second, back to back.
@@ -57,7 +59,7 @@ GAPS_S = (2e-4, 1e-3, 3e-3, 1e-2, 3e-2)
 #: the settings are compared on a Poisson stream at this share of the predicted capacity,
 #: in this many interleaved rounds
 PROBE_LOAD = 0.3
-PROBE_ROUNDS = 2
+PROBE_ROUNDS = 3
 #: the capacity run lasts about this long (at the predicted capacity), within these counts
 CAPACITY_S = 1.0
 CAPACITY_MAX = 20_000
@@ -109,20 +111,23 @@ def _point(calls: Sequence[Call]) -> IdlePoint | None:
 def tune_service(plan: Plan, *, machine: Machine | None = None,
                  source: ModelSource | str | None = None,
                  shapes: Mapping[str, Sequence[int]] | None = None, per_gap: int = 60,
-                 probe: int = 60, repeats: int = 2, seed: int = 0,
+                 probe: int = 60, repeats: int = 2, rounds: int = PROBE_ROUNDS,
+                 capacity_s: float = CAPACITY_S, seed: int = 0,
                  progress: Progress | None = None,
                  executor_options: Mapping[str, Any] | None = None) -> ServiceRecord:
     """Measure ``plan`` as a service on this machine (module docstring) and return its
-    ``ServiceRecord``. ``machine``, ``source``, ``shapes``, ``executor_options``: as for
-    ``serve_real`` (the settings tried override theirs).
+    ``ServiceRecord``. ``rounds``: of the settings' probe; ``capacity_s``: the capacity
+    run's length at the predicted capacity. ``machine``, ``source``, ``shapes``,
+    ``executor_options``: as for ``serve_real`` (the settings tried override theirs).
     ``InputError`` for bad arguments or a plan that cannot run here."""
-    for name, v in (("--requests", per_gap), ("probe", probe), ("--repeats", repeats)):
+    for name, v in (("--requests", per_gap), ("probe", probe), ("--repeats", repeats),
+                    ("rounds", rounds)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise InputError(f"must be a positive integer, got {v!r}", place=name)
     report: Progress = progress or (lambda _m, _f: None)
     none = parse_batching("none")
     predicted = float(plan.predicted_latency_s)
-    steps = PROBE_ROUNDS * len(SETTINGS) + repeats + 1
+    steps = rounds * len(SETTINGS) + repeats + 1
     done = 0
 
     def run(times: np.ndarray, spinning: bool, spin_s: float, in_flight: int = 1
@@ -142,10 +147,10 @@ def tune_service(plan: Plan, *, machine: Machine | None = None,
     pred_cap = 1.0 / period if period > 0 else 1.0 / predicted
     stream = poisson_arrivals(PROBE_LOAD * pred_cap, 4 * probe, seed=seed)
     pooled: dict[tuple[bool, float], list[np.ndarray]] = {k: [] for k in SETTINGS}
-    for k in range(PROBE_ROUNDS):
+    for k in range(rounds):
         for spinning, spin_s in SETTINGS:
             report(f"trying pool spinning {'on' if spinning else 'off'}, client spin "
-                   f"{spin_s * 1e3:g} ms (round {k + 1} of {PROBE_ROUNDS})", done / steps)
+                   f"{spin_s * 1e3:g} ms (round {k + 1} of {rounds})", done / steps)
             got = run(stream, spinning, spin_s, window)
             pooled[(spinning, spin_s)].append(got.result.latency_s)
     trials = []
@@ -176,9 +181,11 @@ def tune_service(plan: Plan, *, machine: Machine | None = None,
         rungs.append(pts)
     points = _merge(rungs)
     warm_p50 = [min(r, key=lambda p: p.gap_s).service_p50_s for r in rungs if r]
-    spread = (max(warm_p50) - min(warm_p50)) / float(np.median(warm_p50)) if warm_p50 else 0.0
+    chosen = pooled[(best.session_spinning, best.client_spin_s)]
+    spread = max(_spread(warm_p50), _spread([float(np.median(x)) for x in chosen]))
+    tail_spread = _spread([float(np.quantile(x, 0.9)) for x in chosen if len(x)])
     # 3. the capacity, back to back with the plan's window, for about CAPACITY_S
-    n = int(min(CAPACITY_MAX, max(4 * per_gap, CAPACITY_S * pred_cap)))
+    n = int(min(CAPACITY_MAX, max(4 * per_gap, capacity_s * pred_cap)))
     report(f"measuring the capacity ({n} requests, {window} in flight)", done / steps)
     capacity = run(np.zeros(n), best.session_spinning, best.client_spin_s,
                    window).result.throughput_rps
@@ -190,7 +197,18 @@ def tune_service(plan: Plan, *, machine: Machine | None = None,
         capacity_rps=capacity, window=window, points=points, trials=tuple(trials),
         late_p50_s=float(np.median(late)) if len(late) else 0.0,
         late_p99_s=float(np.quantile(late, 0.99)) if len(late) else 0.0,
-        spread=float(spread), requests=per_gap)
+        spread=spread, tail_spread=tail_spread, requests=per_gap)
+
+
+def _spread(values: Sequence[float]) -> float:
+    """(max - min) / median of repeated measurements (0 for fewer than two).
+
+    >>> _spread([1.0, 1.5, 0.5])
+    1.0
+    """
+    if len(values) < 2:
+        return 0.0
+    return float((max(values) - min(values)) / np.median(values))
 
 
 def plan_window(plan: Plan) -> int:
