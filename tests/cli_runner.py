@@ -13,7 +13,8 @@ that needs a fresh interpreter (start-up imports, its own signal handling) keeps
 What differs from a fresh interpreter: environment variables are read when the command
 reads them, not when placewise was imported (what is read at import, the hash seed and the
 console's width, is the server's: ``_SERVER_ENV``, what every test sets), and the
-process's start is the fork.
+process's start is the fork. A command whose environment changes what an interpreter
+imports (``PYTHONPATH``: a test hiding a module) runs in a fresh interpreter.
 """
 
 from __future__ import annotations
@@ -124,14 +125,45 @@ class CliProcess:
             self._proc.join()
 
 
+class _Fresh:
+    """A command in a fresh interpreter (``subprocess``), for an environment that changes
+    what an interpreter imports (``_FRESH_KEYS``)."""
+
+    def __init__(self, args: Sequence[str], env: Mapping[str, str], cwd: Path | str | None,
+                 shown: Any) -> None:
+        self.args = shown
+        self._proc = subprocess.Popen([sys.executable, "-m", "placewise.cli", *args],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, env=dict(env), cwd=cwd)
+
+    def wait(self, timeout: float | None = 600) -> subprocess.CompletedProcess[str]:
+        out, err = self._proc.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(self.args, self._proc.returncode, out, err)
+
+    def kill(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+
+
+#: variables an interpreter reads when it starts (where it imports from, its flags): a
+#: command whose environment sets them otherwise than this process runs fresh
+_FRESH_KEYS = ("PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "PYTHONNOUSERSITE",
+               "PYTHONWARNINGS", "PYTHONDEVMODE", "LD_PRELOAD", "LD_LIBRARY_PATH")
+
+
 def start_cli(args: Sequence[str], *, env: Mapping[str, str] | None = None,
-              cwd: Path | str | None = None, shown: Any = None) -> CliProcess:
+              cwd: Path | str | None = None, shown: Any = None) -> CliProcess | _Fresh:
     """Start ``placewise ARGS`` (module docstring); ``shown``: the ``args`` its
     ``CompletedProcess`` reports (default: ``[sys.executable, "-m", "placewise.cli", *ARGS]``,
-    as ``subprocess.run`` of the module would)."""
+    as ``subprocess.run`` of the module would). An ``env`` that changes what an interpreter
+    imports (``_FRESH_KEYS``) gets a fresh interpreter."""
     if shown is None:
         shown = [sys.executable, "-m", "placewise.cli", *args]
-    return CliProcess(args, dict(os.environ) if env is None else env, cwd, shown)
+    env = dict(os.environ) if env is None else dict(env)
+    if any(env.get(k) != os.environ.get(k) for k in _FRESH_KEYS):
+        return _Fresh(args, env, cwd, shown)
+    return CliProcess(args, env, cwd, shown)
 
 
 def run_cli(args: Sequence[str], *, env: Mapping[str, str] | None = None,

@@ -7,10 +7,11 @@ import os
 import random
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.cli_runner import CliProcess, run_cli, start_cli
+from tests.cli_runner import run_cli, start_cli
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
@@ -28,7 +29,7 @@ def run_together(*commands: list[str], env: dict[str, str] | None = None,
     waits for its interpreter. Every process is gone when this returns or raises."""
     if env is None:
         env = dict(os.environ, COLUMNS="120", TERM="dumb", PYTHONHASHSEED="0")
-    procs: list[CliProcess] = []
+    procs: list[Any] = []
     try:
         for c in commands:
             procs.append(start_cli(c, env=env, shown=c))
