@@ -27,7 +27,7 @@ demo: install
 test: install-test
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
-	$(BIN)/python -m pytest --durations=40
+	$(BIN)/python -m pytest -n 2 --dist loadfile --durations=40
 	$(BIN)/python -m pytest --doctest-modules src/placewise
 
 lint: install-test

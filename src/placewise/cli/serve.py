@@ -82,9 +82,7 @@ def serve(
         return
     from placewise.runtime.planned import plan_fingerprint
     from placewise.serve.policies import parse_seconds
-    from placewise.serve.run import ServeSetup, default_window, run_interval, run_once, sweep
-    from placewise.serve.run import find_max_rate as search_rate
-    from placewise.serve.service import service_interval
+    from placewise.serve.run import ServeSetup, default_window
     from placewise.validate.compare import (
         serve_arrival,
         serve_stable_tags,
@@ -115,18 +113,8 @@ def serve(
         "window": setup.in_flight, "classes": [c.text() for c in classes],
         "service": [services[0].describe(b) for b in sorted({1, plan.batch, max_batch(batcher)})],
         "service_model": "tuned" if tuned else "predicted"}
-    with _progress("serving (simulated)") as cb:
-        if find_max_rate:
-            assert slo is not None
-            result["find_max_rate"] = search_rate(services[0], setup, slo, progress=cb)
-        if sweep_values:
-            result["sweep"] = sweep(service, setup, sweep_values.split(","), progress=cb)
-        cb("one run", 0.8)
-        sim_run, fig = run_once(service, setup)
-        cb("the service model's interval", 0.9)
-        interval = run_interval(service, setup, service_interval(plan, tuned=tuned))
-    result.update(fig)
-    result["interval"] = interval
+    sim_run, fig, interval = _simulated(result, plan, services, service, setup, tuned,
+                                        slo if find_max_rate else None, sweep_values)
     if real:
         result.update(_serve_for_real(plan, plan_file, setup, batcher, admission, wall,
                                       seed, machine, classes, slo, fig, sim_run, interval))
@@ -140,6 +128,30 @@ def serve(
         _print_json(result)
         return
     _render_serve(result, real)
+
+
+def _simulated(result: dict[str, Any], plan: Any, services: list[Any], service: Any,
+               setup: Any, tuned: bool, find_max_rate_slo: float | None,
+               sweep_values: str | None) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """The simulated part of ``serve``: the highest rate and the sweep when asked, one run
+    and the service model's interval (into ``result``); the run, its figures, the
+    interval."""
+    from placewise.serve.run import find_max_rate, run_interval, run_once, sweep
+    from placewise.serve.service import service_interval
+
+    with _progress("serving (simulated)") as cb:
+        if find_max_rate_slo is not None:
+            result["find_max_rate"] = find_max_rate(services[0], setup, find_max_rate_slo,
+                                                    progress=cb)
+        if sweep_values:
+            result["sweep"] = sweep(service, setup, sweep_values.split(","), progress=cb)
+        cb("one run", 0.8)
+        sim_run, fig = run_once(service, setup)
+        cb("the service model's interval", 0.9)
+        interval = run_interval(service, setup, service_interval(plan, tuned=tuned))
+    result.update(fig)
+    result["interval"] = interval
+    return sim_run, fig, interval
 
 
 def _compare_against(result: dict[str, Any], against: Path, allow_mismatch: bool) -> None:
