@@ -48,7 +48,8 @@ def serve(
     preempt: Annotated[bool, typer.Option("--preempt", help="A full queue evicts its newest lowest-priority request for a higher-priority arrival")] = False,
     per_batch: Annotated[str, typer.Option("--per-batch", help="same (the plan's placement re-evaluated at batch b) or replan (searched at b)")] = "same",
     replicas: Annotated[int, typer.Option(help="Copies of the plan behind a router")] = 1,
-    router: Annotated[str, typer.Option(help="round-robin or least-outstanding")] = "round-robin",
+    replica_plan: Annotated[list[Path] | None, typer.Option("--replica-plan", help="Another plan of the same model on other devices: one more replica, not alike (repeat; simulated)")] = None,
+    router: Annotated[str, typer.Option(help="round-robin, least-outstanding, weighted (by each replica's capacity) or least-delay (where a request finishes first)")] = "round-robin",
     in_flight: Annotated[int | None, typer.Option("--in-flight", help="Batches in the pipeline at once per replica (default: as many as it holds at saturation, ceil(latency / period))")] = None,
     slo_p99: Annotated[str | None, typer.Option("--slo-p99", help="p99 objective of requests without a class objective (e.g. 5ms)")] = None,
     find_max_rate: Annotated[bool, typer.Option("--find-max-rate", help="Search the highest Poisson rate whose p99 meets --slo-p99")] = False,
@@ -98,6 +99,10 @@ def serve(
     plan, machine, services = _plan_services(plan_file, against, allow_mismatch, hw,
                                              calibration, per_batch, model, shape, shapes_list)
     service: Any = services[0] if len(services) == 1 else (lambda b, k: services[k](b))
+    if replica_plan:
+        service = _replica_services(plan, plan_file, services, replica_plan, replicas, real,
+                                    hw, calibration, per_batch, model, shape)
+        replicas = len(service)
     tuned = plan.service is not None and not untuned
     setup = ServeSetup(
         batcher, classes, admission, rate=rate, cv=cv, concurrency=concurrency,
@@ -112,9 +117,11 @@ def serve(
         "per_batch": per_batch, "replicas": replicas, "router": router,
         "window": setup.in_flight, "classes": [c.text() for c in classes],
         "service": [services[0].describe(b) for b in sorted({1, plan.batch, max_batch(batcher)})],
-        "service_model": "tuned" if tuned else "predicted"}
+        "service_model": "tuned" if tuned else "predicted",
+        "replica_plans": [str(plan_file), *map(str, replica_plan or ())]}
     sim_run, fig, interval = _simulated(result, plan, services, service, setup, tuned,
                                         slo if find_max_rate else None, sweep_values)
+    result["by_replica"] = list(sim_run.by_replica)
     if real:
         result.update(_serve_for_real(plan, plan_file, setup, batcher, admission, wall,
                                       seed, machine, classes, slo, fig, sim_run, interval))
@@ -141,8 +148,9 @@ def _simulated(result: dict[str, Any], plan: Any, services: list[Any], service: 
 
     with _progress("serving (simulated)") as cb:
         if find_max_rate_slo is not None:
-            result["find_max_rate"] = find_max_rate(services[0], setup, find_max_rate_slo,
-                                                    progress=cb)
+            result["find_max_rate"] = find_max_rate(
+                service if isinstance(service, list) else services[0], setup,
+                find_max_rate_slo, progress=cb)
         if sweep_values:
             result["sweep"] = sweep(service, setup, sweep_values.split(","), progress=cb)
         cb("one run", 0.8)
@@ -161,6 +169,34 @@ def _compare_against(result: dict[str, Any], against: Path, allow_mismatch: bool
                                           allow_mismatch=allow_mismatch)
     for line in result["against"]["tag_differences"]:
         err.print(f"tags differ (--allow-mismatch): {line}", markup=False)
+
+
+def _replica_services(plan: Any, plan_file: Path, services: list[Any], files: list[Path],
+                      replicas: int, real: bool, hw: str | None, calibration: Path | None,
+                      per_batch: str, model: str | None, shape: list[str] | None) -> list[Any]:
+    """One service per replica: the plan's and each ``--replica-plan``'s, checked to be
+    plans of the same model on devices no other replica uses."""
+    if real:
+        raise InputError("serve --real runs one plan; replicas of other plans are simulated",
+                         place="--replica-plan")
+    if replicas != 1 or len(services) != 1:
+        raise InputError("--replica-plan gives one replica per plan: drop --replicas and "
+                         "a shape trace", place="--replica-plan")
+    out = [services[0]]
+    used = {d: str(plan_file) for d in plan.devices_used()}
+    for f in files:
+        other, _, svc = _plan_services(f, None, False, hw, calibration, per_batch, model,
+                                       shape, [{}])
+        if other.fingerprints.graph != plan.fingerprints.graph:
+            raise InputError(f"a plan of another model than {plan_file} "
+                             f"({other.model!r})", file=str(f), place="fingerprints.graph")
+        for d in other.devices_used():
+            if d in used:
+                raise InputError(f"device {d} is also used by {used[d]}: replicas run on "
+                                 f"devices of their own", file=str(f), place="placement")
+            used[d] = str(f)
+        out.append(svc[0])
+    return out
 
 
 def _plan_services(plan_file: Path, against: Path | None, allow_mismatch: bool, hw: str | None,
@@ -317,6 +353,9 @@ def _render_serve(r: dict[str, Any], real: bool) -> None:
         out.print(_table("per class", ["", "priority", "arrived", "completed", "lost", "p50",
                                        "p99", "p99 objective", "met", "goodput/s"], rows))
         out.print(f"fairness (Jain, {r['fairness']['over']}): {r['fairness']['jain']}")
+    if len(r.get("by_replica", [])) > 1:
+        out.print("requests per replica (simulated): " + ", ".join(
+            f"{p} {n}" for p, n in zip(r["replica_plans"], r["by_replica"], strict=True)))
     for k, f in runs:
         util = ", ".join(f"{n} {u:.0%}" for n, u in f["utilization"].items())
         sizes = ", ".join(f"{b}: {c}" for b, c in f["batch_sizes"].items())

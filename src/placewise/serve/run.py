@@ -128,7 +128,7 @@ def workload(setup: ServeSetup) -> Workload | ClosedLoop:
     return Workload(t, _classes_for(setup, len(t)))
 
 
-def run_once(service: ServiceFn, setup: ServeSetup) -> tuple[ServeResult, dict[str, Any]]:
+def run_once(service: ServiceFn | Sequence[ServiceFn], setup: ServeSetup) -> tuple[ServeResult, dict[str, Any]]:
     """One simulated run and its figures (``serve.report.summarize``)."""
     r = simulate(workload(setup), service, setup.batcher, admission=setup.admission,
                  priorities=setup.priorities, replicas=setup.replicas, router=setup.router,
@@ -136,9 +136,13 @@ def run_once(service: ServiceFn, setup: ServeSetup) -> tuple[ServeResult, dict[s
     return r, summarize(r, setup.classes, slo_p99_s=setup.slo_p99_s)
 
 
-def capacity_rps(service: ServiceFn, setup: ServeSetup) -> float:
+def capacity_rps(service: ServiceFn | Sequence[ServiceFn], setup: ServeSetup) -> float:
     """Completions per second at the batcher's largest batch (module docstring; with
-    ``setup.idle``, at the occupancies measured back to back)."""
+    ``setup.idle``, at the occupancies measured back to back); replicas that are not
+    alike (a sequence of services): the sum of theirs."""
+    if isinstance(service, list | tuple):
+        return sum(capacity_rps(s, replace(setup, replicas=1)) for s in service)
+    assert callable(service)
     b = max_batch(setup.batcher) if setup.pad_to is None else max(setup.pad_to, 1)
     st = as_stages(service(b))
     busiest = max(st.occupancy_s, default=0.0)
@@ -150,11 +154,14 @@ def capacity_rps(service: ServiceFn, setup: ServeSetup) -> float:
     return setup.replicas * max_batch(setup.batcher) / busiest
 
 
-def default_window(service: ServiceFn, batcher: Batcher) -> int:
+def default_window(service: ServiceFn | Sequence[ServiceFn], batcher: Batcher) -> int:
     """Batches in flight at once by default: as many as the pipeline holds at saturation,
     ``ceil(L / max_j w_j)`` at the batcher's largest batch (at least 1), so that the
     window (Little's law: throughput <= window / latency) does not cap the plan's
-    throughput."""
+    throughput; replicas that are not alike: the largest of theirs."""
+    if isinstance(service, list | tuple):
+        return max(default_window(s, batcher) for s in service)
+    assert callable(service)
     st = as_stages(service(max_batch(batcher)))
     busiest = max(st.occupancy_s, default=0.0)
     if not busiest > 0:
@@ -171,8 +178,13 @@ def _p99_verdict(x: np.ndarray, slo: float) -> str:
     return "unsure" if math.isfinite(mid) else "fail"
 
 
-def scaled(service: ServiceFn, factor: float) -> ServiceFn:
-    """``service`` with every batch's latency, offsets and occupancies times ``factor``."""
+def scaled(service: ServiceFn | Sequence[ServiceFn], factor: float
+           ) -> ServiceFn | list[ServiceFn]:
+    """``service`` with every batch's latency, offsets and occupancies times ``factor``
+    (each replica's, for replicas that are not alike)."""
+    if isinstance(service, list | tuple):
+        return [scaled(s, factor) for s in service]  # type: ignore[misc]
+    assert callable(service)
 
     def fn(*args: int) -> StageTimes:
         st = as_stages(service(*args))
@@ -182,7 +194,7 @@ def scaled(service: ServiceFn, factor: float) -> ServiceFn:
     return fn
 
 
-def run_interval(service: ServiceFn, setup: ServeSetup,
+def run_interval(service: ServiceFn | Sequence[ServiceFn], setup: ServeSetup,
                  factors: Mapping[str, tuple[float, float]]
                  ) -> dict[str, dict[str, float | None]]:
     """The interval of p50 and p99 that the service model's own interval gives: for each
@@ -206,7 +218,7 @@ def run_interval(service: ServiceFn, setup: ServeSetup,
     return out
 
 
-def find_max_rate(service: ServiceFn, setup: ServeSetup, slo_p99_s: float, *,
+def find_max_rate(service: ServiceFn | Sequence[ServiceFn], setup: ServeSetup, slo_p99_s: float, *,
                   min_requests: int = 20_000, max_requests: int = 320_000,
                   tolerance: float = 0.01, progress: Progress | None = None
                   ) -> dict[str, Any]:
@@ -266,7 +278,7 @@ def find_max_rate(service: ServiceFn, setup: ServeSetup, slo_p99_s: float, *,
                      "estimate decides); a rate that rejects or times out fails")}
 
 
-def sweep(service: ServiceFn, setup: ServeSetup, values: Sequence[str], *,
+def sweep(service: ServiceFn | Sequence[ServiceFn], setup: ServeSetup, values: Sequence[str], *,
           progress: Progress | None = None) -> list[dict[str, Any]]:
     """A latency-throughput sweep: one run per value, a rate (``120``, or ``60%`` of the
     capacity) or, with ``concurrency`` set, a number of clients."""

@@ -6,8 +6,13 @@ resources (the plan's devices and links).
 ``clients`` closed-loop clients (each sends a request, waits for its answer, thinks for an
 exponential time of mean ``think_s`` and sends the next; a client whose request was
 rejected sends again, after a think time, once a replica next takes a batch off its queue). A router sends each arrival to a
-replica: ``round-robin``, or ``least-outstanding`` (fewest requests queued or in service;
-ties to the lowest index). A replica's queue admits it or not (queue limit, preemption) and,
+replica: ``round-robin``; ``least-outstanding`` (fewest requests queued or in service;
+ties to the lowest index); ``weighted``, for replicas that are not alike (each its own plan
+on its own devices: ``service_s`` a sequence), the stream split by each replica's
+capacity at batch 1 (``1 / max_j w_j``) by smooth weighted round-robin (nginx's: each
+replica's credit grows by its weight, the richest takes the request and pays the total);
+or ``least-delay``, the replica where the request would finish first if it joined now
+(``outstanding x period + latency`` at batch 1; ties to the lowest index). A replica's queue admits it or not (queue limit, preemption) and,
 whenever fewer than ``in_flight`` of its batches are in service, the batcher decides how
 many queued requests to send as one batch (asked again at every arrival, completion and
 batcher deadline). ``in_flight`` is the executor's window (its request slots; default: one
@@ -72,7 +77,7 @@ from placewise.serve.queue import Admission, RequestQueue
 __all__ = ["ROUTERS", "ClosedLoop", "IdleCost", "ServeResult", "StageTimes", "Workload", "as_stages", "chain",
            "quantile_ci", "simulate"]
 
-ROUTERS = ("round-robin", "least-outstanding")
+ROUTERS = ("round-robin", "least-outstanding", "weighted", "least-delay")
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +182,8 @@ class ServeResult:
     #: per completed request (arrival order): the idle time of its replica before its
     #: batch was dispatched (0 when another batch was in service; ``inf`` for the first)
     idle_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    #: requests completed per replica (simulated runs)
+    by_replica: tuple[int, ...] = ()
 
     @property
     def throughput_rps(self) -> float:
@@ -228,11 +235,16 @@ class IdleCost(Protocol):
 class _Replica:
     """One copy of the plan: its queue, resources and batches in service."""
 
-    __slots__ = ("busy", "free", "last_fin", "next_t", "order", "out", "outstanding",
-                 "queue")
+    __slots__ = ("busy", "cache", "credit", "free", "last_fin", "names", "next_t", "order",
+                 "out", "outstanding", "queue", "served", "svc")
 
-    def __init__(self, queue: RequestQueue) -> None:
+    def __init__(self, queue: RequestQueue, svc: ServiceFn) -> None:
         self.queue = queue
+        self.svc = svc
+        self.cache: dict[tuple[int, int], StageTimes] = {}
+        self.names: tuple[str, ...] = ()
+        self.credit = 0.0  # the weighted router's
+        self.served = 0  # requests completed
         self.free: list[float] = []
         self.busy: list[float] = []
         self.out: list[float] = []  # completion times of the batches in service (heap)
@@ -254,7 +266,8 @@ def as_stages(x: StageTimes | Sequence[float]) -> StageTimes:
     return x if isinstance(x, StageTimes) else chain(x)
 
 
-def simulate(workload: Workload | ClosedLoop | np.ndarray, service_s: ServiceFn, batcher: Batcher, *,
+def simulate(workload: Workload | ClosedLoop | np.ndarray,
+             service_s: ServiceFn | Sequence[ServiceFn], batcher: Batcher, *,
              admission: Admission | None = None, priorities: Sequence[int] = (1,),
              replicas: int = 1, router: str = "round-robin", in_flight: int | None = None,
              pad_to: int | None = None, deterministic: bool = True,
@@ -262,7 +275,8 @@ def simulate(workload: Workload | ClosedLoop | np.ndarray, service_s: ServiceFn,
              idle: IdleCost | None = None) -> ServeResult:
     """Simulate the service (module docstring). ``service_s(b)`` (``service_s(b, shape)``
     for a workload with shapes) gives a batch's ``StageTimes`` or, for a chain, its stage
-    times. ``priorities[c]``: class ``c``'s priority (1 = highest). ``pad_to``: batches run
+    times; a sequence of them: one replica each, not alike (``replicas`` then 1 or their
+    number). ``priorities[c]``: class ``c``'s priority (1 = highest). ``pad_to``: batches run
     padded to that size (a fixed-shape executor; ``padded`` counts the empty slots).
     ``deterministic``: a batch of ``b`` always costs ``service_s(b)`` (asked once per size);
     else it is asked for every batch. ``queue_limit``/``timeout_s``: shorthands for an
@@ -282,11 +296,20 @@ def simulate(workload: Workload | ClosedLoop | np.ndarray, service_s: ServiceFn,
         raise InputError(f"the padded batch must be >= 1, got {pad_to}", place="pad_to")
     if not isinstance(workload, Workload | ClosedLoop):
         workload = Workload(np.asarray(workload, dtype=float))
-    reps = [_Replica(RequestQueue(batcher, admission, priorities)) for _ in range(replicas)]
-    sim = _Service(workload, service_s, reps, len(priorities), router, pad_to, deterministic)
+    if isinstance(service_s, list | tuple):
+        if not service_s or replicas not in (1, len(service_s)):
+            raise InputError(f"{len(service_s)} replica services for {replicas} replicas",
+                             place="--replicas")
+        services = list(service_s)
+    else:
+        services = [service_s] * replicas
+    reps = [_Replica(RequestQueue(batcher, admission, priorities), s) for s in services]
+    sim = _Service(workload, reps, len(priorities), router, pad_to, deterministic)
     sim.idle = idle
     sim.in_service_max = in_flight if in_flight is not None else max(
-        1, len(sim.price(1, 0).offsets_s))
+        max(1, len(sim.price(r, 1, 0).offsets_s)) for r in reps)
+    if router in ("weighted", "least-delay"):
+        sim.weigh()
     sim.run()
     return sim.result()
 
@@ -296,10 +319,9 @@ class _Service:
     open loop: given up front), the replicas, the priced batch sizes and what happened to
     every request."""
 
-    def __init__(self, workload: Workload | ClosedLoop, service_s: ServiceFn,
-                 reps: list[_Replica], n_classes: int, router: str, pad_to: int | None,
-                 deterministic: bool) -> None:
-        self.service_s, self.reps, self.n_classes = service_s, reps, n_classes
+    def __init__(self, workload: Workload | ClosedLoop, reps: list[_Replica], n_classes: int,
+                 router: str, pad_to: int | None, deterministic: bool) -> None:
+        self.reps, self.n_classes = reps, n_classes
         self.router, self.pad_to, self.deterministic = router, pad_to, deterministic
         closed = self.closed = workload if isinstance(workload, ClosedLoop) else None
         self.shapes: list[int] | None = None
@@ -331,8 +353,8 @@ class _Service:
                 self.client_sends(0.0, c)
         self.owner: list[int] = []  # closed loop: request -> its client
         self.parked: list[int] = []  # closed loop: clients whose request was rejected
-        self.cache: dict[tuple[int, int], StageTimes] = {}
-        self.names: tuple[str, ...] = ()
+        self.weights: list[float] = []  # per replica: capacity at batch 1
+        self.delays: list[tuple[float, float]] = []  # per replica: (period, latency), batch 1
         self.latency: list[float] = []
         self.wait: list[float] = []
         self.gaps: list[float] = []
@@ -346,7 +368,7 @@ class _Service:
         self.end = 0.0
         self.rr = 0
         self.in_service_max = 1
-        self.track_load = router == "least-outstanding" and len(reps) > 1
+        self.track_load = router in ("least-outstanding", "least-delay") and len(reps) > 1
 
     def client_sends(self, t: float, client: int) -> None:
         closed = self.closed
@@ -354,21 +376,31 @@ class _Service:
             if closed and closed.think_s > 0 else 0.0
         heapq.heappush(self.pending, (t + think, client))
 
-    def price(self, k: int, shape: int) -> StageTimes:
-        """The stage times of a batch of ``k`` requests of (largest) shape ``shape``."""
+    def price(self, rep: _Replica, k: int, shape: int) -> StageTimes:
+        """The stage times on ``rep`` of a batch of ``k`` requests of (largest) shape
+        ``shape``."""
         key = (k, shape)
-        st = self.cache.get(key) if self.deterministic else None
+        st = rep.cache.get(key) if self.deterministic else None
         if st is None:
-            raw = self.service_s(k) if self.shapes is None else self.service_s(k, shape)
+            raw = rep.svc(k) if self.shapes is None else rep.svc(k, shape)
             st = as_stages(raw)
             if len(st.offsets_s) != len(st.occupancy_s):
                 raise InputError("a batch's offsets and occupancies differ in length",
                                  place="service")
-            self.cache[key] = st
-            if not self.names:
-                self.names = st.resources or tuple(f"stage{j}"
-                                                   for j in range(len(st.offsets_s)))
+            rep.cache[key] = st
+            if not rep.names:
+                rep.names = st.resources or tuple(f"stage{j}"
+                                                  for j in range(len(st.offsets_s)))
         return st
+
+    def weigh(self) -> None:
+        """Each replica's capacity, period and latency at batch 1 (the weighted and
+        least-delay routers')."""
+        for rep in self.reps:
+            st = self.price(rep, 1, 0)
+            period = max(st.occupancy_s, default=0.0)
+            self.weights.append(1.0 / period if period > 0 else 1.0)
+            self.delays.append((period, st.latency_s))
 
     def plan_next(self, rep: _Replica, now: float) -> None:
         """When ``rep`` next dispatches if nothing else happens."""
@@ -408,7 +440,7 @@ class _Service:
         shape = max(shapes[r] for r in batch) if shapes is not None else 0
         run = k if self.pad_to is None else max(k, self.pad_to)
         self.padded += run - k
-        st = self.price(run, shape)
+        st = self.price(rep, run, shape)
         if not rep.free:
             rep.free = [0.0] * len(st.offsets_s)
             rep.busy = [0.0] * len(st.offsets_s)
@@ -434,6 +466,7 @@ class _Service:
         if self.track_load:
             heapq.heappush(rep.outstanding, (fin, k))
         self.sizes.append(k)
+        rep.served += k
         if fin > self.end:
             self.end = fin
         times = self.times
@@ -450,6 +483,18 @@ class _Service:
         if self.router == "round-robin" or len(reps) == 1:
             rep = reps[self.rr % len(reps)]
             self.rr += 1
+        elif self.router == "weighted":
+            total = 0.0
+            for p, w in zip(reps, self.weights, strict=True):
+                p.credit += w
+                total += w
+            rep = max(reps, key=lambda p: p.credit)
+            rep.credit -= total
+        elif self.router == "least-delay":
+            delays = self.delays
+            best = min(range(len(reps)), key=lambda i: reps[i].load(t) * delays[i][0]
+                       + delays[i][1])
+            rep = reps[best]
         else:
             rep = min(reps, key=lambda p: p.load(t))
         lost = rep.queue.offer(rid, t, cls)
@@ -506,8 +551,8 @@ class _Service:
         first = min(times) if times else 0.0
         busy_all: list[float] = []
         res_names: list[str] = []
-        names = self.names
         for i, r in enumerate(reps):
+            names = r.names or reps[0].names
             width = len(names) or len(r.busy)
             busy_all.extend(r.busy or [0.0] * width)
             res_names.extend(names if len(reps) == 1 else [f"r{i}/{x}" for x in names])
@@ -521,4 +566,4 @@ class _Service:
             tuple(int(x) for x in np.bincount(cls_arr, minlength=n_classes)) if n else
             (0,) * n_classes,
             by_class(self.rejected_ids), by_class(self.dropped_ids),
-            np.asarray(self.gaps)[order])
+            np.asarray(self.gaps)[order], tuple(r.served for r in reps))
