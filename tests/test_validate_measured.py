@@ -81,7 +81,9 @@ def test_partitions_sum_to_the_measured_total(docs: dict[str, dict[str, object]]
     e2e = doc["end_to_end"]
     assert isinstance(e2e, dict)
     assert e2e["predicted_s"] == pytest.approx(plan.predicted_latency_s)
-    assert e2e["runs"] == 4  # 5 runs, the warm-up dropped
+    # 5 runs, the warm-up dropped: the first always, the second too when it was still slow
+    # (``warmup_runs`` decides by time, at most half of the runs)
+    assert e2e["runs"] in (3, 4)
     assert 0 < e2e["measured_p10_s"] <= e2e["measured_median_s"] <= e2e["measured_p90_s"]
     assert e2e["error"] == pytest.approx(e2e["predicted_s"] / e2e["measured_median_s"] - 1)
     misses = doc["misses"]
@@ -166,10 +168,11 @@ def test_one_matching_for_import_and_validation(made: tuple[Path, Path, Path]) -
     got = measure_ops([profile], graph, machine, **kw)  # type: ignore[arg-type]
     cal, report = import_calibration([profile], graph, machine, **kw)  # type: ignore[arg-type]
     assert got.device == report.device == "cpu"
-    assert len(got.runs_s) == 4 and got.run_overhead_s == report.run_overhead_s
+    kept = len(got.runs_s)  # 5 runs less the warm-up (``warmup_runs``: 1 or 2, by time)
+    assert kept in (3, 4) and got.run_overhead_s == report.run_overhead_s
     assert report.ops_covered <= len(got.op_s) <= len(graph.ops)
     by_source = {op.provenance.source or op.name: op.name for op in graph.ops}
-    alone = [m for m in cal.measurements if m.n == 4 and m.source_node in by_source]
+    alone = [m for m in cal.measurements if m.n == kept and m.source_node in by_source]
     assert alone
     for m in alone:
         med, p10, p90 = got.op_s[by_source[m.source_node]]

@@ -4,12 +4,21 @@ the stream split by each one's capacity (``weighted``) or sent where it would fi
 
 from __future__ import annotations
 
+import multiprocessing as mp
+from typing import Any
+
 import numpy as np
 import pytest
 
 from placewise.errors import InputError
+from placewise.plan import Plan, build_plan
+from placewise.runtime.opexec import load_source
+from placewise.schedule import Assignment, Placement, evaluate
 from placewise.serve import StageTimes, Workload, parse_batching, poisson_arrivals, simulate
+from placewise.serve.replicas import check_replicas, serve_replicas
 from placewise.serve.run import ServeSetup, capacity_rps, default_window
+from placewise.units import DType
+from tests.runtime.helpers import TINY_MLP, local_machine, own_segments, problem_of, tiny_source
 
 
 def fast(b: int) -> StageTimes:
@@ -62,3 +71,51 @@ def test_a_service_per_replica_must_match_the_replicas() -> None:
         simulate(Workload(np.zeros(3)), [fast, slow], NONE, replicas=3)
     with pytest.raises(InputError, match="router"):
         simulate(Workload(np.zeros(3)), [fast, slow], NONE, router="random")
+
+
+def _one_device_plan(device: str, int8: bool) -> Plan:
+    """The tiny MLP on ``device``, its linears in int8 when asked."""
+    prob = problem_of(tiny_source())
+    place = Placement.of({
+        v.name: Assignment(device, DType.INT8 if int8 and v.ops[0].kind.value == "linear"
+                           else DType.FP32) for v in prob.vertices})
+    return build_plan(prob, evaluate(prob, place), model_ref=TINY_MLP, strategy="test")
+
+
+def test_unlike_replicas_serve_for_real_each_with_its_own_queue() -> None:
+    """Two plans of the tiny MLP, fp32 on cpu0 and int8 on cpu1, as two replicas on this
+    machine: every request is served by the replica the router chose, the weighted
+    router's split is the simulator's, and nothing is left running."""
+    plans = [_one_device_plan("cpu0", False), _one_device_plan("cpu1", True)]
+    times = np.arange(40) * 2e-3
+    got = serve_replicas(plans, Workload(times), NONE, router="weighted", warmup=1,
+                         machine=local_machine(), files=["a.json", "b.json"])
+    r = got.result
+    assert r.conserved() and r.completed == 40
+    sim = simulate(Workload(times), [
+        lambda b, p=p: StageTimes(p.predicted_latency_s, (0.0,), (p.throughput.period_s,))
+        for p in plans], NONE, router="weighted")
+    assert sum(r.by_replica) == 40 and r.by_replica[0] > 0 and r.by_replica[1] > 0
+    caps = [1.0 / p.throughput.period_s for p in plans]
+    want = np.round(40 * np.array(caps) / sum(caps))
+    assert abs(r.by_replica[0] - want[0]) <= 1
+    assert sim.by_replica == pytest.approx(r.by_replica, abs=1)
+    assert {x.split("/")[0] for x in r.resources} == {"r0", "r1"}
+    assert not mp.active_children() and not own_segments()
+
+
+def test_replicas_must_be_one_model_on_devices_of_their_own() -> None:
+    a = _one_device_plan("cpu0", False)
+    with pytest.raises(InputError, match=r"device cpu0 is also used by a\.json"):
+        check_replicas([a, a], ["a.json", "b.json"])
+    other = build_plan(*_other_problem(), model_ref="zoo:mlp?layers=1&hidden=8",
+                       strategy="test")
+    with pytest.raises(InputError, match="another model"):
+        check_replicas([a, other], ["a.json", "c.json"])
+
+
+def _other_problem() -> tuple[Any, Any]:
+    src = load_source("zoo:mlp?layers=1&hidden=8")
+    prob = problem_of(src)
+    place = Placement.of({v: Assignment("cpu1", DType.FP32) for v in prob.vertex_names})
+    return prob, evaluate(prob, place)

@@ -208,7 +208,7 @@ def test_bad_input_exits_2_naming_the_place(plan_file: Path, tmp_path: Path) -> 
 def test_replica_plans_of_unlike_devices(tmp_path: Path) -> None:
     """Two plans of the model, one on the GPU and one on the CPU, serve as two replicas:
     the weighted router splits the stream by each one's capacity; a replica plan of
-    another model, one sharing a device, or --real is refused."""
+    another model, one sharing a device, or --real of a preset's plans is refused."""
     plans = {d: tmp_path / f"{d}.json" for d in ("gpu", "cpu")}
     other = tmp_path / "other.json"
     made = run_together(*[["plan", MODEL, "--hw", PRESET, "--strategy", f"single:{d}",
@@ -234,6 +234,6 @@ def test_replica_plans_of_unlike_devices(tmp_path: Path) -> None:
                                                                     rel=0.01)
     assert json.loads(rr.stdout)["by_replica"] == [2000, 2000]  # round-robin
     for proc, need in zip(bad, [("other.json", "fingerprints.graph"),
-                                ("device gpu is also used",), ("--replica-plan", "--real"),
+                                ("device gpu is also used",), ("gpu.json", "cannot run here"),
                                 ("--replica-plan", "--replicas")], strict=True):
         assert_bad_input(proc, *need)

@@ -99,9 +99,10 @@ def serve(
     plan, machine, services = _plan_services(plan_file, against, allow_mismatch, hw,
                                              calibration, per_batch, model, shape, shapes_list)
     service: Any = services[0] if len(services) == 1 else (lambda b, k: services[k](b))
+    plans = [plan]
     if replica_plan:
-        service = _replica_services(plan, plan_file, services, replica_plan, replicas, real,
-                                    hw, calibration, per_batch, model, shape)
+        service, plans = _replica_services(plan, plan_file, services, replica_plan, replicas,
+                                           hw, calibration, per_batch, model, shape)
         replicas = len(service)
     tuned = plan.service is not None and not untuned
     setup = ServeSetup(
@@ -109,7 +110,8 @@ def serve(
         think_s=parse_seconds(think, "--think"), trace=trace,
         requests=requests if requests is not None else (None if dur else 10_000),
         duration_s=dur, seed=seed, replicas=replicas, router=router,
-        in_flight=in_flight or default_window(services[0], batcher), pad_to=plan.batch if real else None,
+        in_flight=in_flight or default_window(service if replica_plan else services[0], batcher),
+        pad_to=plan.batch if real else None,
         slo_p99_s=slo, idle=plan.service if tuned else None)
     result: dict[str, Any] = {
         "plan": str(plan_file), "plan_fingerprint": plan_fingerprint(plan),
@@ -122,7 +124,11 @@ def serve(
     sim_run, fig, interval = _simulated(result, plan, services, service, setup, tuned,
                                         slo if find_max_rate else None, sweep_values)
     result["by_replica"] = list(sim_run.by_replica)
-    if real:
+    if real and replica_plan:
+        result.update(_serve_replicas_for_real(plans, result["replica_plans"], setup, batcher,
+                                               admission, wall, seed, machine, classes, slo,
+                                               fig))
+    elif real:
         result.update(_serve_for_real(plan, plan_file, setup, batcher, admission, wall,
                                       seed, machine, classes, slo, fig, sim_run, interval))
     result["stable_tags"] = serve_stable_tags(
@@ -172,31 +178,46 @@ def _compare_against(result: dict[str, Any], against: Path, allow_mismatch: bool
 
 
 def _replica_services(plan: Any, plan_file: Path, services: list[Any], files: list[Path],
-                      replicas: int, real: bool, hw: str | None, calibration: Path | None,
-                      per_batch: str, model: str | None, shape: list[str] | None) -> list[Any]:
-    """One service per replica: the plan's and each ``--replica-plan``'s, checked to be
-    plans of the same model on devices no other replica uses."""
-    if real:
-        raise InputError("serve --real runs one plan; replicas of other plans are simulated",
-                         place="--replica-plan")
+                      replicas: int, hw: str | None, calibration: Path | None,
+                      per_batch: str, model: str | None, shape: list[str] | None
+                      ) -> tuple[list[Any], list[Any]]:
+    """One service and plan per replica: the plan's and each ``--replica-plan``'s, checked
+    to be plans of the same model on devices no other replica uses."""
+    from placewise.serve.replicas import check_replicas
+
     if replicas != 1 or len(services) != 1:
         raise InputError("--replica-plan gives one replica per plan: drop --replicas and "
                          "a shape trace", place="--replica-plan")
-    out = [services[0]]
-    used = {d: str(plan_file) for d in plan.devices_used()}
+    svcs, plans = [services[0]], [plan]
     for f in files:
         other, _, svc = _plan_services(f, None, False, hw, calibration, per_batch, model,
                                        shape, [{}])
-        if other.fingerprints.graph != plan.fingerprints.graph:
-            raise InputError(f"a plan of another model than {plan_file} "
-                             f"({other.model!r})", file=str(f), place="fingerprints.graph")
-        for d in other.devices_used():
-            if d in used:
-                raise InputError(f"device {d} is also used by {used[d]}: replicas run on "
-                                 f"devices of their own", file=str(f), place="placement")
-            used[d] = str(f)
-        out.append(svc[0])
-    return out
+        svcs.append(svc[0])
+        plans.append(other)
+    check_replicas(plans, [str(plan_file), *map(str, files)])
+    return svcs, plans
+
+
+def _serve_replicas_for_real(plans: list[Any], files: list[str], setup: Any, batcher: Any,
+                             admission: Any, wall: float, seed: int, machine: Any,
+                             classes: Any, slo: float | None, simulated: dict[str, Any]
+                             ) -> dict[str, Any]:
+    """``serve --real --replica-plan``: the same arrivals served by one executor per
+    replica on this machine (``serve.replicas``); measured figures beside the simulated
+    ones, and each replica's share."""
+    from placewise.serve.replicas import serve_replicas
+    from placewise.serve.report import summarize
+
+    with _progress("serving (real)") as cb:
+        got = serve_replicas(plans, _workload_of(setup), batcher, router=setup.router,
+                             admission=admission, priorities=setup.priorities,
+                             limit_s=wall, seed=seed, machine=machine, files=files,
+                             progress=cb)
+    measured = summarize(got.result, classes, slo_p99_s=slo)
+    return {**measured, "simulated": simulated, "measured": measured,
+            "late_s": {k: getattr(got.late_s, k) for k in got.late_s.__slots__},
+            "tags": got.tags, "real_notes": list(got.notes),
+            "by_replica_measured": list(got.result.by_replica)}
 
 
 def _plan_services(plan_file: Path, against: Path | None, allow_mismatch: bool, hw: str | None,
@@ -356,6 +377,10 @@ def _render_serve(r: dict[str, Any], real: bool) -> None:
     if len(r.get("by_replica", [])) > 1:
         out.print("requests per replica (simulated): " + ", ".join(
             f"{p} {n}" for p, n in zip(r["replica_plans"], r["by_replica"], strict=True)))
+    if "by_replica_measured" in r:
+        out.print("requests per replica (measured): " + ", ".join(
+            f"{p} {n}" for p, n in zip(r["replica_plans"], r["by_replica_measured"],
+                                       strict=True)))
     for k, f in runs:
         util = ", ".join(f"{n} {u:.0%}" for n, u in f["utilization"].items())
         sizes = ", ".join(f"{b}: {c}" for b, c in f["batch_sizes"].items())

@@ -362,7 +362,7 @@ class OpenLoop:
 
     def loop(self) -> None:
         n = len(self.times_l)
-        q, times = self.q, self.times_l
+        times = self.times_l
         done: list[tuple[int, Completion]] = []
         self.t0_ns = time.monotonic_ns()
         next_report = self.progress_s
@@ -380,15 +380,29 @@ class OpenLoop:
             while self.nxt < n and times[self.nxt] <= now:  # arrivals first
                 i = self.nxt
                 self.late[i] = now - times[i]
-                self._reject(q.offer(i, times[i], self.classes_l[i]))
+                self._offer(i, now)
                 self.nxt += 1
             free = self._dispatch(now)
-            if self.nxt >= n and not self.outstanding() and (
-                    not len(q) or q.next_time(self.clock()) == math.inf):
+            if self.nxt >= n and not self.outstanding() and all(
+                    not len(q) or q.next_time(self.clock()) == math.inf
+                    for q in self.queues()):
                 break  # every arrival handled (what stays queued is in flight)
             event = min(times[self.nxt] if self.nxt < n else math.inf,
-                        q.next_time(now) if free else math.inf, self.limit_s, next_report)
+                        self._next_time(now) if free else math.inf, self.limit_s,
+                        next_report)
             done = self._poll(max(0.0, event - self.clock()))
+
+    def queues(self) -> list[RequestQueue]:
+        """The run's queues (one, shared by the lanes)."""
+        return [self.q]
+
+    def _offer(self, i: int, now: float) -> None:
+        """Admit arrival ``i`` into the queue (or count it rejected)."""
+        self._reject(self.q.offer(i, self.times_l[i], self.classes_l[i]))
+
+    def _next_time(self, now: float) -> float:
+        """When the queue next decides, a slot being free."""
+        return self.q.next_time(now)
 
     def _poll(self, timeout_s: float) -> list[tuple[int, Completion]]:
         """Completions of every lane, waiting up to ``timeout_s`` for one."""
@@ -419,21 +433,24 @@ class OpenLoop:
             self._time_out(dropped)
             if not ids:
                 return True
-            k = len(ids)
-            li = self.lane_l[ids[0]]
-            lane = self.lanes[li]
-            arrays = lane.pool[lane.sent % len(lane.pool)]
-            gap = t - self.last_done_s if not self.outstanding() else 0.0
-            self._pin(lane)
-            r = lane.ex.submit(arrays)
-            lane.sent += 1
-            self.batches[(li, r)] = _Batch(li, ids, t, time.monotonic_ns(), gap)
-            self.sizes.append(k)
-            self.padded += lane.batch - sum(self.rows_l[i] for i in ids)
-            for i in ids:
-                self.wait[i] = t - self.times_l[i]
-                self.idle[i] = gap
+            self._submit(self.lane_l[ids[0]], ids, t)
         return False
+
+    def _submit(self, li: int, ids: list[int], t: float) -> None:
+        """Send ``ids`` (taken off a queue at ``t``) to lane ``li`` as one executor
+        request."""
+        lane = self.lanes[li]
+        arrays = lane.pool[lane.sent % len(lane.pool)]
+        gap = t - self.last_done_s if not self.outstanding() else 0.0
+        self._pin(lane)
+        r = lane.ex.submit(arrays)
+        lane.sent += 1
+        self.batches[(li, r)] = _Batch(li, ids, t, time.monotonic_ns(), gap)
+        self.sizes.append(len(ids))
+        self.padded += lane.batch - sum(self.rows_l[i] for i in ids)
+        for i in ids:
+            self.wait[i] = t - self.times_l[i]
+            self.idle[i] = gap
 
     def _used(self, lane: Lane, ids: Sequence[int]) -> tuple[int, int, int]:
         """Rows, elements filled and elements run of one executor request."""
@@ -468,8 +485,9 @@ class OpenLoop:
     def drain(self) -> None:
         """After the loop: what is queued is in flight; the executors' batches are waited
         for (not counted); the timed run's telemetry is recorded under ``phase``."""
-        for i in self.q.drain():
-            self.state[i] = _IN_FLIGHT
+        for q in self.queues():
+            for i in q.drain():
+                self.state[i] = _IN_FLIGHT
         for b in self.batches.values():
             for i in b.ids:
                 self.state[i] = _IN_FLIGHT
@@ -516,7 +534,8 @@ class OpenLoop:
             - int((st == _TIMED_OUT).sum()),
             self.latency[order], self.wait[order], np.asarray(self.sizes, dtype=np.int64),
             busy, self.span_s, classes=cls[order].astype(np.int64), resources=resources,
-            preempted=self.q.preempted, delayed=self.q.delayed, padded=self.padded,
+            preempted=sum(q.preempted for q in self.queues()),
+            delayed=sum(q.delayed for q in self.queues()), padded=self.padded,
             arrived_by_class=by_class(np.ones(arrived, dtype=bool)),
             rejected_by_class=by_class(st == _REJECTED),
             timed_out_by_class=by_class(st == _TIMED_OUT), idle_s=self.idle[order])
