@@ -22,7 +22,8 @@ def test_full_explanation_data(toy: tuple[Problem, Plan]) -> None:
     _, plan = toy
     data = explain(plan)
     assert set(data) == {"summary", "critical_path", "crossings", "partitions", "memory",
-                         "bound", "search", "precision"}
+                         "bound", "search", "precision", "workload"}
+    assert data["workload"] is None  # one model
     json.dumps(data)  # JSON-ready for --json
     s = data["summary"]
     assert s["makespan_s"] == plan.makespan_s and s["label"] == "exact schedule"

@@ -38,6 +38,7 @@ from typing import Any
 
 from placewise.cost.model import Term
 from placewise.errors import InputError
+from placewise.graph.workload import member_of
 from placewise.plan import CrossingRecord, Plan, TaskRecord, TierRecord
 from placewise.plan_partitions import cut_pairs, plan_file_partitions
 from placewise.records import to_json
@@ -187,6 +188,24 @@ def _partitions(plan: Plan) -> dict[str, Any]:
             "partitions": [{"name": p.name, "device": p.device, "dtype": p.dtype.value,
                             "vertices": len(p.tasks)} for p in parts],
             "cuts": out}
+
+
+def _workload(plan: Plan) -> dict[str, Any] | None:
+    """A workload plan's models (``plan_records.ModelRecord``) with their partitions and
+    whether the predicted latency of one request (each model's with the others running
+    beside it) is within the model's p99 objective: a request that waits for none, so
+    meeting it is necessary, not sufficient (``serve`` answers for the tail)."""
+    if plan.workload is None:
+        return None
+    parts = plan_file_partitions(plan)
+    vx_member = {name: member_of(next(iter(r.outputs), "") or next(iter(r.inputs), ""))
+                 for name, r in plan.regions.items()}
+    models = []
+    for m in plan.workload.models:
+        mine = [p.name for p in parts if p.tasks and vx_member.get(p.tasks[0]) == m.name]
+        within = None if m.slo_p99_s is None else m.latency_s <= m.slo_p99_s
+        models.append({**m.to_json(), "partitions": mine, "within_slo": within})
+    return {"models": models, "utilization": plan.workload.utilization}
 
 
 def _tier_data(device: str, tier: str, u: TierRecord) -> dict[str, Any]:
@@ -351,8 +370,10 @@ def explain(plan: Plan, *, op: str | None = None, edge: str | None = None) -> di
     Without ``op``/``edge``: ``summary``, ``critical_path``, ``crossings``,
     ``partitions`` (the count by the executor's rule, and per cut between devices what it
     saves against what it adds), ``memory``,
-    ``bound``, ``search`` and ``precision`` (the policy, budget, evidence and every
-    precision decision with its time gain and quality cost). With ``op`` (an op or vertex name) and/or ``edge`` (a tensor
+    ``bound``, ``search``, ``precision`` (the policy, budget, evidence and every
+    precision decision with its time gain and quality cost) and ``workload`` (a plan of
+    several models: each one's latency, devices, partitions, stream and objective; None
+    for one model). With ``op`` (an op or vertex name) and/or ``edge`` (a tensor
     name): the ``header`` and the ``op`` / ``edge`` zoom only. ``InputError`` (naming the
     flag and the name) when the plan has no such op, vertex or tensor.
     """
@@ -360,7 +381,7 @@ def explain(plan: Plan, *, op: str | None = None, edge: str | None = None) -> di
         return {"summary": _summary(plan), "critical_path": _critical_path(plan),
                 "crossings": [_crossing_data(c) for c in plan.crossings],
                 "partitions": _partitions(plan), "memory": _memory(plan), "bound": _bound(plan), "search": _search(plan),
-                "precision": _precision(plan)}
+                "precision": _precision(plan), "workload": _workload(plan)}
     out: dict[str, Any] = {"header": _header(plan)}
     if op is not None:
         out["op"] = _op_view(plan, op)
@@ -733,6 +754,23 @@ def _render_op(o: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _render_workload(w: Mapping[str, Any]) -> list[str]:
+    out = [f"workload: {len(w['models'])} models, a request of each at once"]
+    rows = []
+    for m in w["models"]:
+        slo = "-" if m["slo_p99_s"] is None else _s(m["slo_p99_s"])
+        verdict = {None: "", True: "within", False: "OVER"}[m["within_slo"]]
+        rows.append([m["name"], m["ref"], str(m["ops"]), ", ".join(m["devices"]) or "-",
+                     str(len(m["partitions"])), _s(m["latency_s"]), _s(m["contention_s"]),
+                     _rate(m["rate_per_s"]), str(m["priority"]), f"{slo} {verdict}".strip()])
+    out += _table(["model", "ref", "ops", "devices", "parts", "latency", "contention",
+                   "rate", "prio", "slo p99"], rows, left=(0, 1, 3))
+    if w.get("utilization"):
+        util = ", ".join(f"{d} {u:.1%}" for d, u in w["utilization"].items())
+        out.append(f"  utilization at the models' rates: {util}")
+    return out
+
+
 def _render_edge(e: Mapping[str, Any]) -> list[str]:
     shape = ",".join(str(d) for d in e["shape"])
     made = (f"produced by {e['producer']} on {e['produced_on']}" if e["producer"]
@@ -757,6 +795,9 @@ def render_explain(data: Mapping[str, Any], *, max_rows: int = 40) -> str:
     if "summary" in data:
         lines += _render_summary(data["summary"])
         lines.append("")
+        if data.get("workload"):
+            lines += _render_workload(data["workload"])
+            lines.append("")
         lines += _render_critical(data["critical_path"], max_rows)
         lines.append("")
         lines += _render_crossings(data["crossings"], max_rows)

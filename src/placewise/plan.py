@@ -86,6 +86,7 @@ from placewise.cost.model import Cost, Representation, Term
 from placewise.errors import Infeasible, InputError, UnsupportedError
 from placewise.graph.ir import CONTROL_FLOW_KINDS
 from placewise.graph.summary import control_flow_note
+from placewise.graph.workload import parse_workload_ref
 from placewise.plan_columns import gc_paused, make_record
 from placewise.plan_file import (  # the file, re-exported
     SCHEMA_VERSION,
@@ -127,6 +128,7 @@ from placewise.plan_records import (  # the records, re-exported
     TierRecord,
     ViolationRecord,
 )
+from placewise.plan_workload import workload_json
 from placewise.schedule.bounds import problem_lower_bound
 from placewise.schedule.evaluate import Evaluation, Objective
 from placewise.schedule.memory import Category, MemoryReport, TierUsage
@@ -615,7 +617,8 @@ def build_plan(problem: Problem, result: SearchLike | Evaluation, *, model_ref: 
                any_placement_bound: bool = True,
                precision: Mapping[str, Any] | None = None,
                values: Mapping[str, Sequence[float]] | None = None,
-               sources: Mapping[str, Any] | None = None) -> Plan:
+               sources: Mapping[str, Any] | None = None,
+               streams: Mapping[str, Any] | None = None) -> Plan:
     """The plan of ``result`` (an ``Evaluation``, or a search result whose ``best`` is one)
     for ``problem`` (the problem ``result`` was evaluated on).
 
@@ -627,7 +630,8 @@ def build_plan(problem: Problem, result: SearchLike | Evaluation, *, model_ref: 
     record the bound of any placement (``problem_lower_bound``); ``precision``: the
     precision record (``placewise.precision.policy.precision_json``); ``values``: the inputs
     given a value when the model was loaded (reloading it needs them); ``sources``: the
-    files the machine and calibration came from (``placewise.plan_sources.sources_json``).
+    files the machine and calibration came from (``placewise.plan_sources.sources_json``);
+    ``streams``: a workload's request streams by model (``graph.workload.Stream``).
     Nothing wall-clock is recorded.
     """
     if isinstance(result, Evaluation):
@@ -693,6 +697,8 @@ def build_plan(problem: Problem, result: SearchLike | Evaluation, *, model_ref: 
         else None,
         "control_flow": _control_flow_notes(g),
         "sources": dict(sources) if sources else None,
+        "workload": workload_json(problem, s, parse_workload_ref(model_ref), streams)
+        if g.record.members else None,
     }
     plan = Plan.model_validate(data)
     return plan.model_copy(update={"cuts": plan_cuts(problem, plan)})

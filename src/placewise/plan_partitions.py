@@ -72,7 +72,8 @@ def plan_file_partitions(plan: Plan) -> list[Partition]:
                 for t in records if t.kind is TaskKind.COMPUTE}
     cores = {t.device: tuple(t.cores) for t in records
              if t.cores and t.kind is not TaskKind.TRANSFER}
-    return partitions_of(_Outputs(tuple(plan.graph_outputs)), tasks, vertices, cores)
+    return partitions_of(_Outputs(tuple(plan.graph_outputs)), tasks, vertices, cores,
+                         by_model=plan.workload is not None)
 
 
 def cut_pairs(plan: Plan, parts: list[Partition]) -> list[tuple[Partition, Partition]]:

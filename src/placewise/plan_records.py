@@ -36,6 +36,7 @@ __all__ = [
     "LinkInfo",
     "MachineInfo",
     "MemoryRecord",
+    "ModelRecord",
     "OccupantRecord",
     "OpRecord",
     "Plan",
@@ -57,6 +58,7 @@ __all__ = [
     "TierInfo",
     "TierRecord",
     "ViolationRecord",
+    "WorkloadRecord",
 ]
 
 
@@ -567,6 +569,46 @@ class ServiceRecord(Record):
         return (self.predicted_capacity_rps / self.capacity_rps) * self.service_s(gap_s) / warm
 
 
+class ModelRecord(Record):
+    """One model of a workload plan (``graph.workload``): its ``name`` (the prefix of its
+    tensors and ops), its MODEL reference ``ref``, its inputs and outputs, its request
+    stream (``rate_per_s``, ``slo_p99_s``, ``priority``; None where not given), and what
+    the plan's schedule says of it with every other model running beside it: ``latency_s``
+    (the end of its last task when a request of each model arrives at once),
+    ``busy_s`` (its compute and conversion seconds per device per run), ``contention_s``
+    (what shared bandwidth added to its tasks), ``devices`` (where its ops run) and
+    ``partitions`` (its compiled units)."""
+
+    name: str
+    ref: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    ops: int
+    rate_per_s: float | None = None
+    slo_p99_s: float | None = None
+    priority: int = 1
+    latency_s: float
+    busy_s: dict[str, float]
+    contention_s: float
+    devices: tuple[str, ...]
+
+
+class WorkloadRecord(Record):
+    """A plan of several models on one machine (``placewise plan --model A --model B``):
+    each model's record, and, where every model has a rate, each device's ``utilization``
+    at those rates (sum over models of rate x busy seconds per run / batch; above 1 the
+    rates cannot be served)."""
+
+    models: tuple[ModelRecord, ...]
+    utilization: dict[str, float] | None = None
+
+    def model(self, name: str) -> ModelRecord:
+        for m in self.models:
+            if m.name == name:
+                return m
+        raise KeyError(name)
+
+
 class Plan(Record):
     """A plan file's content; see the module docstring. Build with ``build_plan``, write
     with ``save_plan``, read with ``load_plan``."""
@@ -617,6 +659,8 @@ class Plan(Record):
     #: how it serves on the machine it was tuned on (``placewise tune``): runtime settings
     #: and the cost of an idle gap
     service: ServiceRecord | None = None
+    #: the models of a workload plan and what the schedule says of each (None: one model)
+    workload: WorkloadRecord | None = None
 
     @property
     def predicted_latency_s(self) -> float:

@@ -119,15 +119,19 @@ def plan_model(problem: Problem, model: str, *, clock: CommandBudget, strategy: 
                inputs: Path | None = None, progress: Callable[[str, float], None] | None = None,
                on_best: Callable[[str, float], None] | None = None,
                values: Mapping[str, Sequence[float]] | None = None,
-               sources: Mapping[str, Any] | None = None) -> Planned:
+               sources: Mapping[str, Any] | None = None,
+               streams: Mapping[str, Any] | None = None) -> Planned:
     """Search ``problem`` (made from ``model`` with ``shapes`` / ``batch`` / ``values``,
     which the plan records) under the
     precision ``policy`` (default KEEP) and quality ``budget`` with ``strategy`` for
     ``objective`` within ``clock``, and build the plan (module docstring) with the
-    ``sources`` record (``placewise.plan_sources.sources_json``). Raises what
+    ``sources`` record (``placewise.plan_sources.sources_json``) and a workload's
+    ``streams`` (``graph.workload``). Raises what
     ``plan_search`` and ``plan_precision`` raise (``InputError``, ``MemoryInfeasible``...).
     """
     pol = Policy.KEEP if policy is None else policy
+    if streams:
+        problem = _prioritized(problem, streams)
     # a policy that may lower precision searches more than once: each search gets half of
     # what is left, so that the last still fits
     share = 1.0 if pol is Policy.KEEP else 0.5
@@ -165,9 +169,18 @@ def plan_model(problem: Problem, model: str, *, clock: CommandBudget, strategy: 
     t0 = time.perf_counter()
     plan = build_plan(outcome.problem, outcome.result, model_ref=model, objective=objective,
                       strategy=strategy, seed=seed, precision=record, values=values,
-                      sources=sources)
+                      sources=sources, streams=streams)
     return Planned(plan, outcome, record, searched[0], time.perf_counter() - t0, evidence_s,
                    evidence.evaluations if evidence is not None else None)
+
+
+def _prioritized(problem: Problem, streams: Mapping[str, Any]) -> Problem:
+    """``problem`` with each workload model's vertices at its stream's priority."""
+    from placewise.plan_workload import vertex_members
+
+    levels = {m: st.priority for m, st in streams.items()}
+    return problem.prioritized({v: levels.get(m, max(levels.values(), default=1))
+                                for v, m in vertex_members(problem).items()})
 
 
 def _evidence_budget(problem: Problem, clock: CommandBudget) -> EvidenceBudget:

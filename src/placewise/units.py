@@ -18,6 +18,8 @@ import math
 import re
 from enum import Enum
 
+from placewise.errors import InputError
+
 __all__ = [
     "DType",
     "Layout",
@@ -26,6 +28,7 @@ __all__ = [
     "format_seconds",
     "parse_bytes",
     "parse_dims",
+    "parse_seconds",
 ]
 
 
@@ -154,3 +157,19 @@ def format_flops(f: float) -> str:
         if abs(f) >= scale:
             return f"{f / scale:.3g} {unit}"
     return f"{f:.3g} "
+
+
+_SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+
+
+def parse_seconds(text: str, place: str) -> float:
+    """A duration: ``2ms``, ``0.5s``, ``300us`` or a plain number of seconds
+    (``InputError`` at ``place`` otherwise).
+
+    >>> parse_seconds("2ms", "--slo"), parse_seconds("0.5", "--slo")
+    (0.002, 0.5)
+    """
+    m = re.fullmatch(r"([0-9]*\.?[0-9]+(?:e-?[0-9]+)?)(s|ms|us)?", text.strip())
+    if m is None:
+        raise InputError(f"{text!r} is not a duration (e.g. 2ms, 0.5s)", place=place)
+    return float(m.group(1)) * _SECONDS[m.group(2) or "s"]

@@ -369,9 +369,11 @@ def _build_problem(model: str, hw: str, shape: list[str] | None, batch: int | No
 
 @app.command()
 def plan(
-    model: Annotated[str, typer.Argument(help="MODEL: .onnx, .pt2, task graph .json, or zoo:NAME")],
     hw: Annotated[str, typer.Option("--hw", help="preset, YAML path, or 'local'")],
     out_file: Annotated[Path, typer.Option("--out", help="Write the plan here (JSON)")],
+    model: Annotated[str | None, typer.Argument(help="MODEL: .onnx, .pt2, task graph .json, or zoo:NAME")] = None,
+    models: Annotated[list[str] | None, typer.Option("--model", help="[NAME=]MODEL, repeatable: several models sharing the machine, planned together (a workload)")] = None,
+    stream: Annotated[list[str] | None, typer.Option("--stream", help="NAME:rate=R,slo_p99=D,priority=P: a workload model's request stream")] = None,
     batch: Annotated[int | None, typer.Option(help="Bind the batch dimension")] = None,
     shape: Annotated[list[str] | None, typer.Option("--shape", help="Bind an input: NAME=DIMS")] = None,
     value: Annotated[list[str] | None, typer.Option("--value", help="Give an input a value: NAME=NUMBER or NAME=N1,N2,... (ONNX; shapes and If branches follow it)")] = None,
@@ -389,7 +391,9 @@ def plan(
     bucket_cost: Annotated[list[str] | None, typer.Option("--bucket-cost", help="With --envelope: KEY=VALUE[,KEY=VALUE], a price of more buckets: horizon_requests (requests before replanning, default 1000000), compile_s_per_bucket (1.0), memory_s_per_gib (1e-05 s per request per extra GiB)")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Search placements and write a plan (with --envelope: a plan set)."""
+    """Search placements and write a plan (with --envelope: a plan set; with --model
+    repeated: a workload of several models sharing the machine)."""
+    model, streams = _workload_args(model, models, stream)
     if envelope:
         from placewise.cli.planset import plan_envelope
 
@@ -442,7 +446,7 @@ def plan(
         done = plan_model(problem, model, clock=clock, strategy=strategy, objective=objective,
                           policy=policy, budget=budget, seed=seed, shapes=_parse_shapes(shape),
                           batch=batch, inputs=inputs, progress=cb, on_best=cb.best,
-                          values=_parse_values(value), sources=sources)
+                          values=_parse_values(value), sources=sources, streams=streams)
     p = done.plan
     t_write = time.perf_counter()
     save_plan(p, out_file)
@@ -458,6 +462,35 @@ def plan(
         _print_json(summary)
         return
     _render_plan(done, model, machine.name, budget, summary, clock, out_file)
+
+
+def _workload_args(model: str | None, models: list[str] | None, stream: list[str] | None
+                   ) -> tuple[str, dict[str, Any]]:
+    """The MODEL reference and the streams by model of ``plan``'s arguments: ``MODEL``, or
+    ``--model`` twice or more (``graph.workload``) with their ``--stream``s."""
+    from placewise.graph.workload import parse_member, parse_stream, workload_ref
+
+    if models:
+        if model is not None:
+            raise InputError("give MODEL or --model (repeated), not both", place="--model")
+        members = [parse_member(m) for m in models]
+        ref = workload_ref(members)
+    elif model is None:
+        raise InputError("give MODEL, or --model twice or more for a workload",
+                         place="MODEL")
+    else:
+        members, ref = [], model
+    streams: dict[str, Any] = {}
+    names = {m.name for m in members}
+    for text in stream or ():
+        name, st = parse_stream(text)
+        if name not in names:
+            known = ", ".join(sorted(names)) or "none: --stream needs --model"
+            raise InputError(f"no model named {name!r} (models: {known})", place="--stream")
+        if name in streams:
+            raise InputError(f"two streams for model {name!r}", place="--stream")
+        streams[name] = st
+    return ref, streams
 
 
 def _plan_summary(done: Any, out_file: Path, machine_name: str, budget: Any,

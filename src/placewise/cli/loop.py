@@ -45,7 +45,7 @@ def loop(
     from placewise.adapt.trace import load_shape_trace
     from placewise.errors import InputError
     from placewise.io import check_output_path
-    from placewise.serve.policies import parse_seconds
+    from placewise.units import parse_seconds
 
     check_output_path(out_file, place="--out")
     if hw != "local":

@@ -82,8 +82,8 @@ def serve(
                       as_json=as_json, against=against, allow_mismatch=allow_mismatch)
         return
     from placewise.runtime.planned import plan_fingerprint
-    from placewise.serve.policies import parse_seconds
     from placewise.serve.run import ServeSetup, default_window
+    from placewise.units import parse_seconds
     from placewise.validate.compare import (
         serve_arrival,
         serve_stable_tags,
@@ -270,8 +270,9 @@ def _serve_options(*, rate: float | None, cv: float | None, concurrency: int | N
                    timeout: str | None, timeout_action: str, preempt: bool,
                    slo_p99: str | None, find_max_rate: bool) -> tuple[Any, ...]:
     """``serve``'s options checked and parsed: (duration, classes, batcher, admission, slo)."""
-    from placewise.serve.policies import parse_batching, parse_seconds
+    from placewise.serve.policies import parse_batching
     from placewise.serve.queue import Admission, RequestClass, parse_class
+    from placewise.units import parse_seconds
 
     given = [x for x in (rate is not None, concurrency is not None, trace_file is not None) if x]
     if len(given) != 1:
@@ -577,8 +578,9 @@ def _serve_shapes(plan_file: Path, trace_file: Path, *, real: bool, seed: int,
     from placewise.adapt.trace import load_shape_trace
     from placewise.io import check_output_path
     from placewise.plan_sources import plan_calibration
-    from placewise.serve.policies import parse_batching, parse_seconds
+    from placewise.serve.policies import parse_batching
     from placewise.serve.queue import Admission, RequestClass, parse_class
+    from placewise.units import parse_seconds
 
     trace = load_shape_trace(trace_file)  # refused before anything is loaded
     if parse_batching(batching).describe() != "none":

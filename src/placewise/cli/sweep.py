@@ -65,8 +65,8 @@ def sweep(
     headroom, latency, throughput, energy, MFU; the fit matrix at an SLO, latency-throughput
     curves, the regret matrix and the working-set sensitivity."""
     from placewise.io import atomic_write_json, atomic_write_text
-    from placewise.serve.policies import parse_seconds
     from placewise.sweep import SweepConfig, run_sweep, sweep_csv
+    from placewise.units import parse_seconds
 
     if engine not in ("local", "ray"):
         raise InputError(f"unknown engine {engine!r} (local or ray)", place="--engine")

@@ -461,6 +461,9 @@ class ImportRecord:
     upgraded_from_opset: int = 0
     values: tuple[str, ...] = ()  # inputs given a value (--value), constants in the graph
     inlined_ifs: int = 0  # If nodes replaced by the branch their (constant) condition takes
+    #: the models of a workload graph (``graph.workload``), in order; every tensor of model
+    #: ``m`` is named ``m/...``; () for one model
+    members: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -701,6 +704,10 @@ class Graph:
         if got is None:
             got = self._analyses[name] = {}
         return got
+
+    def with_record(self, record: ImportRecord) -> Graph:
+        """The same graph with another import record (not part of its identity)."""
+        return Graph(self.name, self.tensors, self.ops, self.inputs, self.outputs, record)
 
     def with_ops(self, ops: Iterable[Op], tensors: Iterable[Tensor] | None = None) -> Graph:
         return Graph.build(self.name, self.tensors if tensors is None else tensors, ops,

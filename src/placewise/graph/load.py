@@ -39,6 +39,13 @@ def load_model(ref: str | os.PathLike[str], *, shapes: Mapping[str, Sequence[int
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int)
                               or batch <= 0):
         raise InputError(f"batch must be a positive integer, got {batch!r}", place="--batch")
+    if text.startswith("workload:"):
+        from placewise.graph.workload import load_workload
+
+        if values:
+            raise InputError("--value applies to one model, not to a workload", file=text[:80],
+                             place="--value")
+        return load_workload(text, shapes=shapes, batch=batch)[0]
     if text.startswith("zoo:"):
         # each format's reader is imported when a file of that format is read: the four
         # readers together add about 1.8 s of imports (python -X importtime)

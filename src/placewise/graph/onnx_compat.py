@@ -34,13 +34,14 @@ from placewise.io import quiet, shorten
 if TYPE_CHECKING:
     from onnx import ModelProto
 
-__all__ = ["MIN_OPSET", "check_placeable_io", "free_anonymous_dims", "upgrade_opset"]
+__all__ = ["MIN_OPSET", "check_placeable_io", "default_opset", "free_anonymous_dims",
+           "upgrade_opset"]
 
 #: the oldest default-domain opset placewise computes on: older files are upgraded to it
 MIN_OPSET = 13
 
 
-def _default_opset(model: ModelProto, path: str) -> int | None:
+def default_opset(model: ModelProto, path: str) -> int | None:
     """The default-domain opset (None for a model with no default-domain node and no such
     import: an ``ai.onnx.ml``-only model)."""
     versions = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
@@ -52,27 +53,29 @@ def _default_opset(model: ModelProto, path: str) -> int | None:
     return int(versions[0])
 
 
-def upgrade_opset(model: ModelProto, path: str) -> tuple[ModelProto, int | None]:
-    """``model`` converted to ``MIN_OPSET`` with ``onnx.version_converter`` when its
-    default-domain opset is older, and the opset it had (None when it needed nothing).
+def upgrade_opset(model: ModelProto, path: str, to: int = MIN_OPSET
+                  ) -> tuple[ModelProto, int | None]:
+    """``model`` converted to opset ``to`` (default ``MIN_OPSET``) with
+    ``onnx.version_converter`` when its default-domain opset is older, and the opset it had
+    (None when it needed nothing).
 
     The converter keeps each node's outputs; a node it rewrites loses its name, which is
     given back (the node that makes the same first output), so provenance survives. A
     conversion that fails is ``ModelFormatError`` naming the node it fails on."""
-    version = _default_opset(model, path)
-    if version is None or version >= MIN_OPSET:
+    version = default_opset(model, path)
+    if version is None or version >= to:
         return model, None
     from onnx import version_converter
 
     names = {n.output[0]: n.name for n in model.graph.node if n.output and n.name}
     try:
         with quiet():
-            upgraded = version_converter.convert_version(model, MIN_OPSET)
+            upgraded = version_converter.convert_version(model, to)
     except Exception as e:
         raise ModelFormatError(
-            f"opset {version} could not be upgraded to {MIN_OPSET} with "
+            f"opset {version} could not be upgraded to {to} with "
             f"onnx.version_converter: {shorten(str(e), 160)}", file=path,
-            place=_failing_node(model, version)) from None
+            place=_failing_node(model, version, to)) from None
     used = {n.name for n in upgraded.graph.node if n.name}
     for node in upgraded.graph.node:
         name = names.get(node.output[0]) if node.output else None
@@ -82,7 +85,7 @@ def upgrade_opset(model: ModelProto, path: str) -> tuple[ModelProto, int | None]
     return upgraded, version
 
 
-def _failing_node(model: ModelProto, version: int) -> str:
+def _failing_node(model: ModelProto, version: int, to: int = MIN_OPSET) -> str:
     """The first node the version converter cannot upgrade alone ("opset_import" when each
     converts on its own): each node in a model of its own, its inputs typeless graph
     inputs."""
@@ -97,7 +100,7 @@ def _failing_node(model: ModelProto, version: int) -> str:
                                 ir_version=model.ir_version)
         try:
             with quiet():
-                version_converter.convert_version(one, MIN_OPSET)
+                version_converter.convert_version(one, to)
         except Exception:
             return f"node {node.name or f'{node.op_type}_{i}'!r} ({node.op_type}, opset " \
                    f"{version})"

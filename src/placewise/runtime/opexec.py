@@ -60,6 +60,7 @@ from placewise.graph.onnx_import import load_onnx_source
 from placewise.graph.onnx_shapes import every_value_an_output
 from placewise.graph.torch_import import load_exported, read_pt2
 from placewise.graph.walk import last_use
+from placewise.graph.workload import is_workload_ref, load_workload
 from placewise.io import quiet
 from placewise.runtime.quantize import quantize_dynamic_model
 from placewise.units import DType, Layout
@@ -150,6 +151,10 @@ def load_source(ref: str | os.PathLike[str], *, shapes: Mapping[str, Sequence[in
     shp = tuple((k, tuple(int(d) for d in v)) for k, v in (shapes or {}).items())
     if text.strip().startswith("zoo:"):
         return _load_zoo_source(text.strip(), shp, batch, with_graph)
+    if is_workload_ref(text):  # several models as one ONNX model (graph.workload)
+        wgraph, wmodel = load_workload(text.strip(), shapes=shapes, batch=batch)
+        return ModelSource(text.strip(), SourceFormat.ONNX, wgraph if with_graph else None,
+                           None, onnx_model=wmodel, shapes=shp, batch=batch)
     path = Path(text)
     suffix = path.suffix.lower()
     if suffix == ".onnx":

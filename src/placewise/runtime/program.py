@@ -225,7 +225,7 @@ def plan_partitions(plan: Any, graph: Graph, machine: Machine) -> list[Partition
     used = {plan.host} | {t.device for t in tasks} | {t.dst_device for t in tasks
                                                        if t.dst_device is not None}
     cores = {d.name: tuple(d.cores or ()) for d in machine.devices if d.name in used}
-    return partitions_of(graph, tasks, vertices, cores)
+    return partitions_of(graph, tasks, vertices, cores, by_model=bool(graph.record.members))
 
 
 def _plan_tasks(plan: Any, graph: Graph) -> tuple[list[ExecTask], dict[str, ExecVertex]]:
@@ -289,7 +289,8 @@ def _build_program(g: Graph, m: Machine, host: str, tasks: list[ExecTask],
                              f"(it has no cores/backend): only this machine's devices run "
                              f"plans", place=f"device {d.name!r}")
     parts = tuple(partitions_of(g, tasks, vertices,
-                                {d.name: tuple(d.cores or ()) for d in devices}))
+                                {d.name: tuple(d.cores or ()) for d in devices},
+                                by_model=bool(g.record.members)))
     tasks, vertices = _merge(tasks, vertices, parts)
     natural = {t.name: Representation(t.dtype, t.layout) for t in g.tensors}
     events: dict[str, list[tuple[float, int, int, ExecStep]]] = {d.name: [] for d in devices}

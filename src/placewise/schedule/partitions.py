@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from placewise.graph.ir import Op
+from placewise.graph.workload import member_of
 from placewise.schedule.simulate import TaskKind
 from placewise.units import DType
 
@@ -84,8 +85,17 @@ class Partition:
     outputs: tuple[str, ...]
 
 
+def _member(vx: VertexLike) -> str | None:
+    """The model of a workload that a vertex belongs to (its first named tensor's)."""
+    for x in (*vx.outputs, *vx.inputs):
+        if x:
+            return member_of(x)
+    return None
+
+
 def partitions_of(g: HasOutputs, tasks: Sequence[TaskLike], vertices: Mapping[str, VertexLike],
-                  cores: Mapping[str, Sequence[int]] | None = None) -> list[Partition]:
+                  cores: Mapping[str, Sequence[int]] | None = None, *,
+                  by_model: bool = False) -> list[Partition]:
     """Cut each device's compute tasks, in plan order, into partitions.
 
     A device's order is cut before a compute task that computes in another precision, that
@@ -93,7 +103,9 @@ def partitions_of(g: HasOutputs, tasks: Sequence[TaskLike], vertices: Mapping[st
     current partition began, or that follows a task whose output left early (a transfer or
     conversion of a tensor the partition made starts before the next compute task), or where
     the plan runs a task of another device that shares the device's ``cores`` in between
-    (the core gate makes the partition wait for it).
+    (the core gate makes the partition wait for it), and, in a workload of several models
+    (``by_model``), before a task of another model than the partition's (each model keeps
+    its own compiled units: ``graph.workload``).
     Partitions are numbered by the start of their first task and named ``p{k}.{device}``.
     """
     events: dict[str, list[tuple[float, int, int, TaskLike]]] = {}
@@ -119,16 +131,20 @@ def partitions_of(g: HasOutputs, tasks: Sequence[TaskLike], vertices: Mapping[st
         made: set[str] = set()
         arrived: set[str] = set()
         left = False
+        owner: str | None = None
         for _, _, sub, t in evs:
             if t.kind is TaskKind.COMPUTE:
                 vx = vertices[t.name]
                 gated = bool(cur) and _any_in(between, cur[-1].start_s, t.start_s)
+                who = _member(vx) if by_model else None
                 if cur and dtype is not None and (vx.dtype is not dtype or left or gated
+                                                  or who != owner
                                                   or any(x in arrived for x in vx.inputs)):
                     groups.append((device, dtype, cur))
                     cur, made, arrived, left = [], set(), set(), False
                 cur.append(t)
                 dtype = vx.dtype
+                owner = who
                 made.update(vx.outputs)
             elif not cur:
                 continue

@@ -361,6 +361,7 @@ class Problem:
         "partition",
         "precision",
         "preds",
+        "priority",
         "release_s",
         "rep_bits",
         "reps",
@@ -430,6 +431,7 @@ class Problem:
         self._wake: dict[str, float] = {}
         self.precision: dict[int, frozenset[DType]] = {}
         self.release_s: dict[str, float] = {}  # vertex -> earliest start (``released``)
+        self.priority: dict[str, int] = {}  # vertex -> level, 1 the highest (``prioritized``)
         for name, dts in (precision or {}).items():
             if name not in self.vertex_index:
                 raise InputError(f"the precision restriction names vertex {name!r}, which "
@@ -475,6 +477,26 @@ class Problem:
             if hasattr(self, slot):
                 object.__setattr__(p, slot, getattr(self, slot))
         p.release_s = {k: float(v) for k, v in release_s.items()}
+        return p
+
+    def prioritized(self, levels: Mapping[str, int]) -> Problem:
+        """This problem with priorities: vertex name -> level (1 the highest; a vertex not
+        named has the lowest level given). Where tasks of different levels wait for one
+        resource, the scheduler starts the higher level's first (``placewise.schedule.
+        simulate``); a workload gives each model's vertices its stream's priority. The memo
+        tables are shared. ``InputError`` for an unknown vertex or a level below 1."""
+        for name, level in levels.items():
+            if name not in self.vertex_index:
+                raise InputError("a priority names a vertex the problem does not have",
+                                 place=f"vertex {name!r}")
+            if isinstance(level, bool) or not isinstance(level, int) or level < 1:
+                raise InputError(f"a priority is an integer >= 1, got {level!r}",
+                                 place=f"vertex {name!r}")
+        p = Problem.__new__(Problem)
+        for slot in Problem.__slots__:
+            if hasattr(self, slot):
+                object.__setattr__(p, slot, getattr(self, slot))
+        p.priority = dict(levels) if len(set(levels.values())) > 1 else {}
         return p
 
     # ---- construction ----------------------------------------------------------------

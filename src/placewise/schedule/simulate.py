@@ -95,7 +95,11 @@ cores are held by another device *reserves* its cores until they are expected to
 if it is expected to end by then (backfilling). A task takes all its cores at once (no
 hold-and-wait, so no deadlock), and lower-ranked tasks never keep a waiting task from its
 cores once the holders end (no starvation of a task on many cores by tasks on few: only
-higher-ranked tasks go first). The same inputs always give the same schedule.
+higher-ranked tasks go first). The same inputs always give the same schedule. A problem
+with priorities (``Problem.prioritized``: a workload's models) adds to the rank of each
+compute task of a higher level more than any chain of durations, so that of the tasks
+waiting for one resource, those of the higher level (and the tasks they wait for) start
+first.
 
 **Release times.** A problem with release times (``Problem.released``: vertex -> seconds)
 holds each named vertex's compute task until its release time even when its inputs are
@@ -193,6 +197,21 @@ __all__ = [
 ]
 
 
+def _priority_bonus(problem: Problem, tl: Timeline) -> list[float] | None:
+    """Per task, what its priority adds to its upward rank: ``(lowest - level) x (sum of
+    all durations + 1)`` for a compute task of a prioritized vertex, so that every task of
+    a higher level (and every task it waits for, through the rank) outranks every task of a
+    lower one (``Problem.prioritized``); None without priorities."""
+    levels = problem.priority
+    if not levels:
+        return None
+    lowest = max(levels.values())
+    step = sum(tl.dur) + 1.0
+    return [(lowest - levels.get(v, lowest)) * step
+            if v is not None and k is TaskKind.COMPUTE else 0.0
+            for v, k in zip(tl.vertex, tl.kind, strict=True)]
+
+
 def schedule(problem: Problem, placement: Placement, *, lanes: Mapping[str, int] | None = None,
              contention: bool = True) -> Schedule:
     """Schedule one run of ``problem.graph`` under ``placement`` (see the module docstring).
@@ -219,7 +238,8 @@ def schedule(problem: Problem, placement: Placement, *, lanes: Mapping[str, int]
         notes.append(f"release times held {sum(1 for r in release if r > 0.0)} compute tasks "
                      f"until their given start (a given schedule replayed)")
     _Loop(tl, contention, gate if any(gate) else None,
-          co if co is not None and (contention or co.any_wake) else None, release).run()
+          co if co is not None and (contention or co.any_wake) else None, release,
+          _priority_bonus(problem, tl)).run()
     if co is not None:
         co.settle(tl)
     makespan = max(tl.end, default=0.0)
@@ -267,7 +287,8 @@ class _Loop:
 
     def __init__(self, tl: Timeline, contention: bool,
                  gate: Sequence[tuple[int, ...]] | None, co: CoRun | None,
-                 release: Sequence[float] | None) -> None:
+                 release: Sequence[float] | None,
+                 bonus: Sequence[float] | None = None) -> None:
         n = len(tl.name)
         nres = len(tl.res_name)
         self.tl, self.contention, self.gate, self.co, self.release = (
@@ -285,7 +306,7 @@ class _Loop:
             for s in succs[i]:
                 if rank[s] > best:
                     best = rank[s]
-            rank[i] = dur[i] + best
+            rank[i] = dur[i] + best + (bonus[i] if bonus is not None else 0.0)
         self.rank = rank
         self.res, self.part, self.cap = tl.res, tl.part, tl.res_bw
         self.is_shared = [k is ResourceKind.SHARED for k in tl.res_kind]

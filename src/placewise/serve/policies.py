@@ -29,14 +29,14 @@ every arrival and at the deadline.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from placewise.errors import InputError
+from placewise.units import parse_seconds
 
 __all__ = ["BATCHERS", "Batcher", "DynamicBatcher", "NoBatcher", "StaticBatcher",
-           "max_batch", "parse_batching", "parse_seconds"]
+           "max_batch", "parse_batching"]
 
 
 class Batcher:
@@ -98,17 +98,6 @@ class DynamicBatcher(Batcher):
         pref = "/".join(map(str, self.preferred))
         return (f"dynamic:max_batch={self.batch},max_delay={self.max_delay_s:g}s"
                 + (f",preferred={pref}" if pref else ""))
-
-
-_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
-
-
-def parse_seconds(text: str, place: str) -> float:
-    """A duration: ``2ms``, ``0.5s``, ``300us`` or a plain number of seconds."""
-    m = re.fullmatch(r"([0-9]*\.?[0-9]+(?:e-?[0-9]+)?)(s|ms|us)?", text.strip())
-    if m is None:
-        raise InputError(f"{text!r} is not a duration (e.g. 2ms, 0.5s)", place=place)
-    return float(m.group(1)) * _UNITS[m.group(2) or "s"]
 
 
 def _positive(text: str, place: str) -> int:

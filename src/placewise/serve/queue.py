@@ -42,7 +42,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from placewise.errors import InputError
-from placewise.serve.policies import Batcher, parse_seconds
+from placewise.serve.policies import Batcher
+from placewise.units import parse_seconds
 
 __all__ = ["Admission", "RequestClass", "RequestQueue", "parse_class"]
 

@@ -1,0 +1,202 @@
+"""A workload of several models as one graph: references, merging, planning, running."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from placewise.errors import InputError
+from placewise.graph.load import load_model
+from placewise.graph.workload import (
+    Member,
+    Stream,
+    load_workload,
+    member_of,
+    members_by_name,
+    parse_member,
+    parse_stream,
+    parse_workload_ref,
+    workload_ref,
+)
+from placewise.graph.zoo import export_onnx
+from placewise.plan import load_plan
+from placewise.plan_partitions import plan_file_partitions
+from tests.test_cli import assert_bad_input, run, run_together
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two zoo models exported by torch.onnx (opset 18, dynamic batch) and one ONNX model
+    written with onnx.helper at opset 13 (a Gemm and a Softmax)."""
+    folder = tmp_path_factory.mktemp("workload")
+    out = {"mlp": folder / "mlp.onnx", "resnet": folder / "resnet.onnx",
+           "old": folder / "old.onnx"}
+    export_onnx("mlp", {"layers": 2}, out["mlp"])
+    export_onnx("resnet", {"blocks": 2}, out["resnet"])
+    rng = np.random.default_rng(0)
+    w = helper.make_tensor("w", TensorProto.FLOAT, [16, 8],
+                           rng.standard_normal((16, 8)).astype(np.float32).ravel())
+    g = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "w"], ["h"]),
+         helper.make_node("Softmax", ["h"], ["y"], axis=1)], "old",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8])], [w])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), out["old"])
+    return out
+
+
+def test_references_round_trip_and_refuse_what_is_not_a_workload() -> None:
+    members = [Member("det", "a.onnx"), Member("cls", "zoo:mlp?layers=1")]
+    assert parse_workload_ref(workload_ref(members)) == tuple(members)
+    assert parse_member("zoo:resnet?blocks=1") == Member("resnet", "zoo:resnet?blocks=1")
+    assert parse_member("models/3d-net.onnx").name == "m_3d-net"
+    for bad in ([members[0]], [members[0], Member("det", "b.onnx")],
+                [members[0], Member("a b", "b.onnx")]):
+        with pytest.raises(InputError):
+            workload_ref(bad)
+    for text in ("workload:nope", "workload:[1,2]", 'workload:[["a","x.onnx"]]'):
+        with pytest.raises(InputError):
+            parse_workload_ref(text)
+    assert parse_stream("det:rate=30,slo_p99=20ms,priority=2") == (
+        "det", Stream(30.0, 0.02, 2))
+    for bad_stream in ("det:rate=0", "det:priority=0", "det:slo_p99=soon", "det:burst=3",
+                       ":rate=3"):
+        with pytest.raises(InputError):
+            parse_stream(bad_stream)
+
+
+def test_a_merged_workload_computes_what_each_model_computes_alone(
+        files: dict[str, Path]) -> None:
+    """The merged model (opset 13 brought to 18) run by onnxruntime gives each member's
+    outputs bit for bit as the member run alone, and every tensor and op says its model."""
+    import onnxruntime as ort
+
+    ref = workload_ref([Member("a", str(files["mlp"])), Member("b", str(files["old"]))])
+    graph, model = load_workload(ref, batch=3)
+    assert graph.record.members == ("a", "b")
+    assert {member_of(t.name) for t in graph.tensors} == {"a", "b"}
+    assert set(members_by_name(graph).values()) == {"a", "b"}
+    assert graph.fingerprint() == load_model(ref, batch=3).fingerprint()  # deterministic
+    assert max(o.version for o in model.opset_import if o.domain == "") == 18
+    rng = np.random.default_rng(1)
+    xa = rng.standard_normal((3, 64)).astype(np.float32)
+    xb = rng.standard_normal((3, 16)).astype(np.float32)
+    both = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = dict(zip([o.name for o in both.get_outputs()],
+                   both.run(None, {"a/input": xa, "b/x": xb}), strict=True))
+    for name, path, x in (("a", files["mlp"], xa), ("b", files["old"], xb)):
+        alone = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        (want,) = alone.run(None, {alone.get_inputs()[0].name: x})
+        out = f"{name}/{alone.get_outputs()[0].name}"
+        np.testing.assert_array_equal(got[out], want)
+
+
+def test_a_workload_member_without_onnx_is_refused(tmp_path: Path) -> None:
+    task = tmp_path / "t.json"
+    task.write_text(json.dumps({"tasks": []}))
+    with pytest.raises(InputError, match="task graph"):
+        load_workload(workload_ref([Member("a", "zoo:mlp"), Member("b", str(task))]))
+
+
+@pytest.fixture(scope="module")
+def planned(files: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+            ) -> dict[str, Path]:
+    """The same two-model workload planned on jetson-agx-orin with either model first in
+    priority, and on this machine (cost-model work budget: a deterministic search)."""
+    folder = tmp_path_factory.mktemp("wplan")
+    base = ["plan", "--model", f"a={files['mlp']}", "--model", f"b={files['resnet']}",
+            "--batch", "2", "--strategy", "greedy"]
+    outs = {"a_first": folder / "a.json", "b_first": folder / "b.json",
+            "local": folder / "local.json"}
+    procs = run_together(
+        [*base, "--hw", "jetson-agx-orin", "--stream", "a:rate=500,slo_p99=1ms,priority=1",
+         "--stream", "b:rate=200,priority=2", "--out", str(outs["a_first"])],
+        [*base, "--hw", "jetson-agx-orin", "--stream", "a:rate=500,slo_p99=1ms,priority=2",
+         "--stream", "b:rate=200,priority=1", "--out", str(outs["b_first"])],
+        [*base, "--hw", "local", "--out", str(outs["local"])])
+    for p in procs:
+        assert p.returncode == 0, p.stderr
+    return outs
+
+
+def test_a_workload_plan_records_each_model_and_keeps_their_partitions_apart(
+        planned: dict[str, Path]) -> None:
+    plan = load_plan(planned["a_first"])
+    assert plan.workload is not None
+    a, b = plan.workload.models
+    assert (a.name, a.rate_per_s, a.slo_p99_s, a.priority) == ("a", 500.0, 0.001, 1)
+    assert (b.name, b.rate_per_s, b.slo_p99_s, b.priority) == ("b", 200.0, None, 2)
+    assert a.inputs == ("a/input",) and all(o.startswith("b/") for o in b.outputs)
+    assert max(a.latency_s, b.latency_s) == pytest.approx(plan.makespan_s)
+    assert a.ops + b.ops == len(plan.ops)
+    util = plan.workload.utilization
+    assert util is not None and set(util) == set(a.busy_s) | set(b.busy_s)
+    for d, u in util.items():
+        want = (500 * a.busy_s.get(d, 0.0) + 200 * b.busy_s.get(d, 0.0)) / plan.batch
+        assert u == pytest.approx(want)
+    for part in plan_file_partitions(plan):  # no compiled unit holds two models' work
+        owners = {member_of(next(iter(plan.regions[v].outputs))) for v in part.tasks}
+        assert len(owners) == 1, (part.name, owners)
+
+
+def test_the_higher_priority_model_goes_first_where_they_contend(
+        planned: dict[str, Path]) -> None:
+    """The same placement scheduled with either model first: each model's latency is no
+    worse when it has the priority than when the other has it."""
+    from placewise.hardware.load import load_machine
+    from placewise.plan_workload import vertex_members, workload_json
+    from placewise.planning import build_problem
+    from placewise.schedule.evaluate import evaluate
+
+    plan = load_plan(planned["a_first"])
+    prob = build_problem(plan.model, load_machine("jetson-agx-orin"), batch=2)
+    placement = plan.placement_obj()
+    owner = vertex_members(prob)
+    members = parse_workload_ref(plan.model)
+    lat = {}
+    for first in ("a", "b"):
+        p = prob.prioritized({v: 1 if m == first else 2 for v, m in owner.items()})
+        w = workload_json(p, evaluate(p, placement).schedule, members)
+        lat[first] = {m["name"]: m["latency_s"] for m in w["models"]}
+    assert lat["a"]["a"] <= lat["b"]["a"] + 1e-12
+    assert lat["b"]["b"] <= lat["a"]["b"] + 1e-12
+
+
+def test_explain_shows_every_model(planned: dict[str, Path]) -> None:
+    proc = run("explain", str(planned["a_first"]), "--json")
+    assert proc.returncode == 0, proc.stderr
+    w = json.loads(proc.stdout)["workload"]
+    assert [m["name"] for m in w["models"]] == ["a", "b"]
+    assert all(m["partitions"] for m in w["models"])
+    text = run("explain", str(planned["a_first"])).stdout
+    assert "workload: 2 models" in text
+
+
+def test_a_workload_plan_runs_for_real_here(planned: dict[str, Path]) -> None:
+    """validate runs both models' partitions side by side in onnxruntime, outputs exact."""
+    proc = run("validate", str(planned["local"]), "--requests", "12", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    quality = data["quality"]
+    assert {member_of(q["output"]) for q in quality} == {"a", "b"}
+    assert all(q["rel_l2_max"] == 0.0 for q in quality)
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--model", "zoo:mlp"], "two models"),
+    (["zoo:mlp", "--model", "zoo:mlp", "--model", "zoo:resnet"], "not both"),
+    (["--model", "zoo:mlp", "--model", "zoo:resnet", "--stream", "bert:rate=3"],
+     "no model named 'bert'"),
+    (["--model", "zoo:mlp", "--model", "zoo:mlp"], "two models are named 'mlp'"),
+    (["--model", "zoo:mlp", "--model", "zoo:resnet", "--stream", "mlp:rate=-1"], "rate"),
+])
+def test_bad_workloads_are_refused_in_one_line(args: list[str], needle: str,
+                                               tmp_path: Path) -> None:
+    proc = run("plan", *args, "--hw", "jetson-agx-orin", "--out", str(tmp_path / "p.json"))
+    assert_bad_input(proc, needle)
+    assert not (tmp_path / "p.json").exists()
