@@ -185,6 +185,14 @@ def test_a_workload_plan_runs_for_real_here(planned: dict[str, Path]) -> None:
     quality = data["quality"]
     assert {member_of(q["output"]) for q in quality} == {"a", "b"}
     assert all(q["rel_l2_max"] == 0.0 for q in quality)
+    models = {m["name"]: m for m in data["models"]}  # each model predicted beside measured
+    assert set(models) == {"a", "b"}
+    plan = load_plan(planned["local"])
+    assert plan.workload is not None
+    for m in plan.workload.models:
+        got = models[m.name]
+        assert got["predicted_s"] >= m.latency_s and got["latency"]["n"] == 12
+        assert 0 < got["latency"]["p50_s"] <= data["measured"]["latency"]["max_s"] * 1.0001
 
 
 @pytest.mark.parametrize(("args", "needle"), [

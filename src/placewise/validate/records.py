@@ -26,6 +26,7 @@ __all__ = [
     "BaselineReport",
     "LatencyStats",
     "MemoryComparison",
+    "ModelComparison",
     "QualityCheck",
     "StepShare",
     "TaskShare",
@@ -305,6 +306,26 @@ class BaselineReport:
 
 
 @dataclass(frozen=True, slots=True)
+class ModelComparison:
+    """One model of a workload plan (``graph.workload``), every model's request submitted
+    at once: its predicted latency (the end of its last task in the plan's schedule, plus
+    the plan's request hand-off) beside the measured one (submission to the end of its last
+    task, over the isolated requests)."""
+
+    name: str
+    predicted_s: float
+    latency: LatencyStats
+
+    @property
+    def error(self) -> float | None:
+        return rel_error(self.latency.p50_s, self.predicted_s)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "predicted_s": self.predicted_s,
+                "latency": self.latency.to_json(), "error": self.error}
+
+
+@dataclass(frozen=True, slots=True)
 class ValidationReport:
     """Predicted next to measured for one plan (see ``placewise.validate``).
 
@@ -344,6 +365,7 @@ class ValidationReport:
     stable_tags: Mapping[str, str] = field(default_factory=dict)
     # the run's windows per cost key (placewise.runtime.windows.TelemetryRun), when asked for
     telemetry_run: Any = field(default=None, repr=False, compare=False)
+    models: tuple[ModelComparison, ...] = ()  # a workload plan's models, one by one
 
     @property
     def latency_error(self) -> float | None:
@@ -407,4 +429,5 @@ class ValidationReport:
             "notes": list(self.notes),
             "energy": None if self.energy is None else self.energy.to_json(),
             "nodes": None if self.nodes is None else self.nodes.to_json(),
+            "models": [m.to_json() for m in self.models],
         }

@@ -45,6 +45,10 @@ def render_validation(report: ValidationReport) -> str:
     lines.append(f"{'throughput (pipelined)':24}{pt:>14}{f'{r.throughput_rps:.1f}/s':>14}"
                  f"{_fmt_pct(r.throughput_error):>10}   ({r.stream_requests} requests, "
                  f"{r.in_flight} in flight)")
+    for mc in r.models:  # a workload plan: each model, every model's request at once
+        lines.append(f"{'  model ' + mc.name + ' p50':24}{fmt_s(mc.predicted_s):>14}"
+                     f"{fmt_s(mc.latency.p50_s):>14}{_fmt_pct(mc.error):>10}   (p99 "
+                     f"{fmt_s(mc.latency.p99_s)}, n={mc.latency.n})")
     for m in r.memory:
         lines.append(f"{'memory ' + m.device:24}{_fmt_b(m.predicted_bytes):>14}"
                      f"{_fmt_b(m.measured_bytes):>14}{_fmt_pct(m.error):>10}   (RSS peak "

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from placewise.errors import InputError
+from placewise.graph.workload import member_of
 from placewise.hardware.spec import Machine
 from placewise.plan import Plan, load_plan
 from placewise.precision.inputs import load_inputs
@@ -43,6 +44,7 @@ from placewise.validate.quality import looks_like_logits, output_quality, refere
 from placewise.validate.records import (
     BaselineReport,
     MemoryComparison,
+    ModelComparison,
     QualityCheck,
     ValidationReport,
     latency_stats,
@@ -154,7 +156,34 @@ def validate_plan(plan: Plan | str | os.PathLike[str], *, requests: int = 30,
         quality_check=_quality_check(plan, quality, inputs_text),
         plan_fingerprint=plan_fingerprint(plan),
         energy=energy_comparison(plan, machine, meter, runs=got.stream.requests, batch=batch),
-        nodes=nodes, stable_tags=stable, telemetry_run=run)
+        nodes=nodes, stable_tags=stable, telemetry_run=run,
+        models=_models(plan, program, tel, iso))
+
+
+def _models(plan: Plan, program: ExecProgram, tel: Telemetry, iso: Sequence[Any]
+            ) -> tuple[ModelComparison, ...]:
+    """Each model of a workload plan: predicted against measured latency (``ModelComparison``;
+    a task is the model's whose tensors it computes or moves); () for one model."""
+    if plan.workload is None:
+        return ()
+    owner: dict[str, str | None] = {}
+    for p in program.partitions:
+        owner[p.name] = member_of(next(iter((*p.outputs, *p.inputs)), ""))
+    for t in plan.schedule.tasks:
+        if t.tensor:
+            owner.setdefault(t.name, member_of(t.tensor))
+    handoff = plan.predicted_latency_s - plan.makespan_s
+    ends: dict[str, list[float]] = {m.name: [] for m in plan.workload.models}
+    for r in iso:
+        last: dict[str, int] = {}
+        for t in tel.tasks_of(r.request):
+            m = owner.get(t.task)
+            if m in ends:
+                last[m] = max(last.get(m, t.end_ns), t.end_ns)
+        for m, end in last.items():
+            ends[m].append((end - r.submit_ns) / 1e9)
+    return tuple(ModelComparison(m.name, m.latency_s + handoff, latency_stats(ends[m.name]))
+                 for m in plan.workload.models if ends[m.name])
 
 
 def _requests(src: ModelSource, graph: Graph, inputs: str | os.PathLike[str] | None,
