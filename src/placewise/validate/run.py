@@ -169,9 +169,9 @@ def _models(plan: Plan, program: ExecProgram, tel: Telemetry, iso: Sequence[Any]
     owner: dict[str, str | None] = {}
     for p in program.partitions:
         owner[p.name] = member_of(next(iter((*p.outputs, *p.inputs)), ""))
-    for t in plan.schedule.tasks:
-        if t.tensor:
-            owner.setdefault(t.name, member_of(t.tensor))
+    for rec in plan.schedule.tasks:
+        if rec.tensor:
+            owner.setdefault(rec.name, member_of(rec.tensor))
     handoff = plan.predicted_latency_s - plan.makespan_s
     ends: dict[str, list[float]] = {m.name: [] for m in plan.workload.models}
     for r in iso:
