@@ -15,11 +15,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from placewise.errors import InputError
+from placewise.graph.ir import Graph
 from placewise.graph.workload import Member, Stream, member_of, members_by_name, workload_models
-from placewise.schedule.placement import Problem
+from placewise.plan_records import Plan
+from placewise.schedule.placement import Placement, Problem
 from placewise.schedule.simulate import Schedule, TaskKind
 
-__all__ = ["task_member", "vertex_members", "workload_json"]
+__all__ = ["member_graph", "member_placement", "member_plan", "member_problem", "plan_levels",
+           "prioritize", "task_member",
+           "vertex_members", "workload_json"]
 
 
 def vertex_members(problem: Problem) -> dict[str, str]:
@@ -92,3 +97,88 @@ def workload_json(problem: Problem, schedule: Schedule, members: Sequence[Member
                 per[d] = per.get(d, 0.0) + rate * b / max(problem.batch, 1)
         util = dict(sorted(per.items()))
     return {"models": models, "utilization": util}
+
+
+def prioritize(problem: Problem, levels: Mapping[str, int]) -> Problem:
+    """``problem`` with each model's vertices at its level (model -> priority, 1 the
+    highest; a model not named takes the lowest given): ``Problem.prioritized``."""
+    if not levels:
+        return problem
+    low = max(levels.values())
+    return problem.prioritized({v: levels.get(m, low)
+                                for v, m in vertex_members(problem).items()})
+
+
+def plan_levels(plan: Plan) -> dict[str, int]:
+    """A workload plan's priority per model ({} for one model)."""
+    if plan.workload is None:
+        return {}
+    return {m.name: m.priority for m in plan.workload.models}
+
+
+def _check_member(graph: Graph, member: str) -> None:
+    if member not in graph.record.members:
+        known = ", ".join(graph.record.members) or "none: the plan has one model"
+        raise InputError(f"no model named {member!r} (models: {known})", place="model")
+
+
+def member_graph(graph: Graph, member: str) -> Graph:
+    """The part of a workload graph that is ``member``'s, as a graph of its own (the same
+    op objects and names)."""
+    _check_member(graph, member)
+    by_op = members_by_name(graph)
+    ops = [op for op in graph.ops if by_op.get(op.name) == member]
+    used = {t for op in ops for t in (*op.inputs, *op.outputs) if t}
+    inputs = [i for i in graph.inputs if member_of(i) == member]
+    outputs = [o for o in graph.outputs if member_of(o) == member]
+    tensors = [t for t in graph.tensors if t.name in used or t.name in inputs]
+    return Graph.build(f"{graph.name}/{member}", tensors, ops, inputs, outputs,
+                       record=graph.record)
+
+
+def member_problem(problem: Problem, member: str) -> Problem:
+    """``problem`` restricted to ``member``'s vertices (its own graph, the same machine,
+    cost model and batch): what the model costs when no other model runs beside it."""
+    from placewise.graph.fuse import Partition, Region
+
+    g = member_graph(problem.graph, member)
+    partition: Any = problem.partition
+    if partition is not None:
+        names = {op.name for op in g.ops}
+        partition = Partition(g.fingerprint(), tuple(
+            r for r in partition.regions if isinstance(r, Region) and set(r.ops) <= names))
+    return Problem(g, partition, problem.machine, problem.cost_model, batch=problem.batch,
+                   outputs_to_host=problem.outputs_to_host)
+
+
+def member_placement(placement: Placement, problem: Problem) -> Placement:
+    """``placement`` restricted to ``problem``'s vertices."""
+    return Placement.of({v: placement[v] for v in problem.vertex_names})
+
+
+def member_plan(plan: Plan, member: str) -> Plan:
+    """The plan's records of ``member`` alone (its tasks, in the plan's order, depending on
+    its own tasks only; its regions, ops, tensors, inputs and outputs): what the executor
+    runs to serve that model's requests on their own (``serve.workload``)."""
+    if plan.workload is None or member not in {m.name for m in plan.workload.models}:
+        known = ", ".join(m.name for m in plan.workload.models) if plan.workload else \
+            "none: the plan has one model"
+        raise InputError(f"no model named {member!r} (models: {known})", place="model")
+    vx = {name: m for name, r in plan.regions.items()
+          if (m := member_of(next(iter((*r.outputs, *r.inputs)), ""))) is not None}
+    mine = [t for t in plan.schedule.tasks
+            if task_member(t.kind, t.name, t.vertex, t.tensor, vx) == member]
+    names = {t.name for t in mine}
+    tasks = tuple(t.model_copy(update={"deps": tuple(d for d in t.deps if d in names)})
+                  for t in mine)
+    regions = {k: r for k, r in plan.regions.items() if vx.get(k) == member}
+    rec = plan.workload.model(member)
+    return plan.model_copy(update={
+        "schedule": plan.schedule.model_copy(update={
+            "tasks": tasks,
+            "critical_path": tuple(n for n in plan.schedule.critical_path if n in names)}),
+        "regions": regions,
+        "ops": {k: o for k, o in plan.ops.items() if o.vertex in regions},
+        "tensors": {k: t for k, t in plan.tensors.items() if member_of(k) == member},
+        "graph_inputs": rec.inputs, "graph_outputs": rec.outputs,
+        "makespan_s": rec.latency_s})

@@ -38,6 +38,7 @@ from placewise.errors import InputError
 from placewise.graph.fuse import fuse
 from placewise.graph.load import load_model
 from placewise.plan import build_plan
+from placewise.plan_workload import prioritize
 from placewise.precision.evidence import (
     EVIDENCE_SHARE,
     evidence_budget,
@@ -131,7 +132,7 @@ def plan_model(problem: Problem, model: str, *, clock: CommandBudget, strategy: 
     """
     pol = Policy.KEEP if policy is None else policy
     if streams:
-        problem = _prioritized(problem, streams)
+        problem = prioritize(problem, {m: st.priority for m, st in streams.items()})
     # a policy that may lower precision searches more than once: each search gets half of
     # what is left, so that the last still fits
     share = 1.0 if pol is Policy.KEEP else 0.5
@@ -172,15 +173,6 @@ def plan_model(problem: Problem, model: str, *, clock: CommandBudget, strategy: 
                       sources=sources, streams=streams)
     return Planned(plan, outcome, record, searched[0], time.perf_counter() - t0, evidence_s,
                    evidence.evaluations if evidence is not None else None)
-
-
-def _prioritized(problem: Problem, streams: Mapping[str, Any]) -> Problem:
-    """``problem`` with each workload model's vertices at its stream's priority."""
-    from placewise.plan_workload import vertex_members
-
-    levels = {m: st.priority for m, st in streams.items()}
-    return problem.prioritized({v: levels.get(m, max(levels.values(), default=1))
-                                for v, m in vertex_members(problem).items()})
 
 
 def _evidence_budget(problem: Problem, clock: CommandBudget) -> EvidenceBudget:

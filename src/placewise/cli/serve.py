@@ -65,6 +65,7 @@ def serve(
     against: Annotated[Path | None, typer.Option("--against", help="An earlier serve --json (or telemetry file) to compare with: refused unless the stable tags agree")] = None,
     allow_mismatch: Annotated[bool, typer.Option("--allow-mismatch", help="Compare runs whose stable tags differ, naming the tags that differ")] = False,
     untuned: Annotated[bool, typer.Option("--untuned", help="Simulate with the plan's predicted costs even when 'placewise tune' measured its service")] = False,
+    scale: Annotated[float, typer.Option("--scale", help="A workload plan (plan --model A --model B): each model's recorded rate times this")] = 1.0,
     as_json: JsonOpt = False,
 ) -> None:
     """The plan as a loaded service: tails, queues, batches, utilisation; simulated, and
@@ -81,6 +82,23 @@ def serve(
                       telemetry_out=telemetry_out, window_requests=window_requests,
                       as_json=as_json, against=against, allow_mismatch=allow_mismatch)
         return
+    from placewise.cli.workload import is_workload_plan, serve_workload_cli
+
+    if is_workload_plan(plan_file):
+        serve_workload_cli(
+            plan_file, duration=duration, scale=scale, seed=seed, batching=batching,
+            real=real, limit=limit, hw=hw, calibration=calibration, as_json=as_json,
+            refused={"--rate": rate is not None, "--cv": cv is not None,
+                     "--concurrency": concurrency is not None, "--trace": trace_file is not None,
+                     "--requests": requests is not None, "--class": bool(request_class),
+                     "--replicas": replicas != 1, "--replica-plan": bool(replica_plan),
+                     "--find-max-rate": find_max_rate, "--sweep": sweep_values is not None,
+                     "--against": against is not None, "--model": model is not None,
+                     "--shape": bool(shape), "--telemetry-out": telemetry_out is not None})
+        return
+    if scale != 1.0:
+        raise InputError("--scale applies to a workload plan (plan --model A --model B)",
+                         place="--scale")
     from placewise.runtime.planned import plan_fingerprint
     from placewise.serve.run import ServeSetup, default_window
     from placewise.units import parse_seconds

@@ -5,7 +5,8 @@ behind one router; checked (``check_replicas``), and served for real (``serve_re
 ``round-robin``; ``least-outstanding`` (fewest requests queued or in the replica's
 executor); ``weighted`` (smooth weighted round-robin by each replica's capacity at its
 plan's batch, ``1 / period``); ``least-delay`` (the replica where the request would finish
-first: ``outstanding x period + latency``). Ties go to the lowest index.
+first: ``outstanding x period + latency``); ``by-class`` (replica ``c`` for a request of
+class ``c``: a workload's models, ``serve.workload``). Ties go to the lowest index.
 
 **For real.** Each replica is an executor of its own whose every device runs in a worker
 process (``inline_host=False``): the client's thread only admits, routes and dispatches, so
@@ -111,7 +112,7 @@ class ReplicaLoop(OpenLoop):
         return min(range(n), key=self._load)
 
     def _offer(self, i: int, now: float) -> None:
-        k = self._route()
+        k = int(self.classes_l[i]) if self.router == "by-class" else self._route()
         self.lane_of[i] = k
         self.lane_l[i] = k
         self._reject(self.qs[k].offer(i, self.times_l[i], self.classes_l[i]))

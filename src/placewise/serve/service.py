@@ -32,6 +32,12 @@ from placewise.errors import InputError
 from placewise.graph.fuse import fuse
 from placewise.graph.load import load_model
 from placewise.plan import check_fingerprints
+from placewise.plan_workload import (
+    member_placement,
+    member_problem,
+    plan_levels,
+    prioritize,
+)
 from placewise.schedule.evaluate import evaluate
 from placewise.schedule.pipeline import ALL_CORES
 from placewise.schedule.placement import Problem
@@ -44,8 +50,8 @@ if TYPE_CHECKING:
     from placewise.plan import Plan
     from placewise.schedule.evaluate import Evaluation
 
-__all__ = ["PER_BATCH", "PlanService", "predicted_compute_s", "service_interval",
-           "stage_times"]
+__all__ = ["PER_BATCH", "MemberService", "PlanService", "predicted_compute_s",
+           "service_interval", "stage_times"]
 
 PER_BATCH = ("same", "replan")
 
@@ -156,7 +162,8 @@ class PlanService:
                 raise InputError("the plan's vertices are neither the model's fused regions "
                                  "nor its ops", file=self.file, place="regions")
         partition = fuse(graph) if self._fused else None
-        return Problem(graph, partition, self.machine, self.cost_model, batch=b)
+        problem = Problem(graph, partition, self.machine, self.cost_model, batch=b)
+        return prioritize(problem, plan_levels(self.plan))  # a workload's priorities
 
     def evaluation(self, b: int) -> Evaluation:
         """The evaluation of batch ``b`` (cached per batch size)."""
@@ -192,3 +199,29 @@ class PlanService:
                 "bottleneck": ev.pipeline.bottleneck_resource,
                 "devices": sorted({a.device for a in ev.placement.values()}),
                 "feasible": ev.feasible}
+
+
+@dataclass
+class MemberService:
+    """The per-batch service of one model of a workload plan on its own (``serve.workload``):
+    the workload's problem at batch ``b`` (``PlanService.problem``) restricted to the
+    model's vertices (``plan_workload.member_problem``) under the plan's placement; its
+    resources are the devices, links and cores by name, which the simulator shares between
+    the models (``serve.sim``, ``shared``)."""
+
+    whole: PlanService
+    member: str
+    _cache: dict[int, Evaluation] = field(default_factory=dict, repr=False)
+
+    def __call__(self, b: int) -> StageTimes:
+        return stage_times(self.evaluation(b))
+
+    def evaluation(self, b: int) -> Evaluation:
+        got = self._cache.get(b)
+        if got is None:
+            if b == self.whole.plan.batch:
+                self.whole.evaluation(b)  # the workload's own batch: checked against the plan
+            prob = member_problem(self.whole.problem(b), self.member)
+            got = self._cache[b] = evaluate(prob, member_placement(
+                self.whole.plan.placement_obj(), prob))
+        return got

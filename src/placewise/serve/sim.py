@@ -12,7 +12,9 @@ on its own devices: ``service_s`` a sequence), the stream split by each replica'
 capacity at batch 1 (``1 / max_j w_j``) by smooth weighted round-robin (nginx's: each
 replica's credit grows by its weight, the richest takes the request and pays the total);
 or ``least-delay``, the replica where the request would finish first if it joined now
-(``outstanding x period + latency`` at batch 1; ties to the lowest index). A replica's queue admits it or not (queue limit, preemption) and,
+(``outstanding x period + latency`` at batch 1; ties to the lowest index); or ``by-class``,
+replica ``c`` for a request of class ``c`` (a workload of several models: each model's
+requests go to its own server). A replica's queue admits it or not (queue limit, preemption) and,
 whenever fewer than ``in_flight`` of its batches are in service, the batcher decides how
 many queued requests to send as one batch (asked again at every arrival, completion and
 batcher deadline). ``in_flight`` is the executor's window (its request slots; default: one
@@ -31,6 +33,11 @@ sum) this is the exact tandem-queue recurrence; for a plan whose resources overl
 request it keeps the single-request latency ``L`` and the evaluator's throughput ``1 /
 max_j w_j`` at saturation, with the delay between approximated by the shift. A request's
 latency is its batch's completion minus its arrival; its wait, the dispatch minus its arrival.
+
+**Shared resources.** With ``shared``, replicas whose resources have the same name (the
+models of a workload on one machine, ``serve.workload``) share them: one batch at a time
+on each, first come first served across the replicas, so that a model waits while another
+model's batch holds a device they both use.
 
 **Idle gaps.** A real executor serves a request more slowly after it has idled (caches
 and cores gone cold, pool threads asleep). Given ``idle`` (a plan's measured
@@ -77,7 +84,7 @@ from placewise.serve.queue import Admission, RequestQueue
 __all__ = ["ROUTERS", "ClosedLoop", "IdleCost", "ServeResult", "StageTimes", "Workload", "as_stages", "chain",
            "quantile_ci", "simulate"]
 
-ROUTERS = ("round-robin", "least-outstanding", "weighted", "least-delay")
+ROUTERS = ("round-robin", "least-outstanding", "weighted", "least-delay", "by-class")
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,7 +279,7 @@ def simulate(workload: Workload | ClosedLoop | np.ndarray,
              replicas: int = 1, router: str = "round-robin", in_flight: int | None = None,
              pad_to: int | None = None, deterministic: bool = True,
              queue_limit: int | None = None, timeout_s: float | None = None,
-             idle: IdleCost | None = None) -> ServeResult:
+             idle: IdleCost | None = None, shared: bool = False) -> ServeResult:
     """Simulate the service (module docstring). ``service_s(b)`` (``service_s(b, shape)``
     for a workload with shapes) gives a batch's ``StageTimes`` or, for a chain, its stage
     times; a sequence of them: one replica each, not alike (``replicas`` then 1 or their
@@ -283,7 +290,8 @@ def simulate(workload: Workload | ClosedLoop | np.ndarray,
     ``Admission``. ``idle``: what an idle gap costs (module docstring: a batch dispatched
     when nothing of its replica is in service, ``g`` after the replica's last completion,
     runs with its latency and offsets scaled by ``idle.latency_factor(g)`` and its
-    occupancies by ``idle.occupancy_factor(g)``); None: every batch costs the same."""
+    occupancies by ``idle.occupancy_factor(g)``); None: every batch costs the same.
+    ``shared``: resources of the same name are one across replicas (module docstring)."""
     if admission is None:
         admission = Admission(queue_limit, timeout_s)
     if router not in ROUTERS:
@@ -304,8 +312,12 @@ def simulate(workload: Workload | ClosedLoop | np.ndarray,
     else:
         services = [service_s] * replicas
     reps = [_Replica(RequestQueue(batcher, admission, priorities), s) for s in services]
+    if router == "by-class" and len(priorities) != len(reps):
+        raise InputError(f"routing by class needs one replica per class: {len(reps)} "
+                         f"replicas, {len(priorities)} classes", place="--router")
     sim = _Service(workload, reps, len(priorities), router, pad_to, deterministic)
     sim.idle = idle
+    sim.shared = {} if shared else None
     sim.in_service_max = in_flight if in_flight is not None else max(
         max(1, len(sim.price(r, 1, 0).offsets_s)) for r in reps)
     if router in ("weighted", "least-delay"):
@@ -369,6 +381,8 @@ class _Service:
         self.rr = 0
         self.in_service_max = 1
         self.track_load = router in ("least-outstanding", "least-delay") and len(reps) > 1
+        #: resource name -> [free at, busy] when replicas share resources by name
+        self.shared: dict[str, list[float]] | None = None
 
     def client_sends(self, t: float, client: int) -> None:
         closed = self.closed
@@ -452,13 +466,18 @@ class _Service:
             fl = self.idle.latency_factor(gap) * jitter
             fo = self.idle.occupancy_factor(gap) * jitter
         shift = 0.0
+        shared = self.shared
         for j, (a, w) in enumerate(zip(st.offsets_s, st.occupancy_s, strict=True)):
             s = t + a * fl + shift
-            if free[j] > s:
-                shift += free[j] - s
-                s = free[j]
-            free[j] = s + w * fo
+            slot = free if shared is None else shared.setdefault(rep.names[j], [0.0, 0.0])
+            ix = j if shared is None else 0
+            if slot[ix] > s:
+                shift += slot[ix] - s
+                s = slot[ix]
+            slot[ix] = s + w * fo
             busy[j] += w * fo
+            if shared is not None:
+                slot[1] += w * fo
         fin = t + st.latency_s * fl + shift
         if fin > rep.last_fin:
             rep.last_fin = fin
@@ -480,7 +499,9 @@ class _Service:
 
     def arrive(self, rid: int, t: float, cls: int) -> None:
         reps = self.reps
-        if self.router == "round-robin" or len(reps) == 1:
+        if self.router == "by-class":
+            rep = reps[cls]
+        elif self.router == "round-robin" or len(reps) == 1:
             rep = reps[self.rr % len(reps)]
             self.rr += 1
         elif self.router == "weighted":
@@ -551,7 +572,11 @@ class _Service:
         first = min(times) if times else 0.0
         busy_all: list[float] = []
         res_names: list[str] = []
-        for i, r in enumerate(reps):
+        if self.shared is not None:  # one resource per name, whoever used it
+            for name, (_, b) in sorted(self.shared.items()):
+                res_names.append(name)
+                busy_all.append(b)
+        for i, r in enumerate(reps if self.shared is None else ()):
             names = r.names or reps[0].names
             width = len(names) or len(r.busy)
             busy_all.extend(r.busy or [0.0] * width)
