@@ -283,3 +283,35 @@ def test_serve_real_runs_each_model_on_its_own_executor(planned: dict[str, Path]
     assert all(f.p50_s is not None and f.p50_s > 0 for f in figs)
     assert set(got.result.resources) <= {f"{m}/{d}" for m in "ab"
                                          for d in ("cpu0", "cpu1", "cpu01")}
+
+
+# ---- export ----------------------------------------------------------------------------------
+def test_export_writes_one_folder_per_model_that_plain_onnxruntime_chains(
+        planned: dict[str, Path], files: dict[str, Path], tmp_path: Path) -> None:
+    """Each model's folder is a manifest of its own partitions; chained by plain
+    onnxruntime, it computes what the model computes alone."""
+    import onnxruntime as ort
+
+    from placewise.export import load_manifest
+    from tests.test_export import chain, check_manifest
+
+    out = tmp_path / "ex"
+    proc = run("export", str(planned["a_first"]), "--out", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert [m["folder"] for m in summary["models"]] == ["a", "b"]
+    index = json.loads((out / "workload.json").read_text())
+    assert index["plan_fingerprint"] == summary["plan_fingerprint"]
+    rng = np.random.default_rng(2)
+    for m, path in (("a", files["mlp"]), ("b", files["resnet"])):
+        manifest = load_manifest(out / m)
+        check_manifest(out / m, manifest)
+        (inp,) = manifest.graph_inputs
+        assert inp.name.startswith(f"{m}/")
+        x = rng.standard_normal(inp.shape).astype(np.float32)
+        got = chain(out / m, {inp.name: x})
+        alone = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        (want,) = alone.run(None, {alone.get_inputs()[0].name: x})
+        (value,) = got.values()
+        np.testing.assert_allclose(value, want, rtol=1e-5, atol=1e-6)
+    assert_bad_input(run("export", str(planned["a_first"]), "--out", str(out)), "--out")

@@ -745,10 +745,14 @@ def export(
         export_plan_set_command(plan_file, out_dir, force=force, hw=hw, as_json=as_json)
         return
     machine = None
+    plan = load_plan(plan_file)
     if hw:
         machine = resolve_machine(hw)
-    elif load_plan(plan_file).machine.name == "local":
+    elif plan.machine.name == "local":
         machine = resolve_machine("local")  # probed once and cached (with a progress bar)
+    if plan.workload is not None:
+        _export_workload(plan_file, out_dir, machine, force, as_json)
+        return
     with _progress("exporting") as cb:
         manifest = export_plan(plan_file, out_dir, machine=machine, force=force, progress=cb)
     summary = manifest_summary(manifest, out_dir)
@@ -765,6 +769,27 @@ def export(
                       for q in summary["partitions"]], right=(4, 5)))
     out.print(f"wrote {summary['files']} files ({format_bytes(summary['bytes'])}) to {out_dir}: "
               f"one .onnx per partition and manifest.json")
+
+
+def _export_workload(plan_file: Path, out_dir: Path, machine: Any, force: bool,
+                     as_json: bool) -> None:
+    """``export`` of a workload plan: one folder per model (``placewise.export_workload``)."""
+    from placewise.export_workload import export_workload
+
+    with _progress("exporting") as cb:
+        summary = export_workload(plan_file, out_dir, machine=machine, force=force,
+                                  progress=cb)
+    if as_json:
+        _print_json(summary)
+        return
+    out.print(f"[bold]export[/bold] a workload of {len(summary['models'])} models for "
+              f"{summary['machine']}: one folder per model")
+    out.print(_table("models", ["model", "folder", "partitions", "files", "size"],
+                     [[m["name"], f"{m['folder']}/", str(len(m["partitions"])), str(m["files"]),
+                       format_bytes(m["bytes"])] for m in summary["models"]],
+                     right=(2, 3, 4)))
+    out.print(f"wrote {out_dir}: each folder runs by itself in plain onnxruntime "
+              f"(manifest.json); workload.json lists them")
 
 
 # ---- entry point -----------------------------------------------------------------------------
