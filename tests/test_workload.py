@@ -47,6 +47,22 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 16])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8])], [w])
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), out["old"])
+    # three 3x3 convolutions with ReLU: every layer one a DLA runs
+    nodes, inits, prev = [], [], "x"
+    for i in range(3):
+        inits.append(helper.make_tensor(f"w{i}", TensorProto.FLOAT, [32, 32 if i else 16, 3, 3],
+                                        rng.standard_normal(32 * (32 if i else 16) * 9)
+                                        .astype(np.float32) * 0.1))
+        nodes += [helper.make_node("Conv", [prev, f"w{i}"], [f"c{i}"], pads=[1, 1, 1, 1]),
+                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"])]
+        prev = f"r{i}"
+    g = helper.make_graph(nodes, "convs",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                         ["n", 16, 64, 64])],
+                          [helper.make_tensor_value_info(prev, TensorProto.FLOAT,
+                                                         ["n", 32, 64, 64])], inits)
+    out["convs"] = folder / "convs.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), out["convs"])
     return out
 
 
@@ -315,3 +331,48 @@ def test_export_writes_one_folder_per_model_that_plain_onnxruntime_chains(
         (value,) = got.values()
         np.testing.assert_allclose(value, want, rtol=1e-5, atol=1e-6)
     assert_bad_input(run("export", str(planned["a_first"]), "--out", str(out)), "--out")
+
+
+# ---- engines that slow each other down ---------------------------------------------------------
+def test_engines_on_the_jetson_slow_each_other_as_the_preset_says(
+        files: dict[str, Path]) -> None:
+    """Two copies of a model, one on the GPU and one on DLA0, both in fp16: together, each
+    is stretched by the preset's co-run factor over the time they overlap (TensorRT
+    #2745's figures), never more; alone on the same devices, neither is."""
+    from placewise.hardware.load import load_machine
+    from placewise.plan_workload import member_placement, member_problem, vertex_members
+    from placewise.planning import build_problem
+    from placewise.schedule.evaluate import evaluate
+    from placewise.schedule.placement import Assignment, Placement
+    from placewise.units import DType
+
+    machine = load_machine("jetson-agx-orin")
+    gpu, dla = machine.device("gpu"), machine.device("dla0")
+    assert gpu.corun is not None and "2745" in gpu.corun.source
+    ref = workload_ref([Member("g", str(files["convs"])), Member("d", str(files["convs"]))])
+    prob = build_problem(ref, machine, batch=8)
+    where = {"g": "gpu", "d": "dla0"}
+    placement = Placement.of({v: Assignment(where[m], DType.FP16)
+                              for v, m in vertex_members(prob).items()})
+    together = evaluate(prob, placement).schedule
+    alone = {m: evaluate(p := member_problem(prob, m), member_placement(placement, p))
+             .schedule.makespan_s for m in where}
+    from placewise.plan_workload import workload_json
+
+    ends = {w["name"]: w["latency_s"] for w in workload_json(
+        prob, together, parse_workload_ref(ref))["models"]}
+    first_end = min(ends.values())
+    for m, other in (("g", "dla0"), ("d", "gpu")):
+        factor = machine.device(where[m]).corun_slowdown([other])
+        assert factor > 1.0
+        # the overlapped part is stretched: no faster than alone, no slower than all of it
+        assert ends[m] > alone[m] * (1 + 1e-9)
+        assert ends[m] <= alone[m] * factor * (1 + 1e-9)
+    # the one that ends first overlapped the other all along: stretched by its full factor
+    m0 = min(ends, key=lambda k: ends[k])
+    f0 = machine.device(where[m0]).corun_slowdown([where["d" if m0 == "g" else "g"]])
+    assert first_end == pytest.approx(alone[m0] * f0, rel=0.05)
+    with pytest.raises(Exception, match="co-runner"):
+        bad = machine.model_dump()
+        bad["devices"][1]["corun"] = {"added": {"tpu": 0.1}, "source": "x"}
+        type(machine).model_validate(bad)

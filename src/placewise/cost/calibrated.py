@@ -485,9 +485,12 @@ class CalibratedModel:
         """The measured median slowdown of region ``ops`` on ``device`` with one of the
         devices ``busy`` computing (``corun_measurement``); with several busy, the largest
         (each was measured with one other device busy); never below 1 (a co-running
-        device does not speed a region up: a ratio under 1 is measurement noise); 1.0
-        when none of them was measured."""
+        device does not speed a region up: a ratio under 1 is measurement noise); where
+        none of them was measured, what the machine spec says (``Device.corun_slowdown``,
+        1.0 when nothing)."""
         worst = 1.0
+        if not any((device, b) in self._corun_pairs for b in busy):
+            return self.roofline.corun_slowdown(graph, ops, device, dtype, busy)
         for b in sorted(busy):
             m = self.corun_measurement(graph, ops, device, dtype, b)
             if m is not None and m.slowdown_median > worst:

@@ -867,10 +867,12 @@ class RooflineModel(NoRuntimeTerms):
 
     def corun_slowdown(self, graph: Graph, ops: Sequence[Op], device: str, dtype: DType,
                        busy: frozenset[str]) -> float:
-        """1.0: a datasheet gives no co-run slowdown; what devices sharing a memory
-        controller cost each other is the scheduler's shared-bandwidth model
-        (``Cost.memory_bytes`` on ``Machine.shared_resources``), not a factor here."""
-        return 1.0
+        """What the machine spec says of ``device`` beside the ``busy`` devices
+        (``Device.corun_slowdown``: published co-run figures, e.g. the Jetson preset's); 1.0
+        where it says nothing. What devices sharing a memory controller cost each other in
+        bandwidth is the scheduler's shared-bandwidth model (``Cost.memory_bytes`` on
+        ``Machine.shared_resources``); the scheduler applies the slower of the two."""
+        return self._device(device, "its co-run slowdown").corun_slowdown(busy)
 
     def wake_s(self, device: str) -> float:
         """0.0: wake-up latency is a property of the runtime that runs a plan, measured by

@@ -16,6 +16,7 @@ import hashlib
 import json
 import re
 from collections import deque
+from collections.abc import Iterable
 from enum import Enum, StrEnum
 from importlib import resources
 from pathlib import Path
@@ -38,6 +39,7 @@ from placewise.io import MAX_YAML_BYTES, load_yaml, parse_yaml
 from placewise.units import DType
 
 __all__ = [
+    "CoRun",
     "Device",
     "DeviceEfficiency",
     "DeviceKind",
@@ -200,6 +202,18 @@ class MachinePower(_Strict):
         return self
 
 
+class CoRun(_Strict):
+    """How much longer a device's work takes while other devices compute beside it (their
+    engines contend for what the spec does not model as bandwidth: DRAM banks and row
+    buffers, caches, the fabric): ``added`` maps a co-running device to the fraction its
+    being busy adds, so that with the set ``B`` busy the device's compute runs ``1 + sum of
+    added over B`` times longer (``Device.corun_slowdown``), fitted to published or measured
+    figures named in ``source``."""
+
+    added: dict[str, Annotated[float, Field(ge=0.0, le=10.0)]]
+    source: str = Field(min_length=1)
+
+
 class Device(_Strict):
     """Something that executes ops, with per-dtype peaks, launch overhead and memory tiers."""
 
@@ -228,6 +242,19 @@ class Device(_Strict):
     # fitted efficiency assumptions (``placewise.hardware.efficiency``); None: the cost
     # model's built-in assumptions, stated beside every cost
     efficiency: DeviceEfficiency | None = None
+    corun: CoRun | None = None  # slowdown beside other busy devices; None: none known
+
+    def corun_slowdown(self, busy: Iterable[str]) -> float:
+        """``1 + sum of corun.added`` over the devices ``busy`` (1.0 without ``corun``).
+
+        >>> from placewise.hardware.load import load_machine
+        >>> gpu = load_machine("jetson-agx-orin").device("gpu")
+        >>> gpu.corun_slowdown([]), round(gpu.corun_slowdown(["dla0", "dla1"]), 3)
+        (1.0, 1.311)
+        """
+        if self.corun is None:
+            return 1.0
+        return 1.0 + sum(self.corun.added.get(b, 0.0) for b in busy)
 
     @field_validator("peak_flops_per_s", mode="before")
     @classmethod
@@ -360,6 +387,13 @@ class Machine(_Strict):
                         f"device {d.name!r} tier {t.name!r} names unknown shared resource "
                         f"{t.shared_with!r} (known: {', '.join(shared) or 'none'})",
                         f"devices[{i}]({d.name}).memory[{j}]({t.name}).shared_with")
+        for i, d in enumerate(self.devices):
+            for other in (d.corun.added if d.corun is not None else {}):
+                if other not in names or other == d.name:
+                    raise _PlacedError(
+                        f"device {d.name!r} names {other!r} as a co-runner, which is not "
+                        f"another device of the machine",
+                        f"devices[{i}]({d.name}).corun.added.{other}")
         link_names = [link.name for link in self.links]
         for i, link in enumerate(self.links):
             where = f"links[{i}]({link.name})"
