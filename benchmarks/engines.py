@@ -37,6 +37,7 @@ import platform
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +179,7 @@ def local(args: argparse.Namespace) -> dict[str, Any]:
         for strategy in ("auto", "single:cpu01"):
             prob = build_problem(ref, machine, batch=1)
             clock = CommandBudget.make(args.time_limit, ops=len(prob.graph.ops),
+                                       start=time.perf_counter(),
                                        least_s=minimum_time_s(prob))
             done = plan_model(prob, ref, clock=clock, strategy=strategy, streams=streams,
                               batch=1)

@@ -347,7 +347,7 @@ def test_engines_on_the_jetson_slow_each_other_as_the_preset_says(
     from placewise.units import DType
 
     machine = load_machine("jetson-agx-orin")
-    gpu, dla = machine.device("gpu"), machine.device("dla0")
+    gpu = machine.device("gpu")
     assert gpu.corun is not None and "2745" in gpu.corun.source
     ref = workload_ref([Member("g", str(files["convs"])), Member("d", str(files["convs"]))])
     prob = build_problem(ref, machine, batch=8)
@@ -376,3 +376,35 @@ def test_engines_on_the_jetson_slow_each_other_as_the_preset_says(
         bad = machine.model_dump()
         bad["devices"][1]["corun"] = {"added": {"tpu": 0.1}, "source": "x"}
         type(machine).model_validate(bad)
+
+
+def test_tune_measures_each_model_on_its_own_and_serve_uses_it(planned: dict[str, Path],
+                                                                tmp_path: Path) -> None:
+    """tune of a workload plan tunes each model's part alone (ModelRecord.service); the
+    simulation then prices each model's idle gaps with its own measurement."""
+    from placewise.cost.load import load_cost_model
+    from placewise.hardware.probe import load_local
+    from placewise.plan_workload import member_plan
+    from placewise.serve.policies import parse_batching
+    from placewise.serve.service import PlanService
+    from placewise.serve.workload import by_model, simulate_workload, workload_arrivals
+
+    out = tmp_path / "tuned.json"
+    proc = run("tune", str(planned["local"]), "--out", str(out), "--requests", "4",
+               "--repeats", "1", "--json")
+    assert proc.returncode == 0, proc.stderr
+    plan = load_plan(out)
+    assert plan.workload is not None and plan.service is None
+    for m in plan.workload.models:
+        assert m.service is not None and m.service.points
+        assert m.alone_latency_s is not None and m.alone_latency_s <= m.latency_s * 1.000001
+        part = member_plan(plan, m.name)
+        assert part.service == m.service and part.predicted_latency_s == m.alone_latency_s
+        assert m.service.predicted_latency_s == pytest.approx(m.alone_latency_s)
+    whole = PlanService(plan, load_local(), load_cost_model(load_local(), None))
+    wl = workload_arrivals(plan, 2.0, rates=[50.0, 50.0], seed=4)
+    tuned = by_model(simulate_workload(whole, wl, parse_batching("none")), ["a", "b"])
+    plain = by_model(simulate_workload(whole, wl, parse_batching("none"), tuned=False),
+                     ["a", "b"])
+    assert [f.completed for f in tuned] == [f.completed for f in plain]
+    assert any(t.p50_s != p.p50_s for t, p in zip(tuned, plain, strict=True))

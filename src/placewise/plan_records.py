@@ -591,6 +591,14 @@ class ModelRecord(Record):
     busy_s: dict[str, float]
     contention_s: float
     devices: tuple[str, ...]
+    #: the model on its own under the plan's placement (no other model running): its
+    #: latency (with the request hand-off) and pipelined period; ``latency_s`` less
+    #: ``alone_latency_s`` is what co-location costs it
+    alone_latency_s: float | None = None
+    alone_period_s: float | None = None
+    #: how the model's part of the plan serves on the machine it was tuned on (``placewise
+    #: tune`` of a workload plan: each model alone); None: not tuned
+    service: ServiceRecord | None = None
 
 
 class WorkloadRecord(Record):

@@ -19,10 +19,12 @@ from placewise.errors import InputError
 from placewise.graph.ir import Graph
 from placewise.graph.workload import Member, Stream, member_of, members_by_name, workload_models
 from placewise.plan_records import Plan
+from placewise.schedule.evaluate import evaluate
 from placewise.schedule.placement import Placement, Problem
 from placewise.schedule.simulate import Schedule, TaskKind
 
-__all__ = ["member_graph", "member_placement", "member_plan", "member_problem", "plan_levels",
+__all__ = ["is_member_plan", "member_graph", "member_placement", "member_plan",
+           "member_problem", "plan_levels",
            "prioritize", "task_member",
            "vertex_members", "workload_json"]
 
@@ -77,9 +79,12 @@ def workload_json(problem: Problem, schedule: Schedule, members: Sequence[Member
             if m in devices:
                 devices[m].add(t.device)
                 ops[m] += len(assign[t.vertex or t.name].ops)
+
     models = []
     for mem in members:
         st = streams.get(mem.name, Stream())
+        sub = member_problem(problem, mem.name)
+        alone = evaluate(sub, member_placement(schedule.placement, sub))
         models.append({
             "name": mem.name, "ref": mem.ref, "inputs": io[mem.name]["inputs"],
             "outputs": io[mem.name]["outputs"], "ops": ops[mem.name],
@@ -87,7 +92,8 @@ def workload_json(problem: Problem, schedule: Schedule, members: Sequence[Member
             "latency_s": ends.get(mem.name, 0.0),
             "busy_s": dict(sorted(busy[mem.name].items())),
             "contention_s": contention[mem.name],
-            "devices": sorted(devices[mem.name])})
+            "devices": sorted(devices[mem.name]),
+            "alone_latency_s": alone.latency_s, "alone_period_s": alone.pipeline.period_s})
     util: dict[str, float] | None = None
     if members and all(streams.get(m.name, Stream()).rate_per_s for m in members):
         per: dict[str, float] = {}
@@ -158,8 +164,11 @@ def member_placement(placement: Placement, problem: Problem) -> Placement:
 
 def member_plan(plan: Plan, member: str) -> Plan:
     """The plan's records of ``member`` alone (its tasks, in the plan's order, depending on
-    its own tasks only; its regions, ops, tensors, inputs and outputs): what the executor
-    runs to serve that model's requests on their own (``serve.workload``)."""
+    its own tasks only; its regions, ops, tensors, inputs and outputs; a workload of that
+    one model, whose tuned service is the plan's): a plan the one run recipe runs
+    (``runtime.planned.planned_program`` takes the model's part of the workload's graph),
+    to serve, tune or validate that model on its own (``serve.workload``). Its graph
+    fingerprint stays the workload's: it is checked against the whole model loaded."""
     if plan.workload is None or member not in {m.name for m in plan.workload.models}:
         known = ", ".join(m.name for m in plan.workload.models) if plan.workload else \
             "none: the plan has one model"
@@ -178,7 +187,25 @@ def member_plan(plan: Plan, member: str) -> Plan:
             "tasks": tasks,
             "critical_path": tuple(n for n in plan.schedule.critical_path if n in names)}),
         "regions": regions,
+        "placement": {k: a for k, a in plan.placement.items() if k in regions},
+        "crossings": tuple(c for c in plan.crossings if member_of(c.tensor) == member),
+        "cuts": (),
+        "lower_bound_s": 0.0,  # the workload's bound is not the model's; none is recorded
         "ops": {k: o for k, o in plan.ops.items() if o.vertex in regions},
         "tensors": {k: t for k, t in plan.tensors.items() if member_of(k) == member},
         "graph_inputs": rec.inputs, "graph_outputs": rec.outputs,
-        "makespan_s": rec.latency_s})
+        "makespan_s": rec.latency_s,
+        # alone, as it is served on its own: its latency and pipelined period
+        **({"latency_s": rec.alone_latency_s} if rec.alone_latency_s is not None else {}),
+        **({"throughput": plan.throughput.model_copy(update={
+            "period_s": rec.alone_period_s,
+            "requests_per_s": plan.batch / rec.alone_period_s}),
+            "throughput_rps": plan.batch / rec.alone_period_s}
+           if rec.alone_period_s else {}),
+        "workload": plan.workload.model_copy(update={"models": (rec,), "utilization": None}),
+        "service": rec.service})
+
+
+def is_member_plan(plan: Plan) -> bool:
+    """Whether ``plan`` is one model's part of a workload plan (``member_plan``)."""
+    return plan.workload is not None and len(plan.workload.models) == 1

@@ -519,6 +519,9 @@ def tune(
     check_output_path(target, place="--out")
     plan = load_plan(plan_file)
     machine = check_machine(plan, None, str(plan_file))
+    if plan.workload is not None:
+        _tune_workload(plan, plan_file, target, machine, requests, repeats, seed, as_json)
+        return
     with _progress("tuning") as cb:
         try:
             rec = tune_service(plan, machine=machine, source=model,
@@ -534,6 +537,41 @@ def tune(
         _print_json(result)
         return
     _render_tune(result)
+
+
+def _tune_workload(plan: Any, plan_file: Path, target: Path, machine: Any, requests: int,
+                   repeats: int, seed: int, as_json: bool) -> None:
+    """``tune`` of a workload plan: each model's part tuned on its own (the other models
+    idle), its service recorded in its model record (``ModelRecord.service``)."""
+    from placewise.plan import save_plan
+    from placewise.plan_workload import member_plan
+    from placewise.runtime.planned import plan_fingerprint
+    from placewise.serve.tune import tune_service
+
+    assert plan.workload is not None
+    models = []
+    for m in plan.workload.models:
+        with _progress(f"tuning {m.name}") as cb:
+            try:
+                rec = tune_service(member_plan(plan, m.name), machine=machine,
+                                   per_gap=requests, probe=requests, repeats=repeats,
+                                   seed=seed, progress=cb)
+            except InputError as exc:
+                raise exc.at(file=str(plan_file)) from None
+        models.append(m.model_copy(update={"service": rec}))
+    tuned = plan.model_copy(update={"workload": plan.workload.model_copy(
+        update={"models": tuple(models)})})
+    save_plan(tuned, target)
+    result = {"plan": str(target), "from": str(plan_file),
+              "plan_fingerprint": plan_fingerprint(tuned),
+              "models": {m.name: m.service.to_json() for m in models if m.service}}
+    if as_json:
+        _print_json(result)
+        return
+    for name, svc in result["models"].items():
+        out.print(f"[bold]{name}[/bold]")
+        _render_tune({"plan": str(target), "from": str(plan_file),
+                      "plan_fingerprint": result["plan_fingerprint"], "service": svc})
 
 
 def _render_tune(r: dict[str, Any]) -> None:

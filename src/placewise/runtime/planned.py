@@ -26,6 +26,7 @@ from placewise.hardware.power import split_ref
 from placewise.hardware.probe import load_local
 from placewise.hardware.spec import Machine, list_presets
 from placewise.plan import Plan, check_fingerprints, dumps_plan
+from placewise.plan_workload import member_graph
 from placewise.runtime.backends import backend_gap
 from placewise.runtime.program import ExecProgram, program_from_plan
 
@@ -123,7 +124,11 @@ def planned_program(plan: Plan, machine: Machine | None, source: ModelSource | s
     if src.graph is None:
         raise InputError("the model source has no graph", file=src.ref)
     check_fingerprints(plan, graph=src.graph, file=file)
-    return machine, src, program_from_plan(plan, src.graph, machine)
+    graph = src.graph
+    if plan.workload is not None and len(plan.workload.models) == 1 \
+            and len(graph.record.members) > 1:  # one model's part of a workload plan
+        graph = member_graph(graph, plan.workload.models[0].name)
+    return machine, src, program_from_plan(plan, graph, machine)
 
 
 def predicted_tasks(plan: Plan, program: ExecProgram) -> dict[str, PlanTask]:

@@ -242,8 +242,8 @@ class IdleCost(Protocol):
 class _Replica:
     """One copy of the plan: its queue, resources and batches in service."""
 
-    __slots__ = ("busy", "cache", "credit", "free", "last_fin", "names", "next_t", "order",
-                 "out", "outstanding", "queue", "served", "svc")
+    __slots__ = ("busy", "cache", "credit", "free", "idle", "last_fin", "names", "next_t",
+                 "order", "out", "outstanding", "queue", "served", "svc")
 
     def __init__(self, queue: RequestQueue, svc: ServiceFn) -> None:
         self.queue = queue
@@ -259,6 +259,7 @@ class _Replica:
         self.next_t = math.inf
         self.order: tuple[int, ...] = ()
         self.last_fin = -math.inf  # the latest completion so far
+        self.idle: IdleCost | None = None  # what an idle gap costs it (None: nothing)
 
     def load(self, now: float) -> int:
         """Requests queued or in service at ``now``."""
@@ -279,7 +280,8 @@ def simulate(workload: Workload | ClosedLoop | np.ndarray,
              replicas: int = 1, router: str = "round-robin", in_flight: int | None = None,
              pad_to: int | None = None, deterministic: bool = True,
              queue_limit: int | None = None, timeout_s: float | None = None,
-             idle: IdleCost | None = None, shared: bool = False) -> ServeResult:
+             idle: IdleCost | Sequence[IdleCost | None] | None = None,
+             shared: bool = False) -> ServeResult:
     """Simulate the service (module docstring). ``service_s(b)`` (``service_s(b, shape)``
     for a workload with shapes) gives a batch's ``StageTimes`` or, for a chain, its stage
     times; a sequence of them: one replica each, not alike (``replicas`` then 1 or their
@@ -291,6 +293,7 @@ def simulate(workload: Workload | ClosedLoop | np.ndarray,
     when nothing of its replica is in service, ``g`` after the replica's last completion,
     runs with its latency and offsets scaled by ``idle.latency_factor(g)`` and its
     occupancies by ``idle.occupancy_factor(g)``); None: every batch costs the same.
+    A sequence: one per replica (replicas not alike, each measured on its own).
     ``shared``: resources of the same name are one across replicas (module docstring)."""
     if admission is None:
         admission = Admission(queue_limit, timeout_s)
@@ -316,7 +319,14 @@ def simulate(workload: Workload | ClosedLoop | np.ndarray,
         raise InputError(f"routing by class needs one replica per class: {len(reps)} "
                          f"replicas, {len(priorities)} classes", place="--router")
     sim = _Service(workload, reps, len(priorities), router, pad_to, deterministic)
-    sim.idle = idle
+    if isinstance(idle, list | tuple):
+        if len(idle) != len(reps):
+            raise InputError(f"{len(idle)} idle costs for {len(reps)} replicas", place="idle")
+        for rep, cost in zip(reps, idle, strict=True):
+            rep.idle = cost
+    else:
+        for rep in reps:
+            rep.idle = idle
     sim.shared = {} if shared else None
     sim.in_service_max = in_flight if in_flight is not None else max(
         max(1, len(sim.price(r, 1, 0).offsets_s)) for r in reps)
@@ -370,7 +380,6 @@ class _Service:
         self.latency: list[float] = []
         self.wait: list[float] = []
         self.gaps: list[float] = []
-        self.idle: IdleCost | None = None
         self.jitter = np.random.default_rng(7)  # the service's spread about its median
         self.done_ids: list[int] = []
         self.sizes: list[int] = []
@@ -461,10 +470,11 @@ class _Service:
         free, busy = rep.free, rep.busy
         gap = 0.0 if rep.out else t - rep.last_fin  # dispatch popped what ended by t
         fl = fo = 1.0
-        if self.idle is not None:
-            jitter = math.exp(self.idle.sigma(gap) * float(self.jitter.standard_normal()))
-            fl = self.idle.latency_factor(gap) * jitter
-            fo = self.idle.occupancy_factor(gap) * jitter
+        idle = rep.idle
+        if idle is not None:
+            jitter = math.exp(idle.sigma(gap) * float(self.jitter.standard_normal()))
+            fl = idle.latency_factor(gap) * jitter
+            fo = idle.occupancy_factor(gap) * jitter
         shift = 0.0
         shared = self.shared
         for j, (a, w) in enumerate(zip(st.offsets_s, st.occupancy_s, strict=True)):

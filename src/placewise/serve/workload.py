@@ -7,7 +7,8 @@ records each model's stream (``ModelRecord.rate_per_s``, ``priority``). Serving 
   ``scale``), seeded per model, merged in time order; a request's class is its model's index;
 - **simulated** (``simulate_workload``): one server per model (``serve.sim``'s replicas,
   routed ``by-class``), each with its own queue and batcher; a model's batch costs what the
-  model costs on its own under the plan's placement (``serve.service.MemberService``), and
+  model costs on its own under the plan's placement (``serve.service.MemberService``), after
+  an idle gap what ``placewise tune`` measured for that model (each model tuned alone), and
   batches run padded to the plan's batch, as the executor runs them (the executor's
   program has the plan's fixed shapes); the devices, links and cores the models have in
   common are *shared* by name: one batch
@@ -83,16 +84,20 @@ def workload_arrivals(plan: Plan, duration_s: float, *, scale: float = 1.0, seed
 
 
 def simulate_workload(whole: PlanService, workload: Workload, batcher: Batcher, *,
-                      admission: Admission | None = None, in_flight: int | None = None
-                      ) -> ServeResult:
-    """The workload plan of ``whole`` serving ``workload`` (module docstring)."""
+                      admission: Admission | None = None, in_flight: int | None = None,
+                      tuned: bool = True) -> ServeResult:
+    """The workload plan of ``whole`` serving ``workload`` (module docstring); with
+    ``tuned``, each model that ``placewise tune`` measured (``ModelRecord.service``) pays
+    its measured idle-gap cost and spread (``serve.sim``'s idle gaps)."""
     from placewise.serve.service import MemberService
 
     models = _models(whole.plan)
     services = [MemberService(whole, m.name) for m in models]
+    idle = [m.service if tuned else None for m in models]
     return simulate(workload, services, batcher, admission=admission,
                     priorities=[m.priority for m in models], router="by-class",
-                    in_flight=in_flight, shared=True, pad_to=whole.plan.batch)
+                    in_flight=in_flight, shared=True, pad_to=whole.plan.batch,
+                    idle=idle if any(x is not None for x in idle) else None)
 
 
 def serve_workload(plan: Plan, workload: Workload, batcher: Batcher, *,
@@ -106,18 +111,16 @@ def serve_workload(plan: Plan, workload: Workload, batcher: Batcher, *,
     are ``{model}/{device}``."""
     from dataclasses import replace
 
-    from placewise.plan_workload import member_graph, member_plan
+    from placewise.plan_workload import member_plan
     from placewise.runtime.executor import Executor
     from placewise.runtime.opexec import request_inputs
     from placewise.runtime.planned import planned_program
-    from placewise.runtime.program import program_from_plan
     from placewise.serve.real import SERVE, SERVE_WARMUP, Lane, Lateness, RealServe, busy_s
     from placewise.serve.replicas import ReplicaLoop
     from placewise.serve.tune import plan_window
 
     report: Progress = progress or (lambda _m, _f: None)
     models = _models(plan)
-    machine, src, whole = planned_program(plan, machine, None, None, file)
     admission = admission or Admission()
     times = np.asarray(workload.times_s, dtype=float)
     classes = (np.zeros(len(times), dtype=np.int64) if workload.classes is None
@@ -129,11 +132,14 @@ def serve_workload(plan: Plan, workload: Workload, batcher: Batcher, *,
         programs = []
         for k, (m, mp) in enumerate(zip(models, plans, strict=True)):
             report(f"starting model {m.name}", 0.1 * k / len(models))
-            program = program_from_plan(mp, member_graph(whole.graph, m.name), machine)
+            machine, src, program = planned_program(mp, machine, None, None, file)
             pool = request_inputs(src, program.graph, inputs, seed)
+            tuned = {} if mp.service is None else {
+                "session_spinning": mp.service.session_spinning,
+                "client_spin_s": mp.service.client_spin_s}  # what tune chose for it
             ex = stack.enter_context(Executor(
                 program, src, reference_inputs=pool[0], slots=wins[k], inline_host=False,
-                timeout_s=max(timeout_s, 100.0 * float(mp.makespan_s))))
+                timeout_s=max(timeout_s, 100.0 * float(mp.makespan_s)), **tuned))
             ex.start()
             if warmup:
                 ex.run([pool[i % len(pool)] for i in range(warmup)], phase=SERVE_WARMUP)
