@@ -562,13 +562,13 @@ def _tune_workload(plan: Any, plan_file: Path, target: Path, machine: Any, reque
     tuned = plan.model_copy(update={"workload": plan.workload.model_copy(
         update={"models": tuple(models)})})
     save_plan(tuned, target)
+    services = {m.name: m.service.to_json() for m in models if m.service}
     result = {"plan": str(target), "from": str(plan_file),
-              "plan_fingerprint": plan_fingerprint(tuned),
-              "models": {m.name: m.service.to_json() for m in models if m.service}}
+              "plan_fingerprint": plan_fingerprint(tuned), "models": services}
     if as_json:
         _print_json(result)
         return
-    for name, svc in result["models"].items():
+    for name, svc in services.items():
         out.print(f"[bold]{name}[/bold]")
         _render_tune({"plan": str(target), "from": str(plan_file),
                       "plan_fingerprint": result["plan_fingerprint"], "service": svc})

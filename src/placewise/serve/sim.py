@@ -319,14 +319,12 @@ def simulate(workload: Workload | ClosedLoop | np.ndarray,
         raise InputError(f"routing by class needs one replica per class: {len(reps)} "
                          f"replicas, {len(priorities)} classes", place="--router")
     sim = _Service(workload, reps, len(priorities), router, pad_to, deterministic)
-    if isinstance(idle, list | tuple):
-        if len(idle) != len(reps):
-            raise InputError(f"{len(idle)} idle costs for {len(reps)} replicas", place="idle")
-        for rep, cost in zip(reps, idle, strict=True):
-            rep.idle = cost
-    else:
-        for rep in reps:
-            rep.idle = idle
+    costs: list[IdleCost | None] = list(idle) if isinstance(idle, list | tuple) else \
+        [idle] * len(reps)  # type: ignore[list-item]
+    if len(costs) != len(reps):
+        raise InputError(f"{len(costs)} idle costs for {len(reps)} replicas", place="idle")
+    for rep, cost in zip(reps, costs, strict=True):
+        rep.idle = cost
     sim.shared = {} if shared else None
     sim.in_service_max = in_flight if in_flight is not None else max(
         max(1, len(sim.price(r, 1, 0).offsets_s)) for r in reps)

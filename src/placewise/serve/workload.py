@@ -134,7 +134,7 @@ def serve_workload(plan: Plan, workload: Workload, batcher: Batcher, *,
             report(f"starting model {m.name}", 0.1 * k / len(models))
             machine, src, program = planned_program(mp, machine, None, None, file)
             pool = request_inputs(src, program.graph, inputs, seed)
-            tuned = {} if mp.service is None else {
+            tuned: dict[str, Any] = {} if mp.service is None else {
                 "session_spinning": mp.service.session_spinning,
                 "client_spin_s": mp.service.client_spin_s}  # what tune chose for it
             ex = stack.enter_context(Executor(
