@@ -151,10 +151,12 @@ def local(args: argparse.Namespace) -> dict[str, Any]:
     from placewise.graph.workload import Member, Stream, workload_ref
     from placewise.graph.zoo import export_onnx, parse_zoo_ref
     from placewise.plan import save_plan
+    from placewise.plan_workload import member_plan
     from placewise.planning import build_problem, plan_model
     from placewise.search.api import CommandBudget, minimum_time_s
     from placewise.serve.policies import parse_batching
     from placewise.serve.service import PlanService
+    from placewise.serve.tune import tune_service
     from placewise.serve.workload import (
         by_model,
         serve_workload,
@@ -184,6 +186,13 @@ def local(args: argparse.Namespace) -> dict[str, Any]:
             done = plan_model(prob, ref, clock=clock, strategy=strategy, streams=streams,
                               batch=1)
             plan = done.plan
+            if args.tune_requests:  # each model's part tuned alone (placewise tune's recipe)
+                assert plan.workload is not None
+                plan = plan.model_copy(update={"workload": plan.workload.model_copy(update={
+                    "models": tuple(m.model_copy(update={"service": tune_service(
+                        member_plan(plan, m.name), machine=machine,
+                        per_gap=args.tune_requests, probe=args.tune_requests, repeats=1)})
+                        for m in plan.workload.models)})})
             save_plan(plan, Path(tmp) / "plan.json")
             cm = load_cost_model(machine, None)
             whole = PlanService(plan, machine, cm)
@@ -250,6 +259,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--time-limit", type=float, default=8.0)
+    ap.add_argument("--tune-requests", type=int, default=30,
+                    help="local: requests per idle gap when tuning each model (0: untuned)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/engines.json")
     args = ap.parse_args()
     prev = json.loads(args.out.read_text()) if args.out.exists() else {}
