@@ -15,6 +15,11 @@ the GPU engine's slowdown with one and with two DLAs busy, and a DLA engine's wi
 (and the other DLA) busy, against #2745's ratios; which figures were fitted and which are
 held out is said in each row.
 
+**pair** (the evaluator only). Two conv networks (``--width`` and half of it) planned
+together on jetson-agx-orin in fp16: the search's placements (latency and throughput
+objectives) against GPU-only and the naive splits (one network whole on the GPU, the other
+whole on DLA0): one request of each (latency) and sets per second (pipelined).
+
 **local** (measured: run it alone). Two zoo models (``--models``), exported to ONNX, each with
 its own Poisson stream (``--rates``, requests/s at batch 1), planned as a workload on
 ``local`` twice: ``auto`` (the search places them over cpu0, cpu1 and cpu01) and
@@ -24,7 +29,14 @@ executor per model, ``--duration`` seconds of arrivals, ``--repeats`` times) and
 on the same arrivals: per model, measured p50/p99 and throughput (medians over repeats,
 spread = (max - min) / median) and the simulation's error.
 
+**replicas** (measured: run it alone). One model (``--replica-model``) as two replicas that
+are not alike: ``single:cpu0`` in fp32 and ``single:cpu1`` in int8 (quantized: another
+speed); Poisson arrivals at ``--replica-load`` of their summed predicted capacity, served
+for real with the stream split by capacity (``weighted``) and evenly (``round-robin``),
+interleaved ``--repeats`` times: p50, p99, throughput, requests per replica.
+
     .venv/bin/python benchmarks/engines.py orin
+    .venv/bin/python benchmarks/engines.py replicas
     .venv/bin/python benchmarks/engines.py local --models mlp,resnet --rates 150,100
 """
 
@@ -222,6 +234,103 @@ def local(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def pair(args: argparse.Namespace) -> dict[str, Any]:
+    """Two networks on jetson-agx-orin in fp16 (module docstring): the search's placement
+    (layer group by layer group over the CPU, GPU and DLAs) against GPU-only and the naive
+    split (one network whole on the GPU, the other whole on DLA0), by the evaluator."""
+    from placewise.graph.workload import Member, workload_ref
+    from placewise.hardware.load import load_machine
+    from placewise.plan_workload import vertex_members, workload_json
+    from placewise.planning import build_problem
+    from placewise.schedule.evaluate import evaluate
+    from placewise.schedule.placement import Assignment, Placement
+    from placewise.search.api import plan_search
+    from placewise.units import DType
+
+    machine = load_machine("jetson-agx-orin")
+    out: dict[str, Any] = {"rows": [], "published": "HaX-CoNN (Dagli and Belviranli, PPoPP "
+                           "2024, arXiv:2308.05869): layer-level GPU/DLA mapping of concurrent "
+                           "DNNs on Orin, Xavier and Snapdragon 865 improves total latency by "
+                           "up to 32% and throughput by up to 29% over the state of the art"}
+    with tempfile.TemporaryDirectory() as tmp:
+        big, small = Path(tmp) / "big.onnx", Path(tmp) / "small.onnx"
+        _convs(big, args.width, args.layers, args.image)
+        _convs(small, args.width // 2, max(2, args.layers // 2), args.image)
+        members = [Member("big", str(big)), Member("small", str(small))]
+        prob = build_problem(workload_ref(members), machine, batch=args.batch)
+        owner = vertex_members(prob)
+        fp16 = {v.name: frozenset({DType.FP16}) for v in prob.vertices}
+        prob = prob.restricted(fp16)
+        placements = {
+            "gpu only": Placement.of({v: Assignment("gpu", DType.FP16) for v in owner}),
+            "naive: big on gpu, small on dla0": Placement.of(
+                {v: Assignment("gpu" if m == "big" else "dla0", DType.FP16)
+                 for v, m in owner.items()}),
+            "naive: small on gpu, big on dla0": Placement.of(
+                {v: Assignment("gpu" if m == "small" else "dla0", DType.FP16)
+                 for v, m in owner.items()})}
+        for objective in ("latency", "throughput"):
+            found = plan_search(prob, strategy="auto", objective=objective,
+                                time_limit_s=args.time_limit, seed=0)
+            placements[f"search ({objective})"] = found.best.placement
+        for label, pl in placements.items():
+            ev = evaluate(prob, pl)
+            per = {w["name"]: w for w in workload_json(prob, ev.schedule, members)["models"]}
+            out["rows"].append({
+                "placement": label, "makespan_s": ev.makespan_s, "latency_s": ev.latency_s,
+                "sets_per_s": ev.throughput_rps / args.batch,
+                "devices": {m: per[m]["devices"] for m in per},
+                "latency_by_model_s": {m: per[m]["latency_s"] for m in per}})
+    return out
+
+
+def replicas(args: argparse.Namespace) -> dict[str, Any]:
+    """One model replicated over unlike replicas on ``local`` (module docstring)."""
+    from placewise.cli import resolve_machine
+    from placewise.planning import build_problem, plan_model
+    from placewise.precision.policy import parse_policy
+    from placewise.search.api import CommandBudget, minimum_time_s
+    from placewise.serve.arrivals import poisson_arrivals
+    from placewise.serve.policies import parse_batching
+    from placewise.serve.replicas import serve_replicas
+    from placewise.serve.sim import Workload
+
+    machine = resolve_machine("local")
+    ref = args.replica_model
+    plans = []
+    for strategy, precision in (("single:cpu0", "KEEP"), ("single:cpu1", "int8")):
+        prob = build_problem(ref, machine, batch=1)
+        clock = CommandBudget.make(args.time_limit, ops=len(prob.graph.ops),
+                                   start=time.perf_counter(), least_s=minimum_time_s(prob))
+        plans.append(plan_model(prob, ref, clock=clock, strategy=strategy,
+                                policy=parse_policy(precision), batch=1).plan)
+    caps = [1.0 / float(p.throughput.period_s) for p in plans]
+    rate = args.replica_load * sum(caps)
+    times = poisson_arrivals(rate, int(rate * args.duration), seed=args.seed)
+    batcher = parse_batching("none")
+    runs: dict[str, list[dict[str, Any]]] = {"weighted": [], "round-robin": []}
+    for _ in range(args.repeats):
+        for router in runs:  # interleaved: a drift of the machine touches both alike
+            got = serve_replicas(plans, Workload(times), batcher, router=router,
+                                 machine=machine, limit_s=120.0)
+            lat = got.result.latency_s
+            runs[router].append({"p50_s": float(np.quantile(lat, 0.5)),
+                                 "p99_s": float(np.quantile(lat, 0.99)),
+                                 "throughput_rps": got.result.throughput_rps,
+                                 "by_replica": list(got.result.by_replica)})
+    out = {"model": ref, "replicas": ["cpu0 fp32", "cpu1 int8"],
+           "predicted_capacity_rps": caps, "rate_per_s": rate, "requests": len(times)}
+    for router, rs in runs.items():
+        p50 = [r["p50_s"] for r in rs]
+        p99 = [r["p99_s"] for r in rs]
+        out[router] = {"p50_s": statistics.median(p50), "p99_s": statistics.median(p99),
+                       "spread_p50": (max(p50) - min(p50)) / statistics.median(p50),
+                       "spread_p99": (max(p99) - min(p99)) / statistics.median(p99),
+                       "throughput_rps": statistics.median(r["throughput_rps"] for r in rs),
+                       "by_replica": rs[0]["by_replica"], "runs": rs}
+    return out
+
+
 def _print(result: dict[str, Any]) -> None:
     if "orin" in result:
         print(f"orin: {result['orin']['source']}")
@@ -232,6 +341,26 @@ def _print(result: dict[str, Any]) -> None:
                   f"{r['alone_s'] * 1e3:.3f} ms | {r['together_s'] * 1e3:.3f} ms | "
                   f"x{r['predicted_slowdown']:.3f} | x{r['published_slowdown']:.3f} | "
                   f"{r['error']:+.1%} | {r['use']} |")
+    if "pair" in result:
+        print(f"pair on jetson-agx-orin (fp16); published: {result['pair']['published']}")
+        print("| placement | one of each (latency) | sets/s | devices |")
+        print("|---|---|---|---|")
+        for r in result["pair"]["rows"]:
+            devs = "; ".join(f"{m}: {','.join(d)}" for m, d in r["devices"].items())
+            print(f"| {r['placement']} | {r['latency_s'] * 1e3:.3f} ms | "
+                  f"{r['sets_per_s']:.0f} | {devs} |")
+    if "replicas" in result:
+        r = result["replicas"]
+        print(f"replicas of {r['model']} ({', '.join(r['replicas'])}; predicted capacity "
+              f"{r['predicted_capacity_rps'][0]:.0f}/s and {r['predicted_capacity_rps'][1]:.0f}/s)"
+              f" at {r['rate_per_s']:.0f}/s, {r['requests']} requests")
+        print("| router | p50 (spread) | p99 (spread) | throughput | requests per replica |")
+        print("|---|---|---|---|---|")
+        for router in ("weighted", "round-robin"):
+            x = r[router]
+            print(f"| {router} | {x['p50_s'] * 1e3:.2f} ms ({x['spread_p50']:.0%}) | "
+                  f"{x['p99_s'] * 1e3:.2f} ms ({x['spread_p99']:.0%}) | "
+                  f"{x['throughput_rps']:.0f}/s | {x['by_replica']} |")
     if "local" in result:
         print("| plan | model | rate | devices | p50 measured (spread) | p99 measured (spread) "
               "| rps | sim p50 err | sim p99 err |")
@@ -247,7 +376,10 @@ def _print(result: dict[str, Any]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("part", choices=["orin", "local"])
+    ap.add_argument("part", choices=["orin", "pair", "local", "replicas"])
+    ap.add_argument("--replica-model", default="zoo:mlp?layers=4&hidden=512")
+    ap.add_argument("--replica-load", type=float, default=0.7,
+                    help="replicas: the offered rate as a share of the summed capacity")
     ap.add_argument("--width", type=int, default=64)
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--image", type=int, default=64)
@@ -264,7 +396,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/engines.json")
     args = ap.parse_args()
     prev = json.loads(args.out.read_text()) if args.out.exists() else {}
-    got = orin(args) if args.part == "orin" else local(args)
+    got = {"orin": orin, "pair": pair, "local": local, "replicas": replicas}[args.part](args)
     prev[args.part] = got
     prev.setdefault("runs", {})[args.part] = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
