@@ -28,6 +28,7 @@ __all__ = [
     "format_seconds",
     "parse_bytes",
     "parse_dims",
+    "parse_options",
     "parse_seconds",
 ]
 
@@ -173,3 +174,40 @@ def parse_seconds(text: str, place: str) -> float:
     if m is None:
         raise InputError(f"{text!r} is not a duration (e.g. 2ms, 0.5s)", place=place)
     return float(m.group(1)) * _SECONDS[m.group(2) or "s"]
+
+
+def parse_options(args: str, place: str, kinds: dict[str, str]) -> dict[str, float | int]:
+    """``KEY=VALUE,KEY=VALUE`` where each key's value is of its kind: ``positive`` (a finite
+    number > 0), ``priority`` (an integer >= 1, 1 the highest) or ``seconds`` (a duration
+    > 0, ``parse_seconds``). ``InputError`` at ``place`` (and the key) for an unknown key
+    or a bad value.
+
+    >>> parse_options("rate=30,slo_p99=20ms", "--stream a",
+    ...               {"rate": "positive", "slo_p99": "seconds", "priority": "priority"})
+    {'rate': 30.0, 'slo_p99': 0.02}
+    """
+    out: dict[str, float | int] = {}
+    for part in filter(None, args.split(",")):
+        key, sep, value = part.partition("=")
+        if not sep or key not in kinds:
+            raise InputError(f"unknown option {part!r} (known: {', '.join(kinds)})",
+                             place=place)
+        at, kind = f"{place} {key}", kinds[key]
+        if kind == "priority":
+            if not value.strip().isdigit() or int(value) < 1:
+                raise InputError(f"{key} must be an integer >= 1 (1 = highest), got "
+                                 f"{value!r}", place=at)
+            out[key] = int(value)
+        elif kind == "seconds":
+            out[key] = parse_seconds(value, at)
+            if not out[key] > 0:
+                raise InputError(f"{key} must be > 0, got {value!r}", place=at)
+        else:
+            try:
+                x = float(value)
+            except ValueError:
+                x = math.nan
+            if not (math.isfinite(x) and x > 0):
+                raise InputError(f"{key} must be a number > 0, got {value!r}", place=at)
+            out[key] = x
+    return out

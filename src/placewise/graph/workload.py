@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from placewise.errors import InputError, ModelFormatError
+from placewise.units import parse_options
 
 if TYPE_CHECKING:
     from onnx import ModelProto
@@ -106,40 +107,15 @@ def parse_stream(text: str) -> tuple[str, Stream]:
     >>> parse_stream("det:rate=30,slo_p99=20ms,priority=1")
     ('det', Stream(rate_per_s=30.0, slo_p99_s=0.02, priority=1))
     """
-    import math
-
-    from placewise.units import parse_seconds
-
     name, _, args = text.strip().partition(":")
     if not _NAME.match(name):
         raise InputError(f"{text!r}: a stream starts with its model's name "
                          f"(NAME:rate=30,slo_p99=20ms,priority=1)", place="--stream")
-    rate: float | None = None
-    slo: float | None = None
-    priority = 1
-    for part in filter(None, args.split(",")):
-        key, sep, value = part.partition("=")
-        place = f"--stream {name} {key}"
-        if not sep or key not in ("rate", "slo_p99", "priority"):
-            raise InputError(f"unknown option {part!r} (known: rate, slo_p99, priority)",
-                             place=f"--stream {name}")
-        if key == "rate":
-            try:
-                rate = float(value)
-            except ValueError:
-                rate = math.nan
-            if not (math.isfinite(rate) and rate > 0):
-                raise InputError(f"rate must be requests per second > 0, got {value!r}",
-                                 place=place)
-        elif key == "priority":
-            if not value.strip().isdigit() or int(value) < 1:
-                raise InputError(f"priority must be an integer >= 1 (1 = highest), got "
-                                 f"{value!r}", place=place)
-            priority = int(value)
-        else:
-            slo = parse_seconds(value, place)
-            if not slo > 0:
-                raise InputError(f"slo_p99 must be > 0, got {value!r}", place=place)
+    opts = parse_options(args, f"--stream {name}",
+                         {"rate": "positive", "slo_p99": "seconds", "priority": "priority"})
+    rate = float(opts["rate"]) if "rate" in opts else None
+    slo = float(opts["slo_p99"]) if "slo_p99" in opts else None
+    priority = int(opts.get("priority", 1))
     return name, Stream(rate, slo, priority)
 
 

@@ -438,6 +438,14 @@ class Problem:
                                  f"the problem does not have", place="precision")
             self.precision[self.vertex_index[name]] = frozenset(dts)
 
+    def _copy(self) -> Problem:
+        """A copy sharing every table (the memo tables included)."""
+        p = Problem.__new__(Problem)
+        for slot in Problem.__slots__:
+            if hasattr(self, slot):
+                object.__setattr__(p, slot, getattr(self, slot))
+        return p
+
     def allows(self, vi: int, dtype: DType) -> bool:
         """Whether the precision restriction lets vertex ``vi`` compute in ``dtype``."""
         got = self.precision.get(vi)
@@ -446,10 +454,7 @@ class Problem:
     def restricted(self, precision: Mapping[str, frozenset[DType]] | None) -> Problem:
         """This problem with another precision restriction (``None``: none). Costs are
         pure functions of (vertex, device, dtype): the memo tables are shared."""
-        p = Problem.__new__(Problem)
-        for slot in Problem.__slots__:
-            if hasattr(self, slot):
-                object.__setattr__(p, slot, getattr(self, slot))
+        p = self._copy()
         p._feasible = {}
         p._pruned = {}
         p.precision = {}
@@ -472,10 +477,7 @@ class Problem:
             if not math.isfinite(t) or t < 0:
                 raise InputError(f"a release time must be finite and >= 0, got {t!r}",
                                  place=f"vertex {name!r}")
-        p = Problem.__new__(Problem)
-        for slot in Problem.__slots__:
-            if hasattr(self, slot):
-                object.__setattr__(p, slot, getattr(self, slot))
+        p = self._copy()
         p.release_s = {k: float(v) for k, v in release_s.items()}
         return p
 
@@ -492,10 +494,7 @@ class Problem:
             if isinstance(level, bool) or not isinstance(level, int) or level < 1:
                 raise InputError(f"a priority is an integer >= 1, got {level!r}",
                                  place=f"vertex {name!r}")
-        p = Problem.__new__(Problem)
-        for slot in Problem.__slots__:
-            if hasattr(self, slot):
-                object.__setattr__(p, slot, getattr(self, slot))
+        p = self._copy()
         p.priority = dict(levels) if len(set(levels.values())) > 1 else {}
         return p
 

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 from placewise.errors import InputError
 from placewise.serve.policies import Batcher
-from placewise.units import parse_seconds
+from placewise.units import parse_options
 
 __all__ = ["Admission", "RequestClass", "RequestQueue", "parse_class"]
 
@@ -73,29 +73,11 @@ def parse_class(text: str) -> RequestClass:
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise InputError(f"{text!r}: a class needs a name of letters, digits, '_', '.', '-' "
                          f"(NAME:share=0.2,priority=1,slo_p99=5ms)", place="--class")
-    share, priority, slo = 1.0, 1, None
-    for part in filter(None, args.split(",")):
-        key, sep, value = part.partition("=")
-        place = f"--class {name} {key}"
-        if not sep or key not in ("share", "priority", "slo_p99"):
-            raise InputError(f"unknown option {part!r} (known: share, priority, slo_p99)",
-                             place=f"--class {name}")
-        if key == "share":
-            try:
-                share = float(value)
-            except ValueError:
-                share = math.nan
-            if not (math.isfinite(share) and share > 0):
-                raise InputError(f"share must be a number > 0, got {value!r}", place=place)
-        elif key == "priority":
-            if not value.strip().isdigit() or int(value) < 1:
-                raise InputError(f"priority must be an integer >= 1 (1 = highest), got "
-                                 f"{value!r}", place=place)
-            priority = int(value)
-        else:
-            slo = parse_seconds(value, place)
-            if not slo > 0:
-                raise InputError(f"slo_p99 must be > 0, got {value!r}", place=place)
+    opts = parse_options(args, f"--class {name}",
+                         {"share": "positive", "priority": "priority", "slo_p99": "seconds"})
+    share = float(opts.get("share", 1.0))
+    priority = int(opts.get("priority", 1))
+    slo = float(opts["slo_p99"]) if "slo_p99" in opts else None
     return RequestClass(name, share, priority, slo)
 
 

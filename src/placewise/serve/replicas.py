@@ -21,7 +21,7 @@ import contextlib
 import math
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -87,6 +87,26 @@ class ReplicaLoop(OpenLoop):
 
     def _check(self, queue: RequestQueue) -> None:
         """Each replica batches its own requests: nothing to refuse here."""
+
+    def served(self, names: Sequence[str], programs: Sequence[Any], tels: Sequence[Any],
+               tags: dict[str, str]) -> RealServe:
+        """The finished run as a ``RealServe``: resources ``{name}/{device}`` per lane (its
+        program's devices, busy from its telemetry ``tels``), requests completed per lane
+        (``by_replica``), the lateness and the calls."""
+        resources: list[str] = []
+        busy: list[float] = []
+        for name, program, tel in zip(names, programs, tels, strict=True):
+            devices = tuple(d.name for d in program.devices)
+            resources += [f"{name}/{d}" for d in devices]
+            busy += busy_s(tel, devices, self.t0_ns, self.span_s, phase=SERVE)
+        result = self.result(tuple(resources), tuple(busy))
+        done = self.completed()
+        by = np.bincount(self.lane_of[done], minlength=len(names)) if len(done) else \
+            np.zeros(len(names), dtype=np.int64)
+        result = replace(result, by_replica=tuple(int(x) for x in by))
+        n = len(self.times_l)
+        return RealServe(result, tags, tuple(self.notes(n)), Lateness.of(self.late_s()),
+                         None, tuple(self.calls), self.late_s().copy())
 
     def queues(self) -> list[RequestQueue]:
         return self.qs
@@ -188,21 +208,9 @@ def serve_replicas(plans: Sequence[Plan], workload: Workload, batcher: Batcher, 
         run.loop()
         run.drain()
         tels = [ln.ex.telemetry() for ln in lanes]
-    resources: list[str] = []
-    busy: list[float] = []
-    for k, (program, tel) in enumerate(zip(programs, tels, strict=True)):
-        devices = tuple(d.name for d in program.devices)
-        resources += [f"r{k}/{d}" for d in devices]
-        busy += busy_s(tel, devices, run.t0_ns, run.span_s, phase=SERVE)
-    result = run.result(tuple(resources), tuple(busy))
-    done = run.completed()
-    by = np.bincount(run.lane_of[done], minlength=len(plans)) if len(done) else \
-        np.zeros(len(plans), dtype=np.int64)
-    result = replace(result, by_replica=tuple(int(x) for x in by))
     tags = {"phase": SERVE, "router": router, "replicas": str(len(plans)),
             "batching": batcher.describe(), "admission": admission.text(),
             "windows": ",".join(map(str, wins)), "arrivals": str(n)}
-    return RealServe(result, tags, tuple(run.notes(n)), Lateness.of(run.late_s()), None,
-                     tuple(run.calls), run.late_s().copy())
+    return run.served([f"r{k}" for k in range(len(plans))], programs, tels, tags)
 
 

@@ -109,13 +109,11 @@ def serve_workload(plan: Plan, workload: Workload, batcher: Batcher, *,
     """Serve ``workload`` with the workload ``plan`` on this machine, for real (module
     docstring): one executor per model, requests routed by model. The result's resources
     are ``{model}/{device}``."""
-    from dataclasses import replace
-
     from placewise.plan_workload import member_plan
     from placewise.runtime.executor import Executor
     from placewise.runtime.opexec import request_inputs
     from placewise.runtime.planned import planned_program
-    from placewise.serve.real import SERVE, SERVE_WARMUP, Lane, Lateness, RealServe, busy_s
+    from placewise.serve.real import SERVE, SERVE_WARMUP, Lane
     from placewise.serve.replicas import ReplicaLoop
     from placewise.serve.tune import plan_window
 
@@ -154,22 +152,10 @@ def serve_workload(plan: Plan, workload: Workload, batcher: Batcher, *,
         run.loop()
         run.drain()
         tels = [ln.ex.telemetry() for ln in lanes]
-    resources: list[str] = []
-    busy: list[float] = []
-    for m, program, tel in zip(models, programs, tels, strict=True):
-        devices = tuple(d.name for d in program.devices)
-        resources += [f"{m.name}/{d}" for d in devices]
-        busy += busy_s(tel, devices, run.t0_ns, run.span_s, phase=SERVE)
-    result = run.result(tuple(resources), tuple(busy))
-    done = run.completed()
-    by = np.bincount(run.lane_of[done], minlength=len(models)) if len(done) else \
-        np.zeros(len(models), dtype=np.int64)
-    result = replace(result, by_replica=tuple(int(x) for x in by))
     tags = {"phase": SERVE, "router": "by-class", "models": ",".join(m.name for m in models),
             "batching": batcher.describe(), "admission": admission.text(),
             "windows": ",".join(map(str, wins)), "arrivals": str(len(times))}
-    return RealServe(result, tags, tuple(run.notes(len(times))), Lateness.of(run.late_s()),
-                     None, tuple(run.calls), run.late_s().copy())
+    return run.served([m.name for m in models], programs, tels, tags)
 
 
 @dataclass(frozen=True, slots=True)
