@@ -408,3 +408,36 @@ def test_tune_measures_each_model_on_its_own_and_serve_uses_it(planned: dict[str
                      ["a", "b"])
     assert [f.completed for f in tuned] == [f.completed for f in plain]
     assert any(t.p50_s != p.p50_s for t, p in zip(tuned, plain, strict=True))
+
+
+# ---- replication against layer placement -------------------------------------------------------
+@pytest.mark.parametrize("hw", ["local", "jetson-agx-orin"])
+def test_a_throughput_plan_weighs_replicas_against_itself(hw: str, files: dict[str, Path],
+                                                          tmp_path: Path) -> None:
+    """plan --objective throughput says what whole copies on devices of their own would
+    serve: never two copies on a core, never a device that cannot run every op, each copy
+    slowed by the others' co-run factors."""
+    from placewise.hardware.load import load_machine
+    from placewise.hardware.probe import load_local
+
+    proc = run("plan", str(files["resnet"]), "--hw", hw, "--batch", "4", "--objective",
+               "throughput", "--strategy", "greedy", "--out", str(tmp_path / "p.json"),
+               "--json")
+    assert proc.returncode == 0, proc.stderr
+    rep = json.loads(proc.stdout)["replication"]
+    assert rep is not None
+    machine = load_local() if hw == "local" else load_machine(hw)
+    plan = load_plan(tmp_path / "p.json")
+    kinds = {o.kind for o in plan.ops.values()}
+    used: set[int] = set()
+    for d in rep["devices"]:
+        dev = machine.device(d)
+        assert all(dev.supports(k) for k in kinds)
+        assert not used & set(dev.cores or ())
+        used |= set(dev.cores or ())
+    assert rep["capacity_rps"] == pytest.approx(sum(rep["by_device_rps"].values()))
+    assert rep["replicate"] == (rep["capacity_rps"] > rep["plan_rps"])
+    assert rep["plan_rps"] == pytest.approx(plan.throughput_rps)
+    latency = run("plan", str(files["resnet"]), "--hw", hw, "--batch", "4", "--strategy",
+                  "greedy", "--out", str(tmp_path / "l.json"), "--json")
+    assert json.loads(latency.stdout)["replication"] is None  # a latency plan: no such choice

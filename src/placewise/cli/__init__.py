@@ -458,6 +458,9 @@ def plan(
               "write_s": round(t_end - t_write, 4), "reserve_s": clock.reserve_s,
               "total_s": round(t_end - start, 4), "overrun": clock.overrun() if clock.grown else overrun}
     summary = _plan_summary(done, out_file, machine.name, budget, timing)
+    from placewise.plan_replicas import replica_option
+
+    summary["replication"] = replica_option(p, machine)
     if as_json:
         _print_json(summary)
         return
@@ -550,6 +553,13 @@ def _render_plan(done: Any, model: str, machine_name: str, budget: Any,
     out.print(line)
     if timing["overrun"]:
         out.print(timing["overrun"])
+    rep = summary.get("replication")
+    if rep is not None:
+        verdict = ("replicas serve more: plan each copy and serve them with --replica-plan "
+                   "--router weighted" if rep["replicate"] else "this plan serves more")
+        out.print(f"replication: whole copies on {', '.join(rep['devices'])} would serve "
+                  f"{rep['capacity_rps']:.4g} req/s against this plan's {rep['plan_rps']:.4g} "
+                  f"req/s: {verdict}")
     if record["decisions"] and done.evidence_runs is not None:
         out.print(f"quality evidence {timing['evidence_s']:.2f} s (a budget of "
                   f"{done.evidence_runs} emulated runs): "
