@@ -441,3 +441,40 @@ def test_a_throughput_plan_weighs_replicas_against_itself(hw: str, files: dict[s
     latency = run("plan", str(files["resnet"]), "--hw", hw, "--batch", "4", "--strategy",
                   "greedy", "--out", str(tmp_path / "l.json"), "--json")
     assert json.loads(latency.stdout)["replication"] is None  # a latency plan: no such choice
+
+
+def test_a_dla_replica_with_gpu_fallback_shares_the_gpu_with_a_gpu_replica(
+        files: dict[str, Path], tmp_path: Path) -> None:
+    """The resnet's mean and linear layers do not run on a DLA: its DLA replica runs them on
+    the GPU (one op per vertex, each on dla0 where the DLA runs it, else on the GPU).
+    Served beside a GPU replica, the two share the GPU: the simulation has one GPU
+    resource, busy with both replicas' work."""
+    from placewise.cost.load import load_cost_model
+    from placewise.hardware.load import load_machine
+    from placewise.plan import build_plan, save_plan
+    from placewise.planning import build_problem
+    from placewise.schedule.evaluate import evaluate
+    from placewise.schedule.placement import Assignment, Placement
+    from placewise.units import DType
+
+    machine = load_machine("jetson-agx-orin")
+    prob = build_problem(str(files["resnet"]), machine, batch=4, fuse_ops=False,
+                         cost_model=load_cost_model(machine, None))
+    dla = machine.device("dla0")
+    plans = {}
+    for name, pick in (("gpu", lambda op: "gpu"),
+                       ("dla", lambda op: "dla0" if dla.supports(op.kind) else "gpu")):
+        place = Placement.of({v.name: Assignment(pick(v.ops[0]), DType.FP16)
+                              for v in prob.vertices})
+        path = tmp_path / f"{name}.json"
+        save_plan(build_plan(prob, evaluate(prob, place), model_ref=str(files["resnet"]),
+                             strategy="test"), path)
+        plans[name] = path
+    assert set(load_plan(plans["dla"]).devices_used()) == {"dla0", "gpu"}  # the fallback
+    proc = run("serve", str(plans["gpu"]), "--replica-plan", str(plans["dla"]), "--router",
+               "weighted", "--rate", "2000", "--requests", "2000", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    util = data["utilization"]
+    assert "gpu" in util and "dla0" in util and not any("/" in k for k in util)
+    assert sum(data["by_replica"]) == 2000 and min(data["by_replica"]) > 0

@@ -207,8 +207,9 @@ def test_bad_input_exits_2_naming_the_place(plan_file: Path, tmp_path: Path) -> 
 
 def test_replica_plans_of_unlike_devices(tmp_path: Path) -> None:
     """Two plans of the model, one on the GPU and one on the CPU, serve as two replicas:
-    the weighted router splits the stream by each one's capacity; a replica plan of
-    another model, one sharing a device, or --real of a preset's plans is refused."""
+    the weighted router splits the stream by each one's capacity; a replica sharing a
+    device with another shares it (the same plan twice serves no more than once); a
+    replica plan of another model, or --real of a preset's plans, is refused."""
     plans = {d: tmp_path / f"{d}.json" for d in ("gpu", "cpu")}
     other = tmp_path / "other.json"
     made = run_together(*[["plan", MODEL, "--hw", PRESET, "--strategy", f"single:{d}",
@@ -219,12 +220,12 @@ def test_replica_plans_of_unlike_devices(tmp_path: Path) -> None:
         assert p.returncode == 0, p.stderr
     caps = {d: 1.0 / load_plan(p).throughput.period_s for d, p in plans.items()}
     g, c = str(plans["gpu"]), str(plans["cpu"])
-    ok, rr, *bad = run_together(
+    ok, rr, twice, *bad = run_together(
         ["serve", g, "--replica-plan", c, "--router", "weighted", "--rate", "100",
          "--requests", "4000", "--json"],
         ["serve", g, "--replica-plan", c, "--rate", "100", "--requests", "4000", "--json"],
+        ["serve", g, "--replica-plan", g, "--rate", "100", "--requests", "400", "--json"],
         ["serve", g, "--replica-plan", str(other), "--rate", "100"],
-        ["serve", g, "--replica-plan", g, "--rate", "100"],
         ["serve", g, "--replica-plan", c, "--rate", "100", "--real"],
         ["serve", g, "--replica-plan", c, "--replicas", "2", "--rate", "100"])
     assert ok.returncode == 0, ok.stderr
@@ -233,7 +234,10 @@ def test_replica_plans_of_unlike_devices(tmp_path: Path) -> None:
     assert j["by_replica"][0] / j["by_replica"][1] == pytest.approx(caps["gpu"] / caps["cpu"],
                                                                     rel=0.01)
     assert json.loads(rr.stdout)["by_replica"] == [2000, 2000]  # round-robin
+    assert twice.returncode == 0, twice.stderr
+    shared = json.loads(twice.stdout)["utilization"]
+    assert "gpu" in shared and not any(k.startswith("r0/") for k in shared)  # one gpu
     for proc, need in zip(bad, [("other.json", "fingerprints.graph"),
-                                ("device gpu is also used",), ("gpu.json", "cannot run here"),
+                                ("gpu.json", "cannot run here"),
                                 ("--replica-plan", "--replicas")], strict=True):
         assert_bad_input(proc, *need)

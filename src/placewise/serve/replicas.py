@@ -51,19 +51,19 @@ __all__ = ["ReplicaLoop", "check_replicas", "serve_replicas"]
 
 
 def check_replicas(plans: Sequence[Plan], files: Sequence[str]) -> None:
-    """Refuse replicas that are not one model on devices of their own (``InputError``
-    naming the file of the first plan that is not)."""
-    used: dict[str, str] = {}
+    """Refuse replicas that are not one model on one machine (``InputError`` naming the
+    file of the first plan that is not). Replicas may share a device (a DLA replica whose
+    fallback layers run on the GPU beside a GPU replica): the simulator shares it between
+    them by name, first come first served (``serve.sim``, ``shared``), and for real their
+    executors share its cores."""
     first = plans[0]
     for plan, f in zip(plans, files, strict=True):
         if plan.fingerprints.graph != first.fingerprints.graph:
             raise InputError(f"a plan of another model than {files[0]} ({plan.model!r})",
                              file=f, place="fingerprints.graph")
-        for d in plan.devices_used():
-            if d in used:
-                raise InputError(f"device {d} is also used by {used[d]}: replicas run on "
-                                 f"devices of their own", file=f, place="placement")
-            used[d] = f
+        if plan.fingerprints.machine != first.fingerprints.machine:
+            raise InputError(f"a plan for another machine than {files[0]}'s", file=f,
+                             place="fingerprints.machine")
 
 
 class ReplicaLoop(OpenLoop):

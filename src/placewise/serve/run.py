@@ -132,7 +132,8 @@ def run_once(service: ServiceFn | Sequence[ServiceFn], setup: ServeSetup) -> tup
     """One simulated run and its figures (``serve.report.summarize``)."""
     r = simulate(workload(setup), service, setup.batcher, admission=setup.admission,
                  priorities=setup.priorities, replicas=setup.replicas, router=setup.router,
-                 in_flight=setup.in_flight, pad_to=setup.pad_to, idle=setup.idle)
+                 in_flight=setup.in_flight, pad_to=setup.pad_to, idle=setup.idle,
+                 shared=isinstance(service, list | tuple))  # unlike replicas: one machine
     return r, summarize(r, setup.classes, slo_p99_s=setup.slo_p99_s)
 
 
@@ -141,7 +142,7 @@ def capacity_rps(service: ServiceFn | Sequence[ServiceFn], setup: ServeSetup) ->
     ``setup.idle``, at the occupancies measured back to back); replicas that are not
     alike (a sequence of services): the sum of theirs."""
     if isinstance(service, list | tuple):
-        return sum(capacity_rps(s, replace(setup, replicas=1)) for s in service)
+        return _shared_capacity(service, setup)
     assert callable(service)
     b = max_batch(setup.batcher) if setup.pad_to is None else max(setup.pad_to, 1)
     st = as_stages(service(b))
@@ -152,6 +153,25 @@ def capacity_rps(service: ServiceFn | Sequence[ServiceFn], setup: ServeSetup) ->
         raise InputError("the plan's service takes no time: no capacity to load",
                          place="plan")
     return setup.replicas * max_batch(setup.batcher) / busiest
+
+
+def _shared_capacity(services: Sequence[ServiceFn], setup: ServeSetup) -> float:
+    """Replicas that are not alike: the sum of their capacities, unless they share a
+    resource (a DLA replica whose fallback layers run on the GPU beside a GPU replica): then
+    the rate at which, the stream split by capacity, the busiest shared resource is full."""
+    caps = [capacity_rps(s, replace(setup, replicas=1)) for s in services]
+    b = max_batch(setup.batcher) if setup.pad_to is None else max(setup.pad_to, 1)
+    stages = [as_stages(s(b)) for s in services]
+    names = [n for st in stages for n in st.resources]  # unnamed stages are never shared
+    total = sum(caps)
+    if len(set(names)) == len(names) or not total > 0:
+        return total
+    load: dict[str, float] = {}  # resource -> seconds per request, the stream split by capacity
+    for c, st in zip(caps, stages, strict=True):
+        for name, w in zip(st.resources, st.occupancy_s, strict=True):
+            load[name] = load.get(name, 0.0) + (c / total) * w / max_batch(setup.batcher)
+    busiest = max(load.values(), default=0.0)
+    return min(total, 1.0 / busiest) if busiest > 0 else total
 
 
 def default_window(service: ServiceFn | Sequence[ServiceFn], batcher: Batcher) -> int:

@@ -35,7 +35,8 @@ max_j w_j`` at saturation, with the delay between approximated by the shift. A r
 latency is its batch's completion minus its arrival; its wait, the dispatch minus its arrival.
 
 **Shared resources.** With ``shared``, replicas whose resources have the same name (the
-models of a workload on one machine, ``serve.workload``) share them: one batch at a time
+models of a workload on one machine, ``serve.workload``; replicas that are not alike on one
+machine) share them (unnamed stages stay each replica's own): one batch at a time
 on each, first come first served across the replicas, so that a model waits while another
 model's batch holds a device they both use.
 
@@ -477,7 +478,8 @@ class _Service:
         shared = self.shared
         for j, (a, w) in enumerate(zip(st.offsets_s, st.occupancy_s, strict=True)):
             s = t + a * fl + shift
-            slot = free if shared is None else shared.setdefault(rep.names[j], [0.0, 0.0])
+            slot = free if shared is None else shared.setdefault(
+                rep.names[j] if st.resources else f"{id(rep)}/{j}", [0.0, 0.0])
             ix = j if shared is None else 0
             if slot[ix] > s:
                 shift += slot[ix] - s
@@ -581,7 +583,10 @@ class _Service:
         busy_all: list[float] = []
         res_names: list[str] = []
         if self.shared is not None:  # one resource per name, whoever used it
+            ids = {f"{id(r)}/": f"r{i}/stage" for i, r in enumerate(reps)}
             for name, (_, b) in sorted(self.shared.items()):
+                for raw, shown in ids.items():
+                    name = name.replace(raw, shown)
                 res_names.append(name)
                 busy_all.append(b)
         for i, r in enumerate(reps if self.shared is None else ()):
