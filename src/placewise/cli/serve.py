@@ -72,6 +72,7 @@ def serve(
     with --real measured. A tuned plan (placewise tune) is simulated with its measured
     service: the cost of an idle gap before each request, its spread, its capacity. A plan set (or a shape trace, SHAPES.jsonl) serves each request
     in its bucket, padded (--real)."""
+    given = dict(locals())
     if _shape_path(plan_file, trace_file):
         assert trace_file is not None
         _serve_shapes(plan_file, trace_file, real=real, seed=seed, classes=request_class,
@@ -85,16 +86,9 @@ def serve(
     from placewise.cli.workload import is_workload_plan, serve_workload_cli
 
     if is_workload_plan(plan_file):
-        serve_workload_cli(
-            plan_file, duration=duration, scale=scale, seed=seed, batching=batching,
-            real=real, limit=limit, hw=hw, calibration=calibration, as_json=as_json,
-            refused={"--rate": rate is not None, "--cv": cv is not None,
-                     "--concurrency": concurrency is not None, "--trace": trace_file is not None,
-                     "--requests": requests is not None, "--class": bool(request_class),
-                     "--replicas": replicas != 1, "--replica-plan": bool(replica_plan),
-                     "--find-max-rate": find_max_rate, "--sweep": sweep_values is not None,
-                     "--against": against is not None, "--model": model is not None,
-                     "--shape": bool(shape), "--telemetry-out": telemetry_out is not None})
+        serve_workload_cli(plan_file, given, duration=duration, scale=scale, seed=seed,
+                           batching=batching, real=real, limit=limit, hw=hw,
+                           calibration=calibration, as_json=as_json)
         return
     if scale != 1.0:
         raise InputError("--scale applies to a workload plan (plan --model A --model B)",

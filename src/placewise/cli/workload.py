@@ -11,7 +11,7 @@ from placewise.cli import _print_json, _progress, _table, err, machine_of_plan, 
 from placewise.errors import InputError
 from placewise.units import format_seconds
 
-__all__ = ["is_workload_plan", "serve_workload_cli"]
+__all__ = ["ONE_STREAM", "is_workload_plan", "serve_workload_cli"]
 
 
 def is_workload_plan(plan_file: Path) -> bool:
@@ -24,12 +24,22 @@ def is_workload_plan(plan_file: Path) -> bool:
         return False
 
 
-def serve_workload_cli(plan_file: Path, *, duration: str | None, scale: float, seed: int,
-                       batching: str, real: bool, limit: str, hw: str | None,
-                       calibration: Path | None, as_json: bool,
-                       refused: dict[str, bool]) -> None:
-    """``serve`` of a workload plan (module docstring); ``refused``: option -> whether it was
-    given, for the options that name one stream (each model's is the plan's)."""
+#: serve's options that name one stream (flag -> parameter, its default): a workload plan
+#: records each model's stream, so none of them applies
+ONE_STREAM = {"--rate": ("rate", None), "--cv": ("cv", None),
+              "--concurrency": ("concurrency", None), "--trace": ("trace_file", None),
+              "--requests": ("requests", None), "--class": ("request_class", None),
+              "--replicas": ("replicas", 1), "--replica-plan": ("replica_plan", None),
+              "--find-max-rate": ("find_max_rate", False), "--sweep": ("sweep_values", None),
+              "--against": ("against", None), "--model": ("model", None),
+              "--shape": ("shape", None), "--telemetry-out": ("telemetry_out", None)}
+
+
+def serve_workload_cli(plan_file: Path, given: dict[str, Any], *, duration: str | None,
+                       scale: float, seed: int, batching: str, real: bool, limit: str,
+                       hw: str | None, calibration: Path | None, as_json: bool) -> None:
+    """``serve`` of a workload plan (module docstring); ``given``: every argument of
+    ``serve`` by parameter name, to refuse the options that name one stream (``ONE_STREAM``)."""
     from placewise.cost.load import load_cost_model
     from placewise.plan import load_plan
     from placewise.plan_sources import plan_calibration
@@ -44,8 +54,8 @@ def serve_workload_cli(plan_file: Path, *, duration: str | None, scale: float, s
     )
     from placewise.units import parse_seconds
 
-    for option, given in refused.items():
-        if given:
+    for option, (name, default) in ONE_STREAM.items():
+        if given.get(name, default) not in (default, []):
             raise InputError(f"{option} does not apply to a workload plan: each model's "
                              f"stream is the one the plan records (plan --stream "
                              f"NAME:rate=R)", file=str(plan_file), place=option)

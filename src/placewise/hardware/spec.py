@@ -496,6 +496,9 @@ class Machine(_Strict):
         exclude: Any = {"description": True, "power": True,
                         "devices": {"__all__": {"power"}}}
         payload = self.model_dump(mode="json", exclude=exclude)
+        for d in payload["devices"]:  # a spec without co-run factors keeps its fingerprint
+            if d.get("corun") is None:
+                d.pop("corun", None)
         return "sha256:" + hashlib.sha256(
             json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
