@@ -21,7 +21,7 @@ from placewise.cli import (
 )
 from placewise.errors import InputError
 from placewise.serve.policies import max_batch
-from placewise.units import format_seconds
+from placewise.units import format_seconds, parse_seconds
 
 __all__ = ["demo_serve", "serve", "tune"]
 
@@ -70,36 +70,13 @@ def serve(
 ) -> None:
     """The plan as a loaded service: tails, queues, batches, utilisation; simulated, and
     with --real measured. A tuned plan (placewise tune) is simulated with its measured
-    service: the cost of an idle gap before each request, its spread, its capacity. A plan set (or a shape trace, SHAPES.jsonl) serves each request
-    in its bucket, padded (--real)."""
-    given = dict(locals())
-    if _shape_path(plan_file, trace_file):
-        assert trace_file is not None
-        _serve_shapes(plan_file, trace_file, real=real, seed=seed, classes=request_class,
-                      calibration=calibration,
-                      batching=batching, queue_limit=queue_limit, timeout=timeout,
-                      timeout_action=timeout_action, preempt=preempt, in_flight=in_flight,
-                      limit=limit, hw=hw, model=model, shape=shape,
-                      telemetry_out=telemetry_out, window_requests=window_requests,
-                      as_json=as_json, against=against, allow_mismatch=allow_mismatch)
+    service (idle-gap cost, spread, capacity). A plan set (or a shape trace, SHAPES.jsonl)
+    serves each request in its bucket, padded (--real); a workload plan, each model's stream."""
+    if _served_elsewhere(dict(locals())):
         return
-    from placewise.cli.workload import is_workload_plan, serve_workload_cli
-
-    if is_workload_plan(plan_file):
-        serve_workload_cli(plan_file, given, duration=duration, scale=scale, seed=seed,
-                           batching=batching, real=real, limit=limit, hw=hw,
-                           calibration=calibration, as_json=as_json)
-        return
-    if scale != 1.0:
-        raise InputError("--scale applies to a workload plan (plan --model A --model B)",
-                         place="--scale")
     from placewise.runtime.planned import plan_fingerprint
     from placewise.serve.run import ServeSetup, default_window
-    from placewise.units import parse_seconds
-    from placewise.validate.compare import (
-        serve_arrival,
-        serve_stable_tags,
-    )
+    from placewise.validate.compare import serve_arrival, serve_stable_tags
 
     dur, classes, batcher, admission, slo = _serve_options(
         rate=rate, cv=cv, concurrency=concurrency, trace_file=trace_file, requests=requests,
@@ -153,6 +130,30 @@ def serve(
         _print_json(result)
         return
     _render_serve(result, real)
+
+
+def _served_elsewhere(given: dict[str, Any]) -> bool:
+    """Serve a plan set or a shape trace (``_serve_shapes``) or a workload plan
+    (``cli.workload``) from ``serve``'s arguments ``given``; False for a plain plan."""
+    from placewise.cli.workload import is_workload_plan, serve_workload_cli
+
+    plan_file, trace_file = given["plan_file"], given["trace_file"]
+    if _shape_path(plan_file, trace_file):
+        names = ("real", "seed", "calibration", "batching", "queue_limit", "timeout",
+                 "timeout_action", "preempt", "in_flight", "limit", "hw", "model", "shape",
+                 "telemetry_out", "window_requests", "as_json", "against", "allow_mismatch")
+        _serve_shapes(plan_file, trace_file, classes=given["request_class"],
+                      **{k: given[k] for k in names})
+        return True
+    if is_workload_plan(plan_file):
+        keys = ("duration", "scale", "seed", "batching", "real", "limit", "hw",
+                "calibration", "as_json")
+        serve_workload_cli(plan_file, given, **{k: given[k] for k in keys})
+        return True
+    if given["scale"] != 1.0:
+        raise InputError("--scale applies to a workload plan (plan --model A --model B)",
+                         place="--scale")
+    return False
 
 
 def _simulated(result: dict[str, Any], plan: Any, services: list[Any], service: Any,
@@ -284,7 +285,6 @@ def _serve_options(*, rate: float | None, cv: float | None, concurrency: int | N
     """``serve``'s options checked and parsed: (duration, classes, batcher, admission, slo)."""
     from placewise.serve.policies import parse_batching
     from placewise.serve.queue import Admission, RequestClass, parse_class
-    from placewise.units import parse_seconds
 
     given = [x for x in (rate is not None, concurrency is not None, trace_file is not None) if x]
     if len(given) != 1:
@@ -630,7 +630,6 @@ def _serve_shapes(plan_file: Path, trace_file: Path, *, real: bool, seed: int,
     from placewise.plan_sources import plan_calibration
     from placewise.serve.policies import parse_batching
     from placewise.serve.queue import Admission, RequestClass, parse_class
-    from placewise.units import parse_seconds
 
     trace = load_shape_trace(trace_file)  # refused before anything is loaded
     if parse_batching(batching).describe() != "none":
