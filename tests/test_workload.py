@@ -478,3 +478,16 @@ def test_a_dla_replica_with_gpu_fallback_shares_the_gpu_with_a_gpu_replica(
     util = data["utilization"]
     assert "gpu" in util and "dla0" in util and not any("/" in k for k in util)
     assert sum(data["by_replica"]) == 2000 and min(data["by_replica"]) > 0
+
+
+def test_the_report_and_the_sheet_show_every_model(planned: dict[str, Path],
+                                                   tmp_path: Path) -> None:
+    html, csv = tmp_path / "r.html", tmp_path / "s.csv"
+    made = run_together(["report", str(planned["a_first"]), "--out", str(html)],
+                        ["sheet", str(planned["a_first"]), "--out", str(csv)])
+    for p in made:
+        assert p.returncode == 0, p.stderr
+    page = html.read_text()
+    assert "Models (a request of each at once)" in page
+    rows = csv.read_text().splitlines()[1:]
+    assert {r.split("/", 1)[0] for r in rows} == {"a", "b"}  # every op row names its model

@@ -70,7 +70,9 @@ def _figs(*figs: Figure | None) -> list[Figure]:
 def _plan_sections(inp: ReportInputs, graph: Any, machine: Any,
                    notes: list[str]) -> list[Section]:
     plan = inp.plan
-    secs = [Section("plan", "Plan", tables=[pt.summary_table(plan)]),
+    models = pt.workload_table(plan)
+    secs = [Section("plan", "Plan", tables=[pt.summary_table(plan),
+                                            *([models] if models is not None else [])]),
             Section("schedule", "Schedule", _figs(pf.gantt_figure(plan)),
                     [pt.crossing_table(plan)] if plan.crossings else [],
                     [] if plan.crossings else ["no crossing edges: every tensor stays on its "

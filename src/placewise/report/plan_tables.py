@@ -12,7 +12,7 @@ from typing import Any
 from placewise.report.model import Table, fmt_bytes, fmt_num, fmt_s, label
 
 __all__ = ["MAX_CROSSINGS", "MAX_SHEET_ROWS", "crossing_table", "search_tables", "sheet_table",
-           "summary_table"]
+           "summary_table", "workload_table"]
 
 MAX_CROSSINGS = 200
 MAX_SHEET_ROWS = 500
@@ -38,6 +38,25 @@ def summary_table(plan: Any) -> Table:
             ["made by", plan.created_by]]
     rows += [["note", n] for n in plan.notes]
     return Table("The plan", ["", ""], [[label(a), label(b)] for a, b in rows])
+
+
+def workload_table(plan: Any) -> Table | None:
+    """A workload plan's models, one row each: devices, latency beside the others and
+    alone, what shared bandwidth added, its stream and objective (None: one model)."""
+    if plan.workload is None:
+        return None
+    rows = []
+    for m in plan.workload.models:
+        slo = "-" if m.slo_p99_s is None else fmt_s(m.slo_p99_s)
+        rows.append([label(m.name), label(m.ref), ", ".join(m.devices), str(m.ops),
+                     fmt_s(m.latency_s),
+                     "-" if m.alone_latency_s is None else fmt_s(m.alone_latency_s),
+                     fmt_s(m.contention_s),
+                     "-" if m.rate_per_s is None else f"{fmt_num(m.rate_per_s)}/s",
+                     str(m.priority), slo])
+    return Table("Models (a request of each at once)",
+                 ["model", "ref", "devices", "ops", "latency", "alone", "contention", "rate",
+                  "priority", "slo p99"], rows)
 
 
 def crossing_table(plan: Any) -> Table:
