@@ -16,7 +16,14 @@ import dataclasses
 import os
 from typing import Any
 
-from placewise.export import _check_out_dir, _plan_machine, _plan_source, _staging, export_plan
+from placewise.export import (
+    _check_out_dir,
+    _plan_machine,
+    _plan_source,
+    _staging,
+    export_plan,
+    manifest_summary,
+)
 from placewise.io import atomic_write_json
 from placewise.plan import Plan, load_plan
 from placewise.plan_workload import member_graph, member_plan
@@ -32,8 +39,6 @@ def export_workload(plan: Plan | str | os.PathLike[str], out_dir: str | os.PathL
                     progress: Any = None) -> dict[str, Any]:
     """Write the workload ``plan`` into ``out_dir`` (module docstring); returns the summary
     ``workload.json`` holds, with each model's manifest summary."""
-    from placewise.export import manifest_summary
-
     report = progress or (lambda _m, _f: None)
     file: str | None = None
     if not isinstance(plan, Plan):

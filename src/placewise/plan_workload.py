@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from placewise.errors import InputError
+from placewise.graph.fuse import Partition, Region
 from placewise.graph.ir import Graph
 from placewise.graph.workload import Member, Stream, member_of, members_by_name, workload_models
 from placewise.plan_records import Plan
@@ -145,8 +146,6 @@ def member_graph(graph: Graph, member: str) -> Graph:
 def member_problem(problem: Problem, member: str) -> Problem:
     """``problem`` restricted to ``member``'s vertices (its own graph, the same machine,
     cost model and batch): what the model costs when no other model runs beside it."""
-    from placewise.graph.fuse import Partition, Region
-
     g = member_graph(problem.graph, member)
     partition: Any = problem.partition
     if partition is not None:

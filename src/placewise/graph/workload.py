@@ -203,6 +203,8 @@ def load_workload(ref: str, *, shapes: Mapping[str, Sequence[int]] | None = None
                   batch: int | None = None) -> tuple[Graph, ModelProto]:
     """The workload ``ref`` as one ``Graph`` (its record naming the members) and the
     prepared ONNX model its ops are the nodes of (module docstring)."""
+    # the ONNX readers load only when a workload is read (graph.load's rule for every
+    # format: the readers together add about 1.8 s of imports)
     from placewise.graph.onnx_compat import check_placeable_io
     from placewise.graph.onnx_import import graph_of_prepared
     from placewise.graph.onnx_shapes import prepare_onnx
@@ -219,7 +221,7 @@ def load_workload(ref: str, *, shapes: Mapping[str, Sequence[int]] | None = None
 def merge_models(models: Sequence[tuple[str, ModelProto]], file: str) -> ModelProto:
     """One ONNX model holding ``models`` side by side, each one's names prefixed with its
     name and ``SEP``, at the newest default-domain opset among them."""
-    import onnx
+    import onnx  # as load_workload: only when a workload is read
     from onnx import compose, helper
 
     from placewise.graph.onnx_compat import default_opset, upgrade_opset
@@ -257,7 +259,7 @@ def merge_models(models: Sequence[tuple[str, ModelProto]], file: str) -> ModelPr
 
 def _member_model(m: Member) -> ModelProto:
     """A member as an ONNX model (a copy: the caller may change it)."""
-    import onnx
+    import onnx  # as load_workload: only when a workload is read
 
     from placewise.graph.onnx_compat import free_anonymous_dims
     from placewise.graph.onnx_import import read_onnx_as_is
@@ -282,6 +284,7 @@ def _member_model(m: Member) -> ModelProto:
 @functools.lru_cache(maxsize=16)
 def _zoo_onnx(ref: str) -> bytes:
     """A zoo model exported to ONNX (dynamic batch), as bytes; once per process."""
+    # torch (graph.zoo imports it) loads only when a zoo member is exported
     from placewise.graph.zoo import export_onnx, parse_zoo_ref
 
     name, options = parse_zoo_ref(ref)
@@ -295,6 +298,7 @@ def _zoo_onnx(ref: str) -> bytes:
 @functools.lru_cache(maxsize=16)
 def _pt2_onnx(path: str) -> bytes:
     """A saved ``torch.export`` program exported to ONNX, as bytes; once per process."""
+    # torch loads only when a .pt2 member is exported
     import torch
 
     from placewise.graph.torch_import import read_pt2

@@ -33,15 +33,21 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from placewise.errors import InputError
+from placewise.plan_workload import member_plan
+from placewise.records import to_json
+from placewise.runtime.executor import Executor
+from placewise.runtime.planned import planned_program
 from placewise.serve.policies import Batcher
 from placewise.serve.queue import Admission, RequestQueue
+from placewise.serve.real import SERVE, SERVE_WARMUP, Lane, Progress, RealServe
+from placewise.serve.replicas import ReplicaLoop
+from placewise.serve.service import MemberService, PlanService
 from placewise.serve.sim import ServeResult, Workload, simulate
+from placewise.serve.tune import plan_window
 
 if TYPE_CHECKING:
     from placewise.hardware.spec import Machine
     from placewise.plan import Plan
-    from placewise.serve.real import Progress, RealServe
-    from placewise.serve.service import PlanService
 
 __all__ = ["ModelFigures", "by_model", "serve_workload", "simulate_workload",
            "workload_arrivals"]
@@ -89,8 +95,6 @@ def simulate_workload(whole: PlanService, workload: Workload, batcher: Batcher, 
     """The workload plan of ``whole`` serving ``workload`` (module docstring); with
     ``tuned``, each model that ``placewise tune`` measured (``ModelRecord.service``) pays
     its measured idle-gap cost and spread (``serve.sim``'s idle gaps)."""
-    from placewise.serve.service import MemberService
-
     models = _models(whole.plan)
     services = [MemberService(whole, m.name) for m in models]
     idle = [m.service if tuned else None for m in models]
@@ -109,13 +113,8 @@ def serve_workload(plan: Plan, workload: Workload, batcher: Batcher, *,
     """Serve ``workload`` with the workload ``plan`` on this machine, for real (module
     docstring): one executor per model, requests routed by model. The result's resources
     are ``{model}/{device}``."""
-    from placewise.plan_workload import member_plan
-    from placewise.runtime.executor import Executor
+    # lazy: torch (runtime.opexec imports it) is heavy to import, loaded only when this runs
     from placewise.runtime.opexec import request_inputs
-    from placewise.runtime.planned import planned_program
-    from placewise.serve.real import SERVE, SERVE_WARMUP, Lane
-    from placewise.serve.replicas import ReplicaLoop
-    from placewise.serve.tune import plan_window
 
     report: Progress = progress or (lambda _m, _f: None)
     models = _models(plan)
@@ -171,8 +170,6 @@ class ModelFigures:
     throughput_rps: float
 
     def to_json(self) -> dict[str, Any]:
-        from placewise.records import to_json
-
         return to_json(self)
 
 
