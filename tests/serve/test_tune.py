@@ -144,8 +144,9 @@ def test_real_terms_against_the_simulation_of_the_same_arrivals(
     r = got.result
     assert len(r.idle_s) == r.completed == 30
     assert math.isinf(r.idle_s[0]) and (r.idle_s[1:] >= 0).all()
-    # spaced requests follow ~3 ms of idle; the burst's queue is served back to back
-    assert np.median(r.idle_s[21:]) < np.median(r.idle_s[1:20]) / 10
+    # the burst's queue is served back to back: a request that arrived before the one ahead
+    # of it completed idles no longer than it waited (whatever the machine's speed)
+    assert (r.idle_s[22:] <= r.wait_s[22:] + 1e-9).all()
     assert t["terms"]["late"]["measured"]["n"] == 30 and t["terms"]["late"]["simulated"]["n"] == 0
     mm = t["mean_miss"]
     assert mm["latency_s"] == pytest.approx(mm["wait_s"] + mm["service_s"], abs=1e-12)
