@@ -38,9 +38,9 @@ from typing import Any
 
 from placewise.cost.model import Term
 from placewise.errors import InputError
-from placewise.graph.workload import member_of
 from placewise.plan import CrossingRecord, Plan, TaskRecord, TierRecord
 from placewise.plan_partitions import cut_pairs, plan_file_partitions
+from placewise.plan_workload import region_members
 from placewise.records import to_json
 from placewise.units import format_bytes, format_seconds
 
@@ -198,8 +198,7 @@ def _workload(plan: Plan) -> dict[str, Any] | None:
     if plan.workload is None:
         return None
     parts = plan_file_partitions(plan)
-    vx_member = {name: member_of(next(iter(r.outputs), "") or next(iter(r.inputs), ""))
-                 for name, r in plan.regions.items()}
+    vx_member = region_members(plan)
     models = []
     for m in plan.workload.models:
         mine = [p.name for p in parts if p.tasks and vx_member.get(p.tasks[0]) == m.name]

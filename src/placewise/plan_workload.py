@@ -26,8 +26,17 @@ from placewise.schedule.simulate import Schedule, TaskKind
 
 __all__ = ["is_member_plan", "member_graph", "member_placement", "member_plan",
            "member_problem", "plan_levels",
-           "prioritize", "task_member",
+           "prioritize", "region_members", "task_member",
            "vertex_members", "workload_json"]
+
+
+def region_members(plan: Plan) -> dict[str, str]:
+    """Vertex name -> the model it belongs to, from the plan file alone (a region's first
+    named tensor's model); {} for a plan of one model."""
+    if plan.workload is None:
+        return {}
+    return {name: m for name, r in plan.regions.items()
+            if (m := member_of(next(iter((*r.outputs, *r.inputs)), ""))) is not None}
 
 
 def vertex_members(problem: Problem) -> dict[str, str]:
@@ -63,6 +72,8 @@ def workload_json(problem: Problem, schedule: Schedule, members: Sequence[Member
     ends: dict[str, float] = {}
     busy: dict[str, dict[str, float]] = {m.name: {} for m in members}
     contention: dict[str, float] = {m.name: 0.0 for m in members}
+    ops = {m.name: 0 for m in members}
+    devices: dict[str, set[str]] = {m.name: set() for m in members}
     for t in schedule.tasks:
         m = task_member(t.kind, t.name, t.vertex, t.tensor, vertices)
         if m is None or m not in busy:
@@ -71,15 +82,9 @@ def workload_json(problem: Problem, schedule: Schedule, members: Sequence[Member
         contention[m] += t.contention_s
         if t.kind is not TaskKind.TRANSFER:
             busy[m][t.device] = busy[m].get(t.device, 0.0) + t.duration_s
-    ops = {m.name: 0 for m in members}
-    devices: dict[str, set[str]] = {m.name: set() for m in members}
-    assign = {v.name: v for v in problem.vertices}
-    for t in schedule.tasks:
         if t.kind is TaskKind.COMPUTE:
-            m = vertices.get(t.vertex or t.name)
-            if m in devices:
-                devices[m].add(t.device)
-                ops[m] += len(assign[t.vertex or t.name].ops)
+            devices[m].add(t.device)
+            ops[m] += len(problem.vertex(t.vertex or t.name).ops)
 
     models = []
     for mem in members:
@@ -172,8 +177,7 @@ def member_plan(plan: Plan, member: str) -> Plan:
         known = ", ".join(m.name for m in plan.workload.models) if plan.workload else \
             "none: the plan has one model"
         raise InputError(f"no model named {member!r} (models: {known})", place="model")
-    vx = {name: m for name, r in plan.regions.items()
-          if (m := member_of(next(iter((*r.outputs, *r.inputs)), ""))) is not None}
+    vx = region_members(plan)
     mine = [t for t in plan.schedule.tasks
             if task_member(t.kind, t.name, t.vertex, t.tensor, vx) == member]
     names = {t.name for t in mine}
