@@ -892,3 +892,4 @@ from placewise.cli import report as _report  # noqa: E402, F401
 from placewise.cli import serve as _serve  # noqa: E402, F401  (registers the command)
 from placewise.cli import sheet as _sheet  # noqa: E402, F401
 from placewise.cli import sweep as _sweep  # noqa: E402, F401
+from placewise.cli import llm as _llm  # noqa: E402, F401

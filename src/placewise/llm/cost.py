@@ -9,7 +9,7 @@ evaluator's op costs, nothing re-derived here) at a ladder of shapes, and keeps
   tokens; the GEMMs read the layer's weights once whatever ``T``): evaluated on a doubling
   ladder of ``T`` and interpolated linearly between rungs;
 - attention as a roofline of its own: ``max(ctx_s x ctx_sum, pair_s x pair_sum)`` plus a
-  fixed part, with ``ctx_s`` the slope of decode attention over its context (reading the
+  fixed part, never below the smallest attention kernel (the device's kernel floor), with ``ctx_s`` the slope of decode attention over its context (reading the
   cache) and ``pair_s`` the slope of prefill attention over its causal query-key pairs;
 - the head (final norm, LM head on one token per sequence) by the same ladder over sequences.
 
@@ -23,7 +23,7 @@ the cost model summed over the whole step graph at one shape.
 >>> m = load_machine("h100-sxm-server")
 >>> lc = layer_cost(load_spec("llama-2-7b"), load_cost_model(m, None), "gpu0")
 >>> round(lc.time_s(1, 1024, 1024.0, 1) * 1e6)  # one decode token at context 1024, us
-165
+166
 """
 
 from __future__ import annotations
@@ -83,11 +83,14 @@ class LayerCost:
     attn_fixed_s: float
     ctx_s: float
     pair_s: float
+    attn_floor_s: float  # the smallest attention (one token over one): the kernel's floor
 
     def time_s(self, tokens: float, ctx_sum: float, pair_sum: float, seqs: int) -> float:
         """Seconds of this layer in an iteration (``llm.steps`` names the arguments)."""
-        attn = max(self.ctx_s * ctx_sum, self.pair_s * pair_sum) if seqs else 0.0
-        return _interp(self.ladder, self.linear_s, tokens) + self.attn_fixed_s + attn
+        attn = max(self.attn_floor_s, self.attn_fixed_s + max(self.ctx_s * ctx_sum,
+                                                              self.pair_s * pair_sum)) \
+            if seqs else 0.0
+        return _interp(self.ladder, self.linear_s, tokens) + attn
 
 
 def compute_dtype(spec: DecoderSpec, model: CostModel, device: str) -> DType:
@@ -115,7 +118,7 @@ def layer_cost(spec: DecoderSpec, model: CostModel, device: str) -> LayerCost:
     fixed = max(0.0, d0 - ctx_s * b * _CTX[0])
     p0, p1 = attn(1, _PROMPT[0], 0), attn(1, _PROMPT[1], 0)
     pair_s = max(0.0, (p1 - p0) / (pairs(_PROMPT[1], 0) - pairs(_PROMPT[0], 0)))
-    return LayerCost(device, _LADDER, lin, fixed, ctx_s, pair_s)
+    return LayerCost(device, _LADDER, lin, fixed, ctx_s, pair_s, attn(1, 1, 0))
 
 
 def _head_cost(spec: DecoderSpec, model: CostModel, device: str) -> tuple[float, ...]:

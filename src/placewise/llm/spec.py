@@ -36,6 +36,7 @@ __all__ = [
     "from_hf_config",
     "list_specs",
     "load_spec",
+    "resolve_spec",
     "spec_from_graph",
     "state_pairs",
 ]
@@ -262,3 +263,13 @@ def spec_from_graph(graph: Graph, *, file: str = "") -> DecoderSpec:
                        heads=max(1, hidden // head_dim), kv_heads=kv_heads,
                        head_dim=head_dim, ffn=ffn, vocab=vocab, gated_mlp=per_layer >= 3,
                        dtype=past.dtype, weight_bits=float(past.dtype.bits), source=where)
+
+
+def resolve_spec(ref: str) -> DecoderSpec:
+    """A decoder named on the command line: a shipped config (``llama-2-7b``, ``@q4``
+    allowed), a ``config.json``, or an ``.onnx`` decoder with its past/present cache."""
+    if ref.lower().endswith(".onnx"):
+        from placewise.graph.load import load_model  # the ONNX reader: onnx loads with it
+
+        return spec_from_graph(load_model(ref), file=ref)
+    return load_spec(ref)
