@@ -1,0 +1,694 @@
+"""Serving a decoder LLM request by request with iteration-level (continuous) batching, as
+vLLM, Orca and Sarathi-Serve schedule it and Vidur simulates it.
+
+**Requests** (``placewise.serve.llm_requests``, names re-exported here):
+``LLMRequest(arrival_s, prompt_tokens, output_tokens)``, from Poisson arrivals with lengths
+drawn from ``fixed:N``, ``uniform:A-B`` or ``lognormal:MEAN,SIGMA``
+(``poisson_llm_requests``), or replayed from a trace (``load_llm_trace``: CSV such as the
+Azure LLM inference trace, or JSON lines).
+
+**An iteration** runs the model once over a batch of sequences; sequence ``i`` brings ``n_i``
+new tokens over a cache of ``p_i``: its prompt or a chunk of it (prefill), or the token it
+produced last (decode, ``n_i = 1``). Its time is ``step.iteration_s(tokens, ctx_sum,
+pair_sum, seqs)`` (``placewise.llm.steps.StepTime``), optionally times a seeded log-normal
+factor of mean 1 (``jitter_sigma``). The iteration that completes a prefill produces the
+request's first output token; each later decode iteration one more. The last token is never
+written to the cache, so a request holds at most ``prompt + output - 1`` tokens of cache.
+
+**The KV cache** holds ``kv_capacity_tokens`` in blocks of ``block_tokens`` (vLLM's paged
+attention): a sequence holds ``ceil(cached tokens / block_tokens)`` blocks, allocated when an
+iteration writes into a new block and freed when it finishes or is preempted.
+
+**Scheduling** (``LLMPolicy``), first come first served:
+
+- ``chunked_prefill=True`` (Sarathi-Serve, vLLM v1): every iteration carries every running
+  decode, then prefill chunks that fill the rest of the ``max_batch_tokens`` budget: first
+  the running sequences still in prefill (in admission order), then waiting requests while
+  the budget, ``max_seqs`` and free blocks allow (a chunk shrinks to the blocks free).
+- ``chunked_prefill=False`` (vLLM v0): an iteration is either prefill-only, which takes
+  priority (whole prompts of waiting requests admitted in order while the budget,
+  ``max_seqs`` and free blocks allow), or decode-only over every running sequence. A request
+  longer than the budget (``prompt + output - 1`` tokens: what it prefills again after a
+  preemption just before its last token) is rejected, as vLLM v0 requires
+  ``max_num_batched_tokens >= max_model_len``.
+
+**Preemption** (``"recompute"``, vLLM's default): when the running decodes need more new
+blocks than are free, the most recently admitted sequence is evicted (its blocks freed, its
+progress in prefill lost) and rejoins the front of the waiting queue, to be prefilled again
+over its prompt and the tokens it produced so far; no waiting request is admitted in an
+iteration that preempted (vLLM v1). A request whose ``prompt + output - 1`` tokens need more
+blocks than the whole cache is rejected at arrival and counted, never looped on.
+
+**Measured** per request: first admission, first token and finish times, preemptions;
+TTFT = first token - arrival, TPOT = (finish - first token) / (output - 1) for outputs of more
+than one token, e2e = finish - arrival; over the run: their p50/p90/p99 with sample counts,
+output tokens and requests per second over the span (first arrival to last finish), goodput
+at a TTFT and TPOT objective, iterations, preemptions, rejections, the peak KV cache in use
+(``record_iterations``: every iteration's batch as well).
+
+**Not modelled**: prefix caching, speculative decoding, swapping to host memory, vLLM's
+free-block watermark, priorities other than arrival order, tokenisation, detokenisation
+and networking; sampling costs what ``seqs`` costs in the step time. A request's output
+length is known to the simulator but never used to schedule.
+
+Runs of decode-only iterations whose batch cannot change (no finish, arrival that could be
+admitted, or preemption before them) are advanced in one vectorised step
+(``fast_forward``); the result is the same as one iteration at a time, to the bit. A step
+object may offer ``iteration_s_many(tokens, ctx_sum, pair_sum, seqs)`` over numpy arrays,
+equal element by element to ``iteration_s``; without it the scalar method is called.
+
+>>> class Linear:
+...     def iteration_s(self, tokens, ctx_sum, pair_sum, seqs):
+...         return 1e-3 + 1e-5 * tokens
+>>> r = simulate_llm([LLMRequest(0.0, 100, 3)], Linear(), LLMPolicy(kv_capacity_tokens=4096))
+>>> round(float(r.ttft_s[0]), 6), round(float(r.tpot_s[0]), 6), r.iterations
+(0.002, 0.00101, 3)
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from placewise.errors import InputError
+from placewise.llm.steps import StepTime
+from placewise.serve.llm_requests import (
+    LLMRequest,
+    draw_lengths,
+    load_llm_trace,
+    poisson_llm_requests,
+)
+
+__all__ = [
+    "LLMIterations",
+    "LLMPolicy",
+    "LLMRequest",
+    "LLMServeResult",
+    "draw_lengths",
+    "load_llm_trace",
+    "poisson_llm_requests",
+    "simulate_llm",
+]
+
+#: the most decode-only iterations advanced in one vectorised step
+MAX_RUN = 4096
+#: the fewest advanced so (fewer go one at a time: cheaper than numpy's overhead)
+MIN_RUN = 8
+_JITTER_BLOCK = 4096
+
+
+# --- policy and result --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LLMPolicy:
+    """How iterations are formed (module docstring): ``kv_capacity_tokens`` of cache in
+    blocks of ``block_tokens``; at most ``max_seqs`` sequences and ``max_batch_tokens`` new
+    tokens in an iteration (a batch of decodes only may exceed the latter, up to
+    ``max_seqs``); Sarathi's ``chunked_prefill`` or vLLM v0's prefill-first iterations;
+    ``preemption`` by recomputation."""
+
+    kv_capacity_tokens: int
+    max_seqs: int = 256
+    max_batch_tokens: int = 2048
+    chunked_prefill: bool = True
+    block_tokens: int = 16
+    preemption: Literal["recompute"] = "recompute"
+
+    def __post_init__(self) -> None:
+        for name in ("kv_capacity_tokens", "max_seqs", "max_batch_tokens", "block_tokens"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise InputError(f"must be an integer >= 1, got {v!r}", place=name)
+        if self.kv_capacity_tokens < self.block_tokens:
+            raise InputError(f"{self.kv_capacity_tokens} tokens hold no block of "
+                             f"{self.block_tokens}", place="kv_capacity_tokens")
+        if self.preemption != "recompute":
+            raise InputError(f"only 'recompute' is modelled, got {self.preemption!r}",
+                             place="preemption")
+
+    @property
+    def kv_capacity_blocks(self) -> int:
+        return self.kv_capacity_tokens // self.block_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class LLMIterations:
+    """Every iteration of a run, in order: start and duration, new tokens (of which
+    prefill), sequences, the step time's ``ctx_sum`` and ``pair_sum``, KV blocks in use
+    during it, output tokens it produced."""
+
+    start_s: np.ndarray
+    duration_s: np.ndarray
+    tokens: np.ndarray
+    prefill_tokens: np.ndarray
+    seqs: np.ndarray
+    ctx_sum: np.ndarray
+    pair_sum: np.ndarray
+    kv_blocks: np.ndarray
+    emitted: np.ndarray
+
+
+def _tails(x: np.ndarray) -> dict[str, Any]:
+    if not len(x):
+        return {"n": 0, "p50_s": None, "p90_s": None, "p99_s": None}
+    q = np.quantile(x, [0.5, 0.9, 0.99])
+    return {"n": len(x), "p50_s": float(q[0]), "p90_s": float(q[1]), "p99_s": float(q[2])}
+
+
+@dataclass(frozen=True, slots=True)
+class LLMServeResult:
+    """One simulated run. Per request, in the order given: its ``arrival_s``,
+    ``prompt_tokens``, ``output_tokens``; ``admitted_s`` (first admission), ``first_token_s``
+    and ``finish_s`` (NaN when rejected), ``preempted`` (times), ``tokens_out`` (output
+    tokens produced), ``rejected_mask``. Over the run: ``iterations``, ``busy_s`` (their
+    total time), the peak KV cache in use (``peak_kv_tokens`` cached, ``peak_kv_blocks``
+    allocated, of ``kv_capacity_blocks``) and, when recorded, ``trace``."""
+
+    arrival_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    admitted_s: np.ndarray
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    preempted: np.ndarray
+    tokens_out: np.ndarray
+    rejected_mask: np.ndarray
+    iterations: int
+    busy_s: float
+    peak_kv_tokens: int
+    peak_kv_blocks: int
+    kv_capacity_blocks: int
+    trace: LLMIterations | None = None
+
+    @property
+    def submitted(self) -> int:
+        return len(self.arrival_s)
+
+    @property
+    def completed_mask(self) -> np.ndarray:
+        return np.isfinite(self.finish_s)
+
+    @property
+    def completed(self) -> int:
+        return int(self.completed_mask.sum())
+
+    @property
+    def rejected(self) -> int:
+        return int(self.rejected_mask.sum())
+
+    @property
+    def preemptions(self) -> int:
+        return int(self.preempted.sum())
+
+    def conserved(self) -> bool:
+        return self.completed + self.rejected == self.submitted
+
+    @property
+    def span_s(self) -> float:
+        """From the first arrival to the last finish (0 when nothing completed)."""
+        if not self.completed:
+            return 0.0
+        return float(np.max(self.finish_s[self.completed_mask]) - np.min(self.arrival_s))
+
+    @property
+    def ttft_s(self) -> np.ndarray:
+        """Time to first token of each completed request (order given)."""
+        m = self.completed_mask
+        return self.first_token_s[m] - self.arrival_s[m]
+
+    @property
+    def tpot_s(self) -> np.ndarray:
+        """Time per output token after the first, of each completed request of 2+ tokens."""
+        m = self.completed_mask & (self.output_tokens > 1)
+        return (self.finish_s[m] - self.first_token_s[m]) / (self.output_tokens[m] - 1)
+
+    @property
+    def e2e_s(self) -> np.ndarray:
+        m = self.completed_mask
+        return self.finish_s[m] - self.arrival_s[m]
+
+    @property
+    def output_tokens_per_s(self) -> float:
+        span = self.span_s
+        return float(self.tokens_out.sum()) / span if span > 0 else 0.0
+
+    @property
+    def requests_per_s(self) -> float:
+        span = self.span_s
+        return self.completed / span if span > 0 else 0.0
+
+    def goodput(self, ttft_slo_s: float, tpot_slo_s: float) -> float:
+        """Completed requests per second of span whose TTFT is within ``ttft_slo_s`` and
+        TPOT within ``tpot_slo_s`` (a one-token output has no TPOT and meets it)."""
+        span = self.span_s
+        if span <= 0:
+            return 0.0
+        m = self.completed_mask
+        ttft = self.first_token_s - self.arrival_s
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tpot = (self.finish_s - self.first_token_s) / (self.output_tokens - 1)
+        ok = m & (ttft <= ttft_slo_s) & ((self.output_tokens == 1) | (tpot <= tpot_slo_s))
+        return int(ok.sum()) / span
+
+    def summary(self, *, ttft_slo_s: float | None = None, tpot_slo_s: float | None = None
+                ) -> dict[str, Any]:
+        """The run's figures as a JSON-ready dict (goodput when both objectives are given)."""
+        out: dict[str, Any] = {
+            "submitted": self.submitted, "completed": self.completed,
+            "rejected": self.rejected, "preemptions": self.preemptions,
+            "iterations": self.iterations, "span_s": self.span_s, "busy_s": self.busy_s,
+            "output_tokens_per_s": self.output_tokens_per_s,
+            "requests_per_s": self.requests_per_s, "peak_kv_tokens": self.peak_kv_tokens,
+            "peak_kv_blocks": self.peak_kv_blocks,
+            "kv_capacity_blocks": self.kv_capacity_blocks,
+            "ttft": _tails(self.ttft_s), "tpot": _tails(self.tpot_s), "e2e": _tails(self.e2e_s),
+        }
+        if ttft_slo_s is not None and tpot_slo_s is not None:
+            out["goodput_rps"] = self.goodput(ttft_slo_s, tpot_slo_s)
+            out["ttft_slo_s"], out["tpot_slo_s"] = ttft_slo_s, tpot_slo_s
+        return out
+
+
+# --- the simulator ------------------------------------------------------------------------
+
+
+def simulate_llm(requests: Sequence[LLMRequest], step: StepTime, policy: LLMPolicy, *,
+                 seed: int = 0, jitter_sigma: float = 0.0, fast_forward: bool = True,
+                 record_iterations: bool = False) -> LLMServeResult:
+    """Serve ``requests`` (any order; served by arrival, ties in the order given) on one
+    model instance whose iterations cost ``step.iteration_s`` (times a log-normal factor of
+    mean 1 and log-space sigma ``jitter_sigma``, drawn from ``seed``) under ``policy``
+    (module docstring). ``fast_forward=False`` advances one iteration at a time (the same
+    result, slower: a check of the fast path); ``record_iterations`` keeps every iteration
+    in the result's ``trace``."""
+    if not (isinstance(jitter_sigma, int | float) and math.isfinite(jitter_sigma)
+            and jitter_sigma >= 0):
+        raise InputError(f"must be a finite number >= 0, got {jitter_sigma!r}",
+                         place="jitter_sigma")
+    arr, prompt, out = _columns(requests)
+    order = np.argsort(arr, kind="stable")
+    need = prompt + out - 1
+    blocks = -(-need // policy.block_tokens)
+    rejected = blocks > policy.kv_capacity_blocks
+    if not policy.chunked_prefill:
+        rejected |= need > policy.max_batch_tokens
+    sim = _Sim(arr[order].tolist(), prompt[order].tolist(), out[order].tolist(),
+               (~rejected[order]).tolist(), step, policy)
+    sim.fast = fast_forward
+    sim.sigma = float(jitter_sigma)
+    sim.rng = np.random.default_rng(seed)
+    sim.trace = _Trace() if record_iterations else None
+    sim.run()
+    return sim.result(order, arr, prompt, out, rejected)
+
+
+def _columns(requests: Sequence[LLMRequest]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    try:
+        arr = np.array([r.arrival_s for r in requests], dtype=float)
+        prompt = np.array([r.prompt_tokens for r in requests], dtype=np.int64)
+        out = np.array([r.output_tokens for r in requests], dtype=np.int64)
+    except (TypeError, ValueError, AttributeError, OverflowError) as exc:
+        raise InputError(f"requests must be LLMRequest records of numbers ({exc})",
+                         place="requests") from None
+    for name, bad in (("arrival_s must be finite", ~np.isfinite(arr)),
+                      ("prompt_tokens must be >= 1", prompt < 1),
+                      ("output_tokens must be >= 1", out < 1)):
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise InputError(f"{name}, got {requests[i]!r}", place=f"request {i}")
+    return arr, prompt, out
+
+
+class _Trace:
+    """Iterations as they happen (``LLMIterations`` columns)."""
+
+    NAMES = ("start_s", "duration_s", "tokens", "prefill_tokens", "seqs", "ctx_sum",
+             "pair_sum", "kv_blocks", "emitted")
+
+    def __init__(self) -> None:
+        self.cols: list[list[Any]] = [[] for _ in self.NAMES]
+
+    def add(self, *row: Any) -> None:
+        for col, v in zip(self.cols, row, strict=True):
+            col.append(v)
+
+    def extend(self, *rows: Any) -> None:
+        for col, v in zip(self.cols, rows, strict=True):
+            col.extend(np.asarray(v).tolist())
+
+    def done(self) -> LLMIterations:
+        dtypes = (float, float, np.int64, np.int64, np.int64, np.int64, float, np.int64,
+                  np.int64)
+        return LLMIterations(*(np.asarray(c, dtype=d)
+                               for c, d in zip(self.cols, dtypes, strict=True)))
+
+
+class _Sim:
+    """The event loop over iterations (one object per run; module docstring).
+
+    Requests are indexed in arrival order. A decoding sequence ``r`` caches ``b[r] + D``
+    tokens before the ``D``-th decode iteration (``D`` counts iterations that advanced the
+    decodes), so the decodes' ``ctx_sum`` is ``sum_b + n_dec * (D + 1)``, one needs a new
+    block when ``(b[r] + D) % block_tokens == 0`` (``res`` counts the decodes by
+    ``b % block_tokens``) and finishes when ``D`` reaches ``fin[r]``.
+    """
+
+    def __init__(self, arrival: list[float], prompt: list[int], output: list[int],
+                 admit: list[bool], step: StepTime, policy: LLMPolicy) -> None:
+        n = len(arrival)
+        self.arrival, self.prompt, self.output = arrival, prompt, output
+        self.incoming = [i for i in range(n) if admit[i]]
+        self.next_in = 0
+        self.step, self.policy = step, policy
+        self.many = getattr(step, "iteration_s_many", None)
+        self.B = policy.block_tokens
+        self.total = self.free = policy.kv_capacity_blocks
+        self.now = -math.inf
+        self.waiting: deque[int] = deque()
+        self.running: dict[int, None] = {}  # admission order
+        self.partial: dict[int, None] = {}  # running, still in prefill
+        self.L = list(prompt)  # tokens to prefill: prompt + produced so far
+        self.d = [0] * n  # prefilled so far (partial)
+        self.pre_d = 0  # sum of d over partial
+        self.b = [0] * n
+        self.fin = [-1] * n
+        self.heap: list[tuple[int, int]] = []
+        self.res = [0] * self.B
+        self.n_dec = self.sum_b = self.D = 0
+        self.admitted_s = [math.nan] * n
+        self.first_s = [math.nan] * n
+        self.finish_s = [math.nan] * n
+        self.preempted = [0] * n
+        self.produced = [0] * n
+        self.iterations = 0
+        self.busy = 0.0
+        self.peak_tokens = self.peak_blocks = 0
+        self.fast = True
+        self.sigma = 0.0
+        self.rng = np.random.default_rng(0)
+        self.z = np.zeros(0)
+        self.zi = 0
+        self.trace: _Trace | None = None
+
+    def run(self) -> None:
+        inc, arrival = self.incoming, self.arrival
+        while True:
+            i = self.next_in
+            while i < len(inc) and arrival[inc[i]] <= self.now:
+                self.waiting.append(inc[i])
+                i += 1
+            self.next_in = i
+            if not self.running and not self.waiting:
+                if i >= len(inc):
+                    return
+                self.now = arrival[inc[i]]
+                continue
+            if self.policy.chunked_prefill:
+                self._iterate_chunked()
+            else:
+                self._iterate_whole()
+
+    def _next_arrival(self) -> float:
+        i = self.next_in
+        return self.arrival[self.incoming[i]] if i < len(self.incoming) else math.inf
+
+    # --- forming an iteration
+
+    def _iterate_chunked(self) -> None:
+        need, preempted = self._decode_need()
+        chunks = self._chunks(self.policy.max_batch_tokens - self.n_dec, preempted)
+        if chunks:
+            self._iterate(chunks, need, True)
+        elif self.n_dec:
+            self._decodes(need, preempted)
+        else:  # every running prefill waits for blocks another holds
+            self._preempt_tail()
+
+    def _iterate_whole(self) -> None:
+        batch = self._prefill_whole() if self.waiting else []
+        if batch:
+            self._iterate([(r, 0, self.L[r]) for r in batch], 0, False)
+            return
+        need, preempted = self._decode_need()
+        self._decodes(need, preempted)
+
+    def _decode_need(self) -> tuple[int, bool]:
+        """New blocks the decodes need now, preempting until they are free; allocates them."""
+        need = self.res[-self.D % self.B]
+        preempted = False
+        while need > self.free:
+            self._preempt_tail()
+            need = self.res[-self.D % self.B]
+            preempted = True
+        self.free -= need
+        return need, preempted
+
+    def _preempt_tail(self) -> None:
+        r, _ = self.running.popitem()
+        B = self.B
+        if r in self.partial:
+            del self.partial[r]
+            self.free += -(-self.d[r] // B)
+            self.pre_d -= self.d[r]
+            self.d[r] = 0
+        else:
+            b = self.b[r]
+            cached = b + self.D
+            self.free += -(-cached // B)
+            self.n_dec -= 1
+            self.sum_b -= b
+            self.res[b % B] -= 1
+            self.fin[r] = -1
+            self.L[r] = cached + 1  # the prompt and every token produced
+        self.preempted[r] += 1
+        self.waiting.appendleft(r)
+
+    def _admit(self, r: int) -> None:
+        self.waiting.popleft()
+        self.running[r] = None
+        self.partial[r] = None
+        if self.admitted_s[r] != self.admitted_s[r]:  # NaN: first admission
+            self.admitted_s[r] = self.now
+
+    def _prefill_whole(self) -> list[int]:
+        batch: list[int] = []
+        budget, B, max_seqs = self.policy.max_batch_tokens, self.B, self.policy.max_seqs
+        while self.waiting and len(self.running) < max_seqs:
+            r = self.waiting[0]
+            n = self.L[r]
+            nb = -(-n // B)
+            if n > budget or nb > self.free:
+                break
+            self.free -= nb
+            budget -= n
+            self._admit(r)
+            batch.append(r)
+        return batch
+
+    def _chunks(self, budget: int, preempted: bool) -> list[tuple[int, int, int]]:
+        """Prefill chunks ``(request, cached, new)`` filling ``budget``; allocates blocks."""
+        out: list[tuple[int, int, int]] = []
+        B, L, d = self.B, self.L, self.d
+        for r in self.partial:
+            if budget <= 0:
+                return out
+            have = -(-d[r] // B)
+            c = min(L[r] - d[r], budget, (have + self.free) * B - d[r])
+            if c > 0:
+                self.free -= -(-(d[r] + c) // B) - have
+                budget -= c
+                out.append((r, d[r], c))
+        max_seqs = self.policy.max_seqs
+        while (not preempted and self.waiting and budget > 0
+               and len(self.running) < max_seqs):
+            r = self.waiting[0]
+            c = min(L[r], budget, self.free * B)
+            if c <= 0:
+                break
+            self.free -= -(-c // B)
+            budget -= c
+            self._admit(r)
+            out.append((r, 0, c))
+        return out
+
+    # --- running iterations
+
+    def _jitter(self, k: int) -> np.ndarray:
+        """The factors of the next ``k`` iterations (not consumed: ``self.zi += m``)."""
+        while len(self.z) - self.zi < k:
+            self.z = np.concatenate((self.z[self.zi:], self.rng.standard_normal(_JITTER_BLOCK)))
+            self.zi = 0
+        s = self.sigma
+        return np.exp(s * self.z[self.zi:self.zi + k] - s * s / 2)
+
+    def _time(self, tokens: int, ctx: int, pair: int, seqs: int) -> float:
+        t = self.step.iteration_s(tokens, ctx, float(pair), seqs)
+        if self.sigma:
+            t *= float(self._jitter(1)[0])
+            self.zi += 1
+        if not 0 <= t < math.inf:
+            raise InputError(f"the step time is {t!r} s for an iteration of {tokens} tokens "
+                             f"over {seqs} sequences (ctx_sum {ctx})", place="step")
+        return t
+
+    def _iterate(self, chunks: Sequence[tuple[int, int, int]], need: int, decodes: bool
+                 ) -> None:
+        """One iteration: the decodes (when ``decodes``) and ``chunks`` of prefill."""
+        N = self.n_dec if decodes else 0
+        ctx = pair = self.sum_b + N * (self.D + 1) if N else 0
+        tokens, cached = N, 0
+        for _, d, c in chunks:
+            tokens += c
+            ctx += d + c
+            pair += c * d + c * (c + 1) // 2
+            cached += d
+        t = self._time(tokens, ctx, pair, N + len(chunks))
+        start, in_use = self.now, self.total - self.free
+        self.now += t
+        self.busy += t
+        self.iterations += 1
+        idle = self.pre_d - cached + (0 if decodes else self.sum_b + self.n_dec * self.D)
+        self.peak_tokens = max(self.peak_tokens, ctx + idle)
+        self.peak_blocks = max(self.peak_blocks, in_use)
+        if N:
+            self.D += 1
+        emitted = N
+        for r, d, c in chunks:
+            self.d[r] = d + c
+            self.pre_d += c
+            if d + c == self.L[r]:
+                emitted += 1
+                self._prefilled(r)
+        self._finish_decodes()
+        if self.trace is not None:
+            self.trace.add(start, t, tokens, tokens - N, N + len(chunks), ctx, float(pair),
+                           in_use, emitted)
+
+    def _prefilled(self, r: int) -> None:
+        """``r`` has completed its prefill and produced a token: decode or finish."""
+        del self.partial[r]
+        cached = self.L[r]
+        self.pre_d -= cached
+        self.d[r] = 0
+        if self.first_s[r] != self.first_s[r]:
+            self.first_s[r] = self.now
+        if cached - self.prompt[r] + 1 >= self.output[r]:
+            self.free += -(-cached // self.B)
+            del self.running[r]
+            self.finish_s[r] = self.now
+            self.produced[r] = cached - self.prompt[r] + 1
+            return
+        b = cached - self.D
+        self.b[r] = b
+        self.n_dec += 1
+        self.sum_b += b
+        self.res[b % self.B] += 1
+        self.fin[r] = self.prompt[r] + self.output[r] - 1 - b
+        heapq.heappush(self.heap, (self.fin[r], r))
+
+    def _finish_decodes(self) -> None:
+        heap, fin, D = self.heap, self.fin, self.D
+        while heap and heap[0][0] <= D:
+            f, r = heapq.heappop(heap)
+            if fin[r] != f:
+                continue  # preempted since
+            b = self.b[r]
+            self.free += -(-(b + D) // self.B)
+            self.n_dec -= 1
+            self.sum_b -= b
+            self.res[b % self.B] -= 1
+            fin[r] = -1
+            del self.running[r]
+            self.finish_s[r] = self.now
+            self.produced[r] = b + D - self.prompt[r] + 1
+
+    def _horizon(self) -> int:
+        """Decode-only iterations from now whose batch cannot change (1 when fewer than
+        ``MIN_RUN``: one at a time is cheaper than numpy then)."""
+        heap, fin = self.heap, self.fin
+        while fin[heap[0][1]] != heap[0][0]:
+            heapq.heappop(heap)
+        k = min(heap[0][0] - self.D, MAX_RUN)
+        t_next = self._next_arrival()
+        N = self.n_dec
+        if k >= MIN_RUN and not self.waiting and t_next < math.inf:
+            c0 = self.sum_b + N * (self.D + 1)
+            t0 = self.step.iteration_s(N, c0, float(c0), N)
+            if 0 < t0 < math.inf:
+                k = min(k, int(min((t_next - self.now) / t0, MAX_RUN)) + 2)
+        if k < MIN_RUN:
+            return 1
+        if N * -(-(k - 1) // self.B) > self.free:  # the decodes may run out of blocks
+            needs = np.asarray(self.res)[-(self.D + np.arange(1, k)) % self.B]
+            k = 1 + int(np.searchsorted(np.cumsum(needs), self.free, side="right"))
+        return k if k >= MIN_RUN else 1
+
+    def _decodes(self, need: int, preempted: bool) -> None:
+        """Decode-only iterations: one, or as many as ``_horizon`` allows in one step."""
+        k = self._horizon() if self.fast and not preempted else 1
+        if k < 2:
+            self._iterate((), need, True)
+            return
+        N, D = self.n_dec, self.D
+        ctx = self.sum_b + N * (D + 1) + N * np.arange(k, dtype=np.int64)
+        times = self._times(N, ctx)
+        ends = np.cumsum(np.concatenate(([self.now], times)))
+        m = k
+        if not self.waiting:
+            m = min(k, int(np.searchsorted(ends[:k], self._next_arrival(), side="left")))
+        if self.sigma:
+            self.zi += m
+        needs = np.asarray(self.res)[-(D + np.arange(m)) % self.B]
+        needs[0] = need
+        used = self.total - self.free - need + np.cumsum(needs)
+        self.free = self.total - int(used[-1])
+        self.now = float(ends[m])
+        self.busy = float(np.cumsum(np.concatenate(([self.busy], times[:m])))[-1])
+        self.iterations += m
+        self.D += m
+        self.peak_tokens = max(self.peak_tokens, int(ctx[m - 1]) + self.pre_d)
+        self.peak_blocks = max(self.peak_blocks, int(used[-1]))
+        if self.trace is not None:
+            full = np.full(m, N)
+            self.trace.extend(ends[:m], times[:m], full, np.zeros(m), full, ctx[:m],
+                              ctx[:m].astype(float), used, full)
+        self._finish_decodes()
+
+    def _times(self, N: int, ctx: np.ndarray) -> np.ndarray:
+        k = len(ctx)
+        if self.many is not None:
+            full = np.full(k, N, dtype=np.int64)
+            times = np.asarray(self.many(full, ctx, ctx.astype(float), full), dtype=float)
+        else:
+            it = self.step.iteration_s
+            times = np.array([it(N, c, float(c), N) for c in ctx.tolist()], dtype=float)
+        if self.sigma:
+            times = times * self._jitter(k)
+        if not (np.all(times >= 0) and np.all(np.isfinite(times))):
+            raise InputError(f"the step time is negative or not finite for a decode of {N} "
+                             f"sequences", place="step")
+        return times
+
+    def result(self, order: np.ndarray, arr: np.ndarray, prompt: np.ndarray,
+               out: np.ndarray, rejected: np.ndarray) -> LLMServeResult:
+        def back(x: list[Any], dtype: Any) -> np.ndarray:
+            y = np.empty(len(order), dtype=dtype)
+            y[order] = np.asarray(x, dtype=dtype)
+            return y
+
+        finish = back(self.finish_s, float)
+        return LLMServeResult(
+            arrival_s=arr, prompt_tokens=prompt, output_tokens=out,
+            admitted_s=back(self.admitted_s, float), first_token_s=back(self.first_s, float),
+            finish_s=finish, preempted=back(self.preempted, np.int64),
+            tokens_out=back(self.produced, np.int64), rejected_mask=rejected,
+            iterations=self.iterations, busy_s=self.busy, peak_kv_tokens=self.peak_tokens,
+            peak_kv_blocks=self.peak_blocks, kv_capacity_blocks=self.total,
+            trace=self.trace.done() if self.trace is not None else None)
