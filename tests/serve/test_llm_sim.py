@@ -260,6 +260,40 @@ def test_invariants_under_load() -> None:
         assert r.busy_s == slow.busy_s
 
 
+@pytest.mark.parametrize("chunked", [False, True])
+@pytest.mark.parametrize("jitter", [0.0, 0.2])
+def test_fast_path_matches_one_at_a_time(chunked: bool, jitter: float,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Long decodes between sparse arrivals, in a cache that runs out: the runs advanced in
+    one step (a scalar loop, or ``iteration_s_many``) give every iteration, bit for bit."""
+    from placewise.serve import llm
+
+    used: list[str] = []
+    for name in ("_decode_loop", "_decode_vector"):
+        def spy(self: object, *a: int, _f: object = getattr(llm._Sim, name),
+                _n: str = name) -> None:
+            used.append(_n)
+            _f(self, *a)  # type: ignore[operator]
+        monkeypatch.setattr(llm._Sim, name, spy)
+    reqs = [LLMRequest(0.05 * i, 20 + 37 * i, 300 + 90 * i) for i in range(6)]
+    pol = _policy(kv_capacity_tokens=1600, max_batch_tokens=1024, chunked_prefill=chunked)
+    step = Linear(1e-3, 1e-5, 1e-7)
+    runs = [simulate_llm(reqs, s, pol, fast_forward=f, jitter_sigma=jitter, seed=3,
+                         record_iterations=True)
+            for s, f in ((LinearMany(*step.k), True), (step, True), (step, False))]
+    assert {"_decode_loop", "_decode_vector"} <= set(used)
+    assert runs[0].preemptions > 0
+    for other in runs[1:]:
+        for name in ("first_token_s", "finish_s", "preempted", "tokens_out"):
+            assert np.array_equal(getattr(runs[0], name), getattr(other, name))
+        assert runs[0].trace is not None and other.trace is not None
+        for col in ("start_s", "duration_s", "tokens", "ctx_sum", "kv_blocks", "emitted"):
+            assert np.array_equal(getattr(runs[0].trace, col), getattr(other.trace, col))
+        assert (runs[0].busy_s, runs[0].peak_kv_tokens, runs[0].peak_kv_blocks) == (
+            other.busy_s, other.peak_kv_tokens, other.peak_kv_blocks)
+    _check(runs[0], pol)
+
+
 # --- bad input -------------------------------------------------------------------------
 
 

@@ -98,8 +98,8 @@ __all__ = [
 
 #: the most decode-only iterations advanced in one vectorised step
 MAX_RUN = 4096
-#: the fewest advanced so (fewer go one at a time: cheaper than numpy's overhead)
-MIN_RUN = 8
+#: the fewest advanced by ``iteration_s_many`` (fewer: a loop of scalar calls is cheaper)
+MIN_VECTOR = 64
 _JITTER_BLOCK = 4096
 
 
@@ -393,8 +393,9 @@ class _Sim:
         self.fast = True
         self.sigma = 0.0
         self.rng = np.random.default_rng(0)
-        self.z = np.zeros(0)
-        self.zi = 0
+        self.jf = np.zeros(0)  # jitter factors drawn, in blocks of _JITTER_BLOCK
+        self.jl: list[float] = []  # the same as a list
+        self.zi = 0  # the next unused
         self.trace: _Trace | None = None
 
     def run(self) -> None:
@@ -521,17 +522,22 @@ class _Sim:
     # --- running iterations
 
     def _jitter(self, k: int) -> np.ndarray:
-        """The factors of the next ``k`` iterations (not consumed: ``self.zi += m``)."""
-        while len(self.z) - self.zi < k:
-            self.z = np.concatenate((self.z[self.zi:], self.rng.standard_normal(_JITTER_BLOCK)))
+        """The factors of the next ``k`` iterations (not consumed: ``self.zi += m``): the
+        same stream however they are taken."""
+        while len(self.jf) - self.zi < k:
+            z = self.rng.standard_normal(_JITTER_BLOCK)
+            sg = self.sigma
+            self.jf = np.concatenate((self.jf[self.zi:], np.exp(sg * z - sg * sg / 2)))
+            self.jl = self.jf.tolist()
             self.zi = 0
-        s = self.sigma
-        return np.exp(s * self.z[self.zi:self.zi + k] - s * s / 2)
+        return self.jf[self.zi:self.zi + k]
 
     def _time(self, tokens: int, ctx: int, pair: int, seqs: int) -> float:
         t = self.step.iteration_s(tokens, ctx, float(pair), seqs)
         if self.sigma:
-            t *= float(self._jitter(1)[0])
+            if self.zi >= len(self.jl):
+                self._jitter(1)
+            t *= self.jl[self.zi]
             self.zi += 1
         if not 0 <= t < math.inf:
             raise InputError(f"the step time is {t!r} s for an iteration of {tokens} tokens "
@@ -610,55 +616,90 @@ class _Sim:
             self.produced[r] = b + D - self.prompt[r] + 1
 
     def _horizon(self) -> int:
-        """Decode-only iterations from now whose batch cannot change (1 when fewer than
-        ``MIN_RUN``: one at a time is cheaper than numpy then)."""
+        """Decode-only iterations before the next finish (at most ``MAX_RUN``)."""
         heap, fin = self.heap, self.fin
         while fin[heap[0][1]] != heap[0][0]:
             heapq.heappop(heap)
-        k = min(heap[0][0] - self.D, MAX_RUN)
-        t_next = self._next_arrival()
-        N = self.n_dec
-        if k >= MIN_RUN and not self.waiting and t_next < math.inf:
-            c0 = self.sum_b + N * (self.D + 1)
-            t0 = self.step.iteration_s(N, c0, float(c0), N)
-            if 0 < t0 < math.inf:
-                k = min(k, int(min((t_next - self.now) / t0, MAX_RUN)) + 2)
-        if k < MIN_RUN:
-            return 1
-        if N * -(-(k - 1) // self.B) > self.free:  # the decodes may run out of blocks
-            needs = np.asarray(self.res)[-(self.D + np.arange(1, k)) % self.B]
-            k = 1 + int(np.searchsorted(np.cumsum(needs), self.free, side="right"))
-        return k if k >= MIN_RUN else 1
+        return min(heap[0][0] - self.D, MAX_RUN)
 
     def _decodes(self, need: int, preempted: bool) -> None:
-        """Decode-only iterations: one, or as many as ``_horizon`` allows in one step."""
+        """Decode-only iterations: one, or a run whose batch cannot change: up to the next
+        finish, while the blocks last, and, with nobody waiting, until the next arrival (a
+        waiting request that cannot be admitted now cannot be later in the run: the
+        sequences are the same and the free blocks fewer)."""
         k = self._horizon() if self.fast and not preempted else 1
         if k < 2:
             self._iterate((), need, True)
-            return
+        elif self.many is not None and k >= MIN_VECTOR and (
+                kv := self._until_arrival(k)) >= MIN_VECTOR:
+            self._decode_vector(need, kv)
+        else:
+            self._decode_loop(k)
+
+    def _until_arrival(self, k: int) -> int:
+        """``k``, or fewer where the next arrival matters: as many iterations as the first
+        one's time allows before it, and 2 more (enough when iterations grow longer)."""
+        if self.waiting or self.next_in >= len(self.incoming):
+            return k
+        N = self.n_dec
+        c0 = self.sum_b + N * (self.D + 1)
+        t0 = self.step.iteration_s(N, c0, float(c0), N)
+        if not 0 < t0 < math.inf:
+            return k
+        return max(2, min(k, int(min((self._next_arrival() - self.now) / t0, MAX_RUN)) + 2))
+
+    def _decode_loop(self, k: int) -> None:
+        """Up to ``k`` decode-only iterations, the first one's blocks allocated."""
+        N, B, res, total = self.n_dec, self.B, self.res, self.total
+        t_next = math.inf if self.waiting else self._next_arrival()
+        c = self.sum_b + N * (self.D + 1)
+        trace = self.trace
+        for j in range(k):
+            t = self._time(N, c, c, N)
+            start = self.now
+            self.now = start + t
+            self.busy += t
+            self.iterations += 1
+            self.D += 1
+            if trace is not None:
+                trace.add(start, t, N, 0, N, c, float(c), total - self.free, N)
+            if j + 1 == k or t_next <= self.now:
+                break
+            nd = res[-self.D % B]
+            if nd > self.free:
+                break
+            self.free -= nd
+            c += N
+        self.peak_tokens = max(self.peak_tokens, c + self.pre_d)
+        self.peak_blocks = max(self.peak_blocks, total - self.free)
+        self._finish_decodes()
+
+    def _decode_vector(self, need: int, k: int) -> None:
+        """As ``_decode_loop``, the times from one call of ``iteration_s_many``."""
         N, D = self.n_dec, self.D
-        ctx = self.sum_b + N * (D + 1) + N * np.arange(k, dtype=np.int64)
-        times = self._times(N, ctx)
-        ends = np.cumsum(np.concatenate(([self.now], times)))
-        m = k
-        if not self.waiting:
-            m = min(k, int(np.searchsorted(ends[:k], self._next_arrival(), side="left")))
-        if self.sigma:
-            self.zi += m
-        needs = np.asarray(self.res)[-(D + np.arange(m)) % self.B]
+        t_next = math.inf if self.waiting else self._next_arrival()
+        c0 = self.sum_b + N * (D + 1)
+        needs = np.asarray(self.res)[-(D + np.arange(k)) % self.B]
         needs[0] = need
         used = self.total - self.free - need + np.cumsum(needs)
-        self.free = self.total - int(used[-1])
+        k = int(np.searchsorted(used, self.total, side="right"))  # >= 1: needs[0] is free
+        ctx = c0 + N * np.arange(k, dtype=np.int64)
+        times = self._times(N, ctx)
+        ends = np.cumsum(np.concatenate(([self.now], times)))
+        m = min(k, int(np.searchsorted(ends[:k], t_next, side="left")))
+        if self.sigma:
+            self.zi += m
+        self.free = self.total - int(used[m - 1])
         self.now = float(ends[m])
         self.busy = float(np.cumsum(np.concatenate(([self.busy], times[:m])))[-1])
         self.iterations += m
         self.D += m
         self.peak_tokens = max(self.peak_tokens, int(ctx[m - 1]) + self.pre_d)
-        self.peak_blocks = max(self.peak_blocks, int(used[-1]))
+        self.peak_blocks = max(self.peak_blocks, int(used[m - 1]))
         if self.trace is not None:
             full = np.full(m, N)
             self.trace.extend(ends[:m], times[:m], full, np.zeros(m), full, ctx[:m],
-                              ctx[:m].astype(float), used, full)
+                              ctx[:m].astype(float), used[:m], full)
         self._finish_decodes()
 
     def _times(self, N: int, ctx: np.ndarray) -> np.ndarray:
