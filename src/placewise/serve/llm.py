@@ -36,7 +36,9 @@ iteration writes into a new block and freed when it finishes or is preempted.
 blocks than are free, the most recently admitted sequence is evicted (its blocks freed, its
 progress in prefill lost) and rejoins the front of the waiting queue, to be prefilled again
 over its prompt and the tokens it produced so far; no waiting request is admitted in an
-iteration that preempted (vLLM v1). A request whose ``prompt + output - 1`` tokens need more
+iteration that preempted (vLLM v1). When every running sequence is a prefill waiting for
+blocks the others hold, the most recent is evicted the same way. A request keeps its first
+token time through preemptions. A request whose ``prompt + output - 1`` tokens need more
 blocks than the whole cache is rejected at arrival and counted, never looped on.
 
 **Measured** per request: first admission, first token and finish times, preemptions;
@@ -51,11 +53,13 @@ free-block watermark, priorities other than arrival order, tokenisation, detoken
 and networking; sampling costs what ``seqs`` costs in the step time. A request's output
 length is known to the simulator but never used to schedule.
 
-Runs of decode-only iterations whose batch cannot change (no finish, arrival that could be
-admitted, or preemption before them) are advanced in one vectorised step
-(``fast_forward``); the result is the same as one iteration at a time, to the bit. A step
-object may offer ``iteration_s_many(tokens, ctx_sum, pair_sum, seqs)`` over numpy arrays,
-equal element by element to ``iteration_s``; without it the scalar method is called.
+**Time** advances by each iteration's time; when nothing runs or waits it jumps to the next
+arrival. Runs of decode-only iterations whose batch cannot change (no finish, no arrival
+that could be admitted, no preemption before their end) are advanced together
+(``fast_forward``): in a tight loop, or in one call of the step's optional
+``iteration_s_many(tokens, ctx_sum, pair_sum, seqs)`` over numpy arrays (which must equal
+``iteration_s`` element by element); the result is the same as one iteration at a time, to
+the bit, jitter included (iteration ``i`` always draws the ``i``-th factor).
 
 >>> class Linear:
 ...     def iteration_s(self, tokens, ctx_sum, pair_sum, seqs):
