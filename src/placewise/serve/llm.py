@@ -74,7 +74,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -94,9 +94,11 @@ __all__ = [
     "LLMPolicy",
     "LLMRequest",
     "LLMServeResult",
+    "admit_whole",
     "draw_lengths",
     "load_llm_trace",
     "poisson_llm_requests",
+    "rejected_at_arrival",
     "simulate_llm",
 ]
 
@@ -280,6 +282,56 @@ class LLMServeResult:
         return out
 
 
+# --- admission rules (shared with the real server, ``serve.llm_real``) ------------------
+
+
+def rejected_at_arrival(prompt_tokens: np.ndarray, output_tokens: np.ndarray,
+                        policy: LLMPolicy) -> np.ndarray:
+    """Which requests ``policy`` rejects when they arrive (module docstring): those whose
+    ``prompt + output - 1`` tokens need more blocks than the whole cache holds, and, without
+    chunked prefill, those longer than ``max_batch_tokens``.
+
+    >>> pol = LLMPolicy(kv_capacity_tokens=64, max_batch_tokens=32, chunked_prefill=False)
+    >>> rejected_at_arrival(np.array([10, 30, 60]), np.array([5, 5, 5]), pol).tolist()
+    [False, True, True]
+    """
+    need = np.asarray(prompt_tokens, dtype=np.int64) + np.asarray(output_tokens) - 1
+    rejected = -(-need // policy.block_tokens) > policy.kv_capacity_blocks
+    if not policy.chunked_prefill:
+        rejected |= need > policy.max_batch_tokens
+    return np.asarray(rejected, dtype=bool)
+
+
+def admit_whole(waiting_tokens: Iterable[int], running: int, free_blocks: int,
+                policy: LLMPolicy) -> tuple[int, int]:
+    """A prefill-only iteration's admissions without chunked prefill (vLLM v0): how many of
+    the waiting requests, taken first come first served, whose whole prompts (``L`` tokens to
+    prefill each, in queue order) join the ``running`` sequences while the
+    ``max_batch_tokens`` budget, ``max_seqs`` and the ``free_blocks`` allow, and the blocks
+    they take (``ceil(L / block_tokens)`` each). Reads ``waiting_tokens`` only as far as the
+    first that does not fit.
+
+    >>> pol = LLMPolicy(kv_capacity_tokens=4096, max_batch_tokens=100, block_tokens=16)
+    >>> admit_whole([40, 50, 20], running=0, free_blocks=256, policy=pol)
+    (2, 7)
+    >>> admit_whole([40, 50, 20], running=0, free_blocks=3, policy=pol)
+    (1, 3)
+    """
+    budget, B = policy.max_batch_tokens, policy.block_tokens
+    room = policy.max_seqs - running
+    k = blocks = 0
+    for n in waiting_tokens:
+        if k >= room:
+            break
+        nb = -(-n // B)
+        if n > budget or nb > free_blocks - blocks:
+            break
+        blocks += nb
+        budget -= n
+        k += 1
+    return k, blocks
+
+
 # --- the simulator ------------------------------------------------------------------------
 
 
@@ -298,11 +350,7 @@ def simulate_llm(requests: Sequence[LLMRequest], step: StepTime, policy: LLMPoli
                          place="jitter_sigma")
     arr, prompt, out = _columns(requests)
     order = np.argsort(arr, kind="stable")
-    need = prompt + out - 1
-    blocks = -(-need // policy.block_tokens)
-    rejected = blocks > policy.kv_capacity_blocks
-    if not policy.chunked_prefill:
-        rejected |= need > policy.max_batch_tokens
+    rejected = rejected_at_arrival(prompt, out, policy)
     sim = _Sim(arr[order].tolist(), prompt[order].tolist(), out[order].tolist(),
                (~rejected[order]).tolist(), step, policy)
     sim.fast = fast_forward
@@ -483,16 +531,13 @@ class _Sim:
             self.admitted_s[r] = self.now
 
     def _prefill_whole(self) -> list[int]:
+        L = self.L
+        k, blocks = admit_whole((L[r] for r in self.waiting), len(self.running), self.free,
+                                self.policy)
+        self.free -= blocks
         batch: list[int] = []
-        budget, B, max_seqs = self.policy.max_batch_tokens, self.B, self.policy.max_seqs
-        while self.waiting and len(self.running) < max_seqs:
+        for _ in range(k):
             r = self.waiting[0]
-            n = self.L[r]
-            nb = -(-n // B)
-            if n > budget or nb > self.free:
-                break
-            self.free -= nb
-            budget -= n
             self._admit(r)
             batch.append(r)
         return batch
