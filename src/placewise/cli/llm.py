@@ -113,3 +113,229 @@ def _render_plan(p: dict[str, Any]) -> None:
     for ctx, c in sorted(best.items()):
         out.print(f"  context {ctx}: most tokens/s at batch {c['batch']} "
                   f"({c['searched']['tokens_per_s']:.1f})")
+
+
+# ---- serve -----------------------------------------------------------------------------------
+
+def _requests(rate: float | None, requests: int, prompt: str, output: str,
+              trace: Path | None, seed: int) -> list[Any]:
+    from placewise.serve.llm import load_llm_trace, poisson_llm_requests
+
+    if trace is not None:
+        if rate is not None:
+            raise InputError("--rate and --trace exclude each other: a trace has its arrivals")
+        return load_llm_trace(trace)
+    if rate is None:
+        raise InputError("give --rate (requests/s, Poisson) or --trace")
+    if requests < 1:
+        raise InputError(f"--requests {requests}: expected >= 1")
+    return poisson_llm_requests(rate, requests, prompt, output, seed=seed)
+
+
+def load_step_file(path: Path) -> Any:
+    """The measured step model in a file written by ``llm run --out``."""
+    import json
+
+    from pydantic import TypeAdapter, ValidationError
+
+    from placewise.llm.steps import MeasuredStep
+
+    try:
+        data = json.loads(path.read_text())
+    except OSError as e:
+        raise InputError(f"cannot read it ({e.strerror})", file=str(path)) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InputError(f"not JSON ({e})", file=str(path)) from None
+    if not isinstance(data, dict) or not isinstance(data.get("step"), dict):
+        raise InputError("no measured step model (an `llm run --out` file has one under "
+                         "'step')", file=str(path), place="step")
+    try:
+        return TypeAdapter(MeasuredStep).validate_python(data["step"])
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise InputError(err["msg"], file=str(path), place=f"step.{where}") from None
+
+
+@llm_app.command("serve")
+def llm_serve(
+    model: ModelArg,
+    hw: HwOpt = "h100-sxm-server",
+    rate: Annotated[float | None, typer.Option(help="Poisson arrivals, requests/s")] = None,
+    requests: Annotated[int, typer.Option(help="Requests to draw (with --rate)")] = 2000,
+    prompt: Annotated[str, typer.Option(help="Prompt lengths: fixed:N, uniform:A-B, "
+                                             "lognormal:MEAN,SIGMA")] = "lognormal:512,0.8",
+    output: Annotated[str, typer.Option(help="Output lengths (as --prompt)")] = "lognormal:128,0.8",
+    trace: Annotated[Path | None, typer.Option(help="Replay a trace (CSV such as the Azure "
+                                                    "LLM trace, or JSON lines)")] = None,
+    max_seqs: Annotated[int | None, typer.Option(
+        help="Sequences in a batch (default: the most, up to 256, whose cache keeps every "
+             "layer on the accelerator; 64 with --step)")] = None,
+    context: Annotated[int, typer.Option(help="Cache tokens reserved per sequence (the "
+                                               "policy is searched for max-seqs x context)")] = 2048,
+    max_batch_tokens: Annotated[int, typer.Option(help="New tokens per iteration")] = 2048,
+    chunked: Annotated[bool, typer.Option("--chunked/--prefill-first",
+                                          help="Sarathi chunked prefill, or vLLM v0 "
+                                               "prefill-first iterations")] = True,
+    step_file: Annotated[Path | None, typer.Option(
+        "--step", help="A measured step model (`llm run --out`) instead of the cost model")] = None,
+    ttft_slo: Annotated[float, typer.Option(help="TTFT objective for goodput, s")] = 1.0,
+    tpot_slo: Annotated[float, typer.Option(help="TPOT objective for goodput, s")] = 0.1,
+    seed: Annotated[int, typer.Option(help="Seed of arrivals and lengths")] = 0,
+    accel: Annotated[str | None, typer.Option(help="The accelerator")] = None,
+    calibration: Annotated[Path | None, typer.Option(help="Calibration JSON")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Serve a decoder with iteration-level batching, simulated: TTFT, TPOT and end-to-end
+    percentiles, tokens/s and goodput at the objectives."""
+    from placewise.serve.llm import LLMPolicy, simulate_llm
+
+    reqs = _requests(rate, requests, prompt, output, trace, seed)
+    if context < 1 or (max_seqs is not None and max_seqs < 1):
+        raise InputError("--max-seqs and --context must be >= 1")
+    info: dict[str, Any] = {"model": model, "requests": len(reqs)}
+    if step_file is not None:
+        step: Any = load_step_file(step_file)
+        max_seqs = max_seqs or 64
+        info["step"] = {"source": str(step_file), "measured": to_json(step)}
+    else:
+        from placewise.cost.load import load_cost_model
+        from placewise.llm.plan import serving_step
+        from placewise.llm.spec import resolve_spec
+
+        spec = resolve_spec(model)
+        machine = resolve_machine(hw)
+        step, priced = serving_step(spec, machine, load_cost_model(machine, calibration),
+                                    max_seqs=max_seqs, context=context, accel=accel)
+        info["step"] = {"source": f"cost model on {machine.name}", "policy": to_json(priced)}
+        max_seqs = priced.batch
+    policy = LLMPolicy(kv_capacity_tokens=max_seqs * context, max_seqs=max_seqs,
+                       max_batch_tokens=max_batch_tokens, chunked_prefill=chunked)
+    info["policy"] = to_json(policy)
+    with _progress("simulating"):
+        res = simulate_llm(reqs, step, policy, seed=seed)
+    info["result"] = res.summary(ttft_slo_s=ttft_slo, tpot_slo_s=tpot_slo)
+    if as_json:
+        _print_json(info)
+        return
+    _render_serve(info)
+
+
+def _render_serve(info: dict[str, Any]) -> None:
+    r = info["result"]
+    src = info["step"]["source"]
+    p = info["policy"]
+    out.print(f"[bold]{info['model']}[/bold]: {r['completed']} of {r['submitted']} requests "
+              f"served ({r['rejected']} rejected, {r['preemptions']} preemptions, "
+              f"{r['iterations']} iterations); up to {p['max_seqs']} sequences, cache "
+              f"{p['kv_capacity_tokens']} tokens; step from {src}")
+    if "policy" in info["step"]:
+        out.print(f"  layers: {_policy_text(info['step']['policy'])}")
+    rows = []
+    for key in ("ttft", "tpot", "e2e"):
+        t = r[key]
+        rows.append([key.upper(), t["n"]] + [format_seconds(t[q]) if t[q] is not None else "-"
+                                             for q in ("p50_s", "p90_s", "p99_s")])
+    out.print(_table("latency", ["", "n", "p50", "p90", "p99"], rows))
+    out.print(f"  {r['output_tokens_per_s']:.1f} output tokens/s, {r['requests_per_s']:.2f} "
+              f"requests/s; goodput {r['goodput_rps']:.2f} requests/s at TTFT <= "
+              f"{format_seconds(r['ttft_slo_s'])} and TPOT <= {format_seconds(r['tpot_slo_s'])}"
+              f"; peak cache {r['peak_kv_blocks']} of {r['kv_capacity_blocks']} blocks")
+
+
+# ---- run (real, local) -------------------------------------------------------------------------
+
+@llm_app.command("run")
+def llm_run(
+    model: Annotated[Path, typer.Argument(help="An .onnx decoder with past_key_values inputs "
+                                               "(`llm export` writes one)")],
+    batch: Annotated[str, typer.Option(help="Batch sizes")] = "1,8",
+    context: Annotated[str, typer.Option(help="Context lengths (prompt tokens)")] = "128,2048",
+    new_tokens: Annotated[int, typer.Option(help="Decode steps measured per run")] = 8,
+    repeats: Annotated[int, typer.Option(help="Timed runs per cell")] = 3,
+    device: Annotated[str, typer.Option(help="The local device whose cores run it")] = "cpu1",
+    calibration: Annotated[Path | None, typer.Option(help="Calibration JSON")] = None,
+    out_file: Annotated[Path | None, typer.Option("--out", help="Write the check and the "
+                                                                "fitted step model (JSON)")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run the decoder for real on this machine (prefill, then decode with the cache kept
+    bound) on the device's cores, and set the prefill and per-token latency beside the
+    graph's prediction and the step model fitted to the grid's corners."""
+    import os
+
+    from placewise.cost.load import load_cost_model
+    from placewise.io import atomic_write_json, check_output_path
+    from placewise.llm.validate import validate_local
+
+    if out_file is not None:
+        check_output_path(out_file, place="--out")
+    machine = resolve_machine("local")
+    if device not in machine.device_names:
+        raise InputError(f"--device {device}: not a device of this machine "
+                         f"({', '.join(machine.device_names)})")
+    dev = machine.device(device)
+    for n, v in (("--new-tokens", new_tokens), ("--repeats", repeats)):
+        if v < 1:
+            raise InputError(f"{n} {v}: expected >= 1")
+    cm = load_cost_model(machine, calibration)
+    if dev.cores:
+        os.sched_setaffinity(0, set(dev.cores))
+    with _progress("measuring") as cb:
+        check = validate_local(model, machine, cm, device=device,
+                               batches=_ints(batch, "--batch"),
+                               contexts=_ints(context, "--context"), new_tokens=new_tokens,
+                               repeats=repeats, threads=max(1, len(dev.cores or [1])),
+                               progress=cb)
+    data = to_json(check)
+    if out_file is not None:
+        atomic_write_json(out_file, data)
+    if as_json:
+        _print_json(data)
+        return
+    _render_run(data, check)
+
+
+def _render_run(data: dict[str, Any], check: Any) -> None:
+    import statistics
+
+    out.print(f"[bold]{data['model']}[/bold] on {data['device']} ({data['threads']} threads)")
+    rows = []
+    for c in data["cells"]:
+        rows.append([c["batch"], c["context"], format_seconds(c["prefill_s"]),
+                     format_seconds(c["graph_prefill_s"]), format_seconds(c["fit_prefill_s"]),
+                     format_seconds(c["decode_s"]), format_seconds(c["graph_decode_s"]),
+                     format_seconds(c["fit_decode_s"]), "fit" if c["fitted_here"] else ""])
+    out.print(_table("measured against predicted", [
+        "batch", "context", "prefill", "graph", "step fit", "decode/token", "graph",
+        "step fit", ""], rows))
+    for phase in ("prefill", "decode"):
+        for which in ("graph", "fit"):
+            e = check.errors(phase, which)
+            if e:
+                out.print(f"  {phase} by {which}: median |error| "
+                          f"{statistics.median(abs(x) for x in e):.1%} over {len(e)} cells")
+
+
+# ---- export ----------------------------------------------------------------------------------
+
+@llm_app.command("export")
+def llm_export(
+    out_path: Annotated[Path, typer.Argument(help="The .onnx file to write")],
+    size: Annotated[str, typer.Option(help="small (tests) or bench (17 M parameters)")] = "bench",
+    seed: Annotated[int, typer.Option(help="Seed of the weights")] = 0,
+) -> None:
+    """Write a Llama decoder with seeded weights and its KV cache as inputs and outputs
+    (Hugging Face optimum's names); needs ``transformers``."""
+    from placewise.llm.real import BENCH_CONFIG, SMALL_CONFIG, export_decoder
+
+    configs = {"small": SMALL_CONFIG, "bench": BENCH_CONFIG}
+    if size not in configs:
+        raise InputError(f"--size {size}: expected small or bench")
+    try:
+        import transformers  # noqa: F401  (a test extra: say so plainly)
+    except ImportError:
+        raise InputError("llm export needs transformers (pip install transformers)") from None
+    with _progress("exporting"):
+        export_decoder(configs[size], out_path, seed=seed)
+    out.print(f"wrote {out_path}")

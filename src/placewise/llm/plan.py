@@ -39,7 +39,7 @@ from placewise.llm.offload import (
 )
 from placewise.llm.spec import DecoderSpec
 
-__all__ = ["LLMPlan", "PolicyCell", "PolicyResult", "plan_llm", "priced"]
+__all__ = ["LLMPlan", "PolicyCell", "PolicyResult", "plan_llm", "priced", "serving_step"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +47,8 @@ class PolicyResult:
     """One policy priced at its cell's shape."""
 
     name: str
+    batch: int  # the shape it was sized and timed for
+    context: int
     counts: tuple[int, int, int, int, int]  # layers per class, ``offload.CLASSES`` order
     decode_s: float  # one decode iteration of the batch
     tokens_per_s: float  # batch / decode_s
@@ -91,7 +93,8 @@ def priced(spec: DecoderSpec, mem: Memories, fitted: tuple[DeviceStep, DeviceSte
     terms = step.terms(*policy.shape.decode())
     decode = sum(terms.values())
     prefill = step.iteration_s(prompt, prompt, pairs(prompt, 0), 1)
-    return PolicyResult(policy.name, policy.counts, decode, policy.shape.batch / decode,
+    return PolicyResult(policy.name, policy.shape.batch, policy.shape.context, policy.counts,
+                        decode, policy.shape.batch / decode,
                         tuple(sorted(terms.items())), prefill, policy.bytes_by_pool)
 
 
@@ -130,3 +133,35 @@ def plan_llm(spec: DecoderSpec, machine: Machine, model: CostModel, *,
                   for p in (mem.fast, mem.slow, mem.host_pool) if p is not None)
     return LLMPlan(spec.name, machine.name, mem.accel, mem.host, pools, spec.weight_bytes(),
                    spec.kv_bytes_per_token(), prompt, model.fingerprint(), tuple(cells))
+
+
+def serving_step(spec: DecoderSpec, machine: Machine, model: CostModel, *,
+                 max_seqs: int | None, context: int, accel: str | None = None
+                 ) -> tuple[OffloadStep, PolicyResult]:
+    """The step a server of ``max_seqs`` sequences of up to ``context`` tokens runs at: the
+    policy searched for that shape (its cache holds ``max_seqs x context`` tokens), as a
+    ``StepTime``, with the policy priced (its ``counts`` and, in ``prefill_s``, a
+    ``context``-token prefill). ``max_seqs=None``: the largest power of two up to 256 whose
+    policy keeps every layer resident (else 1). ``Infeasible`` when nothing fits."""
+    from placewise.errors import MemoryInfeasible
+
+    mem = memories(machine, accel)
+    fitted = (DeviceStep.fit(spec, model, mem.accel),
+              DeviceStep.fit(spec, model, mem.host) if mem.host else None)
+    if max_seqs is None:
+        for n in (256, 128, 64, 32, 16, 8, 4, 2, 1):
+            best = search_policy(spec, model, mem, Shape(n, context), fitted=fitted).best
+            if n == 1 or (best is not None and best.count("resident") == spec.layers):
+                max_seqs = n
+                break
+    assert max_seqs is not None
+    shape = Shape(max_seqs, context)
+    found = search_policy(spec, model, mem, shape, fitted=fitted)
+    if found.best is None:
+        ruled = ", ".join(f"{k}: {v}" for k, v in found.infeasible_by_pool if v)
+        raise MemoryInfeasible(f"{spec.name} with {max_seqs} sequences of {context} tokens "
+                               f"fits no policy on {machine.name} (ruled out by {ruled}); "
+                               "lower --max-seqs or --context")
+    step = OffloadStep(spec, mem, fitted[0], fitted[1], found.best.counts)
+    return step, priced(spec, mem, fitted, found.best, context)
+

@@ -1,0 +1,93 @@
+"""``placewise llm``: serve (simulated), export, run (real, on this machine), plan of a file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.cli_runner import run_cli
+
+
+def _json(args: list[str]) -> dict:  # type: ignore[type-arg]
+    r = run_cli(args)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)  # type: ignore[no-any-return]
+
+
+def test_serve_on_a_preset_picks_the_batch_that_keeps_layers_resident() -> None:
+    d = _json(["llm", "serve", "llama-2-7b", "--hw", "a100-pcie-server", "--rate", "4",
+               "--requests", "300", "--json"])
+    p, pol = d["policy"], d["step"]["policy"]
+    assert pol["counts"] == [32, 0, 0, 0, 0]
+    assert p["max_seqs"] == pol["batch"] and p["kv_capacity_tokens"] == pol["batch"] * 2048
+    # the next batch up would not keep every layer's cache on the 80 GB card
+    assert (2 * pol["batch"] * 2048 * 524288 + 13.5e9) > 0.9 * 80e9
+    r = d["result"]
+    assert r["completed"] + r["rejected"] == r["submitted"] == 300
+    assert r["ttft"]["n"] == r["completed"] and r["ttft"]["p50_s"] <= r["ttft"]["p99_s"]
+    assert 0 < r["goodput_rps"] <= r["requests_per_s"]
+
+
+def test_serve_reports_when_nothing_fits() -> None:
+    r = run_cli(["llm", "serve", "llama-2-13b", "--hw", "laptop-soc", "--rate", "1",
+                 "--requests", "10", "--max-seqs", "8", "--context", "8192"])
+    assert r.returncode == 3, r.stderr
+    assert "fits no policy" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("args, problem", [
+    (["--rate", "1", "--trace", "x.csv"], "exclude each other"),
+    ([], "give --rate"),
+    (["--rate", "1", "--step", "missing.json"], "missing.json"),
+    (["--rate", "1", "--prompt", "weird:3"], "weird"),
+])
+def test_serve_refuses_bad_input(args: list[str], problem: str, tmp_path: Path) -> None:
+    r = run_cli(["llm", "serve", "llama-2-7b", *args], cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert problem in r.stderr and "Traceback" not in r.stderr and r.stdout == ""
+
+
+def test_a_step_file_without_a_step_is_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "s.json"
+    bad.write_text(json.dumps({"step": {"coef_s": [1, 2], "rel_rms": 0, "samples": 1}}))
+    r = run_cli(["llm", "serve", "x.onnx", "--step", str(bad), "--rate", "1"])
+    assert r.returncode == 2 and "step.coef_s" in r.stderr
+
+
+@pytest.fixture(scope="module")
+def decoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("transformers")
+    path = tmp_path_factory.mktemp("llm") / "small.onnx"
+    r = run_cli(["llm", "export", str(path), "--size", "small"])
+    assert r.returncode == 0, r.stderr
+    return path
+
+
+def test_plan_reads_the_shape_of_an_onnx_decoder(decoder: Path) -> None:
+    d = _json(["llm", "plan", str(decoder), "--hw", "jetson-agx-orin", "--json"])
+    assert d["kv_bytes_per_token"] == 2 * 2 * 2 * 16 * 4  # layers x K,V x kv heads x dim x fp32
+    assert sum(d["cells"][0]["searched"]["counts"]) == 2  # both layers, wherever they run
+
+
+def test_run_measures_predicts_and_feeds_serve(decoder: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run.json"
+    d = _json(["llm", "run", str(decoder), "--batch", "1,2", "--context", "8,16,32",
+               "--new-tokens", "3", "--repeats", "2", "--out", str(out), "--json"])
+    assert json.loads(out.read_text()) == d
+    cells = d["cells"]
+    assert [(c["batch"], c["context"]) for c in cells] == [(b, c) for b in (1, 2)
+                                                          for c in (8, 16, 32)]
+    assert sum(c["fitted_here"] for c in cells) == 4  # the corners
+    for c in cells:
+        for k in ("prefill_s", "decode_s", "graph_prefill_s", "graph_decode_s",
+                  "fit_prefill_s", "fit_decode_s"):
+            assert c[k] > 0, k
+        assert dict(c["graph_decode_terms_s"])["compute"] > 0
+    assert all(v >= 0 for v in d["step"]["coef_s"])
+    s = _json(["llm", "serve", str(decoder), "--step", str(out), "--rate", "20",
+               "--requests", "40", "--prompt", "uniform:8-32", "--output", "uniform:2-6",
+               "--max-seqs", "4", "--context", "64", "--json"])
+    assert s["step"]["measured"] == d["step"]
+    assert s["result"]["completed"] == 40
