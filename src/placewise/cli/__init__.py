@@ -885,6 +885,7 @@ def _one_line(text: str) -> str:
 from placewise.cli import calibrate as _calibrate  # noqa: E402, F401
 from placewise.cli import demo as _demo  # noqa: E402, F401
 from placewise.cli import hw as _hw  # noqa: E402, F401
+from placewise.cli import llm as _llm  # noqa: E402, F401
 from placewise.cli import loop as _loop  # noqa: E402, F401
 from placewise.cli import promote as _promote  # noqa: E402, F401
 from placewise.cli import recalibrate as _recalibrate  # noqa: E402, F401
@@ -892,4 +893,3 @@ from placewise.cli import report as _report  # noqa: E402, F401
 from placewise.cli import serve as _serve  # noqa: E402, F401  (registers the command)
 from placewise.cli import sheet as _sheet  # noqa: E402, F401
 from placewise.cli import sweep as _sweep  # noqa: E402, F401
-from placewise.cli import llm as _llm  # noqa: E402, F401
