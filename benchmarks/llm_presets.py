@@ -28,13 +28,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from placewise.cost.load import load_cost_model  # noqa: E402
-from placewise.hardware.load import load_machine  # noqa: E402
-from placewise.llm.cost import DeviceStep, pairs  # noqa: E402
-from placewise.llm.offload import OffloadStep, memories  # noqa: E402
-from placewise.llm.plan import plan_llm  # noqa: E402
-from placewise.llm.spec import load_spec  # noqa: E402
-from placewise.records import to_json  # noqa: E402
+from placewise.cost.load import load_cost_model
+from placewise.hardware.load import load_machine
+from placewise.llm.cost import DeviceStep, pairs
+from placewise.llm.offload import OffloadStep, memories
+from placewise.llm.plan import plan_llm
+from placewise.llm.spec import load_spec
+from placewise.records import to_json
 
 PRESETS = ("h100-sxm-server", "a100-pcie-server", "grace-hopper-gh200", "jetson-agx-orin",
            "laptop-soc")
@@ -123,8 +123,8 @@ def main() -> None:
         s, lc = r["searched_tok_s"], r["llamacpp_tok_s"]
         gain = f"{s / lc:.2f}x" if s and lc else "-"  # type: ignore[operator]
         print(f"| {r['preset']} | {r['model']} | {r['batch']} | {r['context']} | "
-              f"{_classes(r['searched'])} | {s and f'{s:.1f}' or '-'} | "  # type: ignore[str-format]
-              f"{_classes(r['llamacpp'])} | {lc and f'{lc:.1f}' or '-'} | {gain} |")
+              f"{_classes(r['searched'])} | {(s and f'{s:.1f}') or '-'} | "  # type: ignore[str-format]
+              f"{_classes(r['llamacpp'])} | {(lc and f'{lc:.1f}') or '-'} | {gain} |")
     out = {"date": time.strftime("%Y-%m-%d"), "machine": platform.node(),
            "command": "python benchmarks/llm_presets.py", "published": pub, "presets": rows}
     Path(args.out).write_text(json.dumps(to_json(out), indent=1) + "\n")
