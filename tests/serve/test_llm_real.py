@@ -213,3 +213,39 @@ def test_no_requests(small_file: Path) -> None:
     res, rec = serve_llm_real([], small_file, _policy())
     assert res.submitted == 0 and res.iterations == 0 and len(rec) == 0
     assert res.conserved() and res.trace is not None
+
+
+def test_decode_cache_is_the_previous_presents(small_file: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between membership changes each decode binds, as its past, the very OrtValues the
+    previous call returned; the cache is rebuilt only where the batch changed."""
+    from placewise.serve import llm_real
+
+    calls: list[tuple[int, list[int], list[int]]] = []
+    run = llm_real._Engine.run
+
+    def spy(self: object, ids: np.ndarray, mask: np.ndarray, pos: np.ndarray,
+            past: list[object]) -> object:
+        out = run(self, ids, mask, pos, past)  # type: ignore[arg-type]
+        calls.append((ids.shape[1], [id(v) for v in past], [id(v) for v in out[1]]))
+        return out
+
+    monkeypatch.setattr(llm_real._Engine, "run", spy)
+    tick = Tick()
+    reqs = _staggered()
+    _, rec = serve_llm_real(reqs, small_file, _policy(), threads=1, clock=tick,
+                            sleep=tick.sleep, warmup=0)
+    assert len(calls) == len(rec)
+    carried = 0
+    for i in range(1, len(rec)):
+        if rec.prefill[i]:
+            continue
+        same = calls[i][1] == calls[i - 1][2]
+        assert same == (not rec.prefill[i - 1] and rec.rebuild_s[i] == 0)
+        carried += same
+    assert carried >= 10
+    # rebuilt only by decodes, and only after the batch changed (a prefill or a finish)
+    assert not rec.rebuild_s[rec.prefill].any()
+    finished = np.r_[False, (~rec.prefill[:-1]) & (np.diff(rec.seqs) != 0)
+                     | rec.prefill[:-1]]
+    assert not (rec.rebuild_s > 0)[~finished & ~rec.prefill].any()

@@ -15,7 +15,9 @@ holds ``ceil(cached / block_tokens)`` blocks), so that admissions wait for the s
 ``kv_capacity_blocks`` is less than the sum of the ``min(max_seqs, requests)`` largest
 per-request needs ``ceil((prompt + output - 1) / block_tokens)`` (at most ``max_seqs`` times
 the largest need; requests rejected at arrival never run and do not count). Under any other
-policy the simulator would never preempt either. Chunked prefill is refused as well.
+policy the simulator would never preempt either, and free blocks never hold an admission back
+(the running sequences and those admitted hold at most their needs, at most ``max_seqs`` of
+them): only the token budget and ``max_seqs`` do. Chunked prefill is refused as well.
 
 **Execution.** Time is the ``clock``'s, from the run's start (after ``warmup`` untimed
 prefill-and-decode rounds); when nothing runs or waits, the server sleeps until about 0.2 ms
