@@ -91,3 +91,21 @@ def test_run_measures_predicts_and_feeds_serve(decoder: Path, tmp_path: Path) ->
                "--max-seqs", "4", "--context", "64", "--json"])
     assert s["step"]["measured"] == d["step"]
     assert s["result"]["completed"] == 40
+
+
+def test_serve_real_beside_the_simulation(decoder: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run.json"
+    _json(["llm", "run", str(decoder), "--batch", "1,4", "--context", "8,32",
+           "--new-tokens", "3", "--repeats", "2", "--out", str(out), "--json"])
+    args = ["llm", "serve", str(decoder), "--step", str(out), "--rate", "40",
+            "--requests", "12", "--prompt", "uniform:8-32", "--output", "uniform:2-6",
+            "--max-seqs", "4", "--context", "64"]
+    refused = run_cli([*args, "--real"])  # chunked prefill is not what the real engine runs
+    assert refused.returncode == 2 and "--prefill-first" in refused.stderr
+    d = _json([*args, "--prefill-first", "--real", "--json"])
+    sim, real = d["result"], d["real"]["result"]
+    assert sim["completed"] == real["completed"] == 12
+    t = d["real"]["terms_s"]
+    parts = t["predicted"] + t["padding"] + t["step_model"] + t["rebuild"] + t["bookkeeping"]
+    assert parts == pytest.approx(t["measured"])
+    assert t["padding"] >= 0 and t["rebuild"] >= 0

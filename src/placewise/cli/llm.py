@@ -184,12 +184,21 @@ def llm_serve(
     seed: Annotated[int, typer.Option(help="Seed of arrivals and lengths")] = 0,
     accel: Annotated[str | None, typer.Option(help="The accelerator")] = None,
     calibration: Annotated[Path | None, typer.Option(help="Calibration JSON")] = None,
+    real: Annotated[bool, typer.Option("--real", help="Also serve the .onnx decoder for real "
+                                                      "on --device (needs --step, "
+                                                      "--prefill-first)")] = False,
+    device: Annotated[str, typer.Option(help="With --real: the local device")] = "cpu1",
     as_json: JsonOpt = False,
 ) -> None:
-    """Serve a decoder with iteration-level batching, simulated: TTFT, TPOT and end-to-end
-    percentiles, tokens/s and goodput at the objectives."""
+    """Serve a decoder with iteration-level batching, simulated (and with --real, for real
+    on this machine): TTFT, TPOT and end-to-end percentiles, tokens/s and goodput at the
+    objectives; with --real, where the real iterations' time went."""
     from placewise.serve.llm import LLMPolicy, simulate_llm
 
+    if real and (step_file is None or chunked):
+        raise InputError("--real serves the decoder as the simulation of a measured step "
+                         "model does: give --step (from `placewise llm run MODEL --out F`) "
+                         "and --prefill-first")
     reqs = _requests(rate, requests, prompt, output, trace, seed)
     if context < 1 or (max_seqs is not None and max_seqs < 1):
         raise InputError("--max-seqs and --context must be >= 1")
@@ -215,10 +224,35 @@ def llm_serve(
     with _progress("simulating"):
         res = simulate_llm(reqs, step, policy, seed=seed)
     info["result"] = res.summary(ttft_slo_s=ttft_slo, tpot_slo_s=tpot_slo)
+    if real:
+        info["real"] = _serve_real(reqs, model, policy, step, device, seed,
+                                   (ttft_slo, tpot_slo))
     if as_json:
         _print_json(info)
         return
     _render_serve(info)
+
+
+def _serve_real(reqs: list[Any], model: str, policy: Any, step: Any, device: str, seed: int,
+                slo: tuple[float, float]) -> dict[str, Any]:
+    import os
+
+    from placewise.serve.llm_real import iteration_terms, serve_llm_real
+
+    if not model.lower().endswith(".onnx"):
+        raise InputError(f"{model}: --real runs an .onnx decoder (`placewise llm export`)")
+    machine = resolve_machine("local")
+    if device not in machine.device_names:
+        raise InputError(f"--device {device}: not a device of this machine "
+                         f"({', '.join(machine.device_names)})")
+    cores = machine.device(device).cores
+    if cores:
+        os.sched_setaffinity(0, set(cores))
+    with _progress("serving for real"):
+        res, records = serve_llm_real(reqs, model, policy, threads=max(1, len(cores or [1])),
+                                      seed=seed)
+    return {"device": device, "result": res.summary(ttft_slo_s=slo[0], tpot_slo_s=slo[1]),
+            "terms_s": iteration_terms(records, step)}
 
 
 def _render_serve(info: dict[str, Any]) -> None:
@@ -236,11 +270,27 @@ def _render_serve(info: dict[str, Any]) -> None:
         t = r[key]
         rows.append([key.upper(), t["n"]] + [format_seconds(t[q]) if t[q] is not None else "-"
                                              for q in ("p50_s", "p90_s", "p99_s")])
+    if "real" in info:
+        m = info["real"]["result"]
+        for key in ("ttft", "tpot", "e2e"):
+            t = m[key]
+            rows.append([f"{key.upper()} real", t["n"]] + [
+                format_seconds(t[q]) if t[q] is not None else "-"
+                for q in ("p50_s", "p90_s", "p99_s")])
     out.print(_table("latency", ["", "n", "p50", "p90", "p99"], rows))
     out.print(f"  {r['output_tokens_per_s']:.1f} output tokens/s, {r['requests_per_s']:.2f} "
               f"requests/s; goodput {r['goodput_rps']:.2f} requests/s at TTFT <= "
               f"{format_seconds(r['ttft_slo_s'])} and TPOT <= {format_seconds(r['tpot_slo_s'])}"
               f"; peak cache {r['peak_kv_blocks']} of {r['kv_capacity_blocks']} blocks")
+    if "real" in info:
+        m, t = info["real"]["result"], info["real"]["terms_s"]
+        out.print(f"  real: {m['output_tokens_per_s']:.1f} output tokens/s, goodput "
+                  f"{m['goodput_rps']:.2f} requests/s; iterations "
+                  f"{format_seconds(t['measured'])} = predicted "
+                  f"{format_seconds(t['predicted'])} + padding {format_seconds(t['padding'])}"
+                  f" + step model {format_seconds(t['step_model'])} + rebuild "
+                  f"{format_seconds(t['rebuild'])} + bookkeeping "
+                  f"{format_seconds(t['bookkeeping'])}")
 
 
 # ---- run (real, local) -------------------------------------------------------------------------

@@ -59,7 +59,7 @@ import numpy as np
 
 from placewise.errors import InputError
 from placewise.llm.real import DecodeSession, input_names, output_names
-from placewise.llm.steps import MeasuredStep, StepSample, fit_step
+from placewise.llm.steps import MeasuredStep, StepSample, StepTime, fit_step
 from placewise.serve.llm import (
     LLMIterations,
     LLMPolicy,
@@ -71,7 +71,7 @@ from placewise.serve.llm import (
 )
 
 __all__ = ["SPIN_S", "RealIterations", "check_no_preemption", "fit_from_real",
-           "serve_llm_real"]
+           "iteration_terms", "serve_llm_real"]
 
 #: the last seconds before an arrival that the server spins instead of sleeping
 SPIN_S = 2e-4
@@ -499,3 +499,23 @@ def serve_llm_real(requests: Sequence[LLMRequest], path: str | os.PathLike[str],
         peak_kv_blocks=server.peak_blocks, kv_capacity_blocks=policy.kv_capacity_blocks,
         trace=records.as_llm_iterations())
     return result, records
+
+
+def iteration_terms(records: RealIterations, step: StepTime) -> dict[str, float]:
+    """Where the real iterations' time went against ``step``'s prediction for the batches
+    the simulator sees, summed over the run (seconds): ``predicted`` (the step model at the
+    real batches), ``padding`` (the step model at the padded batches the model computed,
+    minus ``predicted``), ``step_model`` (the run calls measured, minus the step model at
+    the padded batches), ``rebuild`` (rebuilding the batched cache) and ``bookkeeping``
+    (the rest of each iteration: sampling, binding, records). ``measured`` is their sum,
+    the iterations' total time."""
+    def total(tokens: np.ndarray, ctx: np.ndarray, pair: np.ndarray) -> float:
+        return float(sum(step.iteration_s(int(t), int(c), float(p), int(s)) for t, c, p, s
+                         in zip(tokens, ctx, pair, records.seqs, strict=True)))
+
+    real = total(records.tokens, records.ctx_sum, records.pair_sum)
+    padded = total(records.padded_tokens, records.padded_ctx, records.padded_pair)
+    run, rebuild = float(records.run_s.sum()), float(records.rebuild_s.sum())
+    measured = float(records.duration_s.sum())
+    return {"predicted": real, "padding": padded - real, "step_model": run - padded,
+            "rebuild": rebuild, "bookkeeping": measured - run - rebuild, "measured": measured}
