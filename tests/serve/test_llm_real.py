@@ -4,6 +4,7 @@ a policy that could preempt is refused, and the iteration records add up."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from pathlib import Path
 
@@ -141,6 +142,29 @@ def test_same_decisions_as_the_simulator(small_file: Path) -> None:
     assert (res.iterations, res.peak_kv_tokens, res.peak_kv_blocks) == (
         sim.iterations, sim.peak_kv_tokens, sim.peak_kv_blocks)
     assert np.isnan(res.finish_s[-1]) and res.conserved()
+    _same_padding(reqs, policy, rec, small_file)
+
+
+def _same_padding(reqs: list[LLMRequest], policy: LLMPolicy, rec: RealIterations,
+                  small_file: Path) -> None:
+    """A padded simulation asks the step about what the real engine computed, iteration by
+    iteration; the real server takes a padded policy and ignores it (it always pads)."""
+    padded = dataclasses.replace(policy, padded=True)
+    sim = simulate_llm(reqs, Linear(), padded, record_iterations=True)
+    assert sim.trace is not None and (rec.padded_ctx > rec.ctx_sum).any()
+    assert sim.trace.tokens.tolist() == rec.padded_tokens.tolist()
+    assert sim.trace.prefill_tokens.tolist() == np.where(rec.prefill, rec.padded_tokens,
+                                                         0).tolist()
+    assert sim.trace.ctx_sum.tolist() == rec.padded_ctx.tolist()
+    assert sim.trace.pair_sum.tolist() == rec.padded_pair.tolist()
+    for name in ("seqs", "kv_blocks", "emitted"):
+        assert getattr(sim.trace, name).tolist() == getattr(rec, name).tolist(), name
+    tick = Tick()
+    _, again = serve_llm_real(reqs, small_file, padded, threads=1, clock=tick,
+                              sleep=tick.sleep)
+    for name in ("prefill", "seqs", "tokens", "ctx_sum", "pair_sum", "padded_tokens",
+                 "padded_ctx", "padded_pair", "kv_blocks", "emitted"):
+        assert getattr(again, name).tolist() == getattr(rec, name).tolist(), name
 
 
 def test_policy_that_could_preempt_is_refused(tmp_path: Path) -> None:

@@ -123,6 +123,51 @@ def test_chunked_prefill_splits_a_long_prompt() -> None:
     assert r.admitted_s.tolist() == [0.0, ends[2]]
 
 
+def test_padded_two_sequences() -> None:
+    """A padded engine prefills 10 and 4 tokens as 2 x 10, then decodes both over a cache
+    padded to the longer past (10, then 11), then the shorter alone; decisions unchanged."""
+    reqs = [LLMRequest(0.0, 10, 3), LLMRequest(0.0, 4, 4)]
+    step = Linear(1e-3, 1e-5, 1e-7, 1e-9)
+    pol = _policy(chunked_prefill=False, padded=True)
+    r = simulate_llm(reqs, step, pol, record_iterations=True)
+    real = simulate_llm(reqs, step, _policy(chunked_prefill=False), record_iterations=True)
+    assert r.trace is not None and real.trace is not None
+    assert r.trace.tokens.tolist() == [20, 2, 2, 1]
+    assert r.trace.prefill_tokens.tolist() == [20, 0, 0, 0]
+    assert r.trace.seqs.tolist() == real.trace.seqs.tolist() == [2, 2, 2, 1]
+    assert r.trace.ctx_sum.tolist() == [20, 2 * (10 + 1), 2 * (11 + 1), 7]
+    assert r.trace.pair_sum.tolist() == [2 * 55.0, 22.0, 24.0, 7.0]
+    assert real.trace.ctx_sum.tolist() == [14, 11 + 5, 12 + 6, 7]
+    want = [step.iteration_s(t, c, p, n) for t, c, p, n in
+            [(20, 20, 110, 2), (2, 22, 22, 2), (2, 24, 24, 2), (1, 7, 7, 1)]]
+    assert r.trace.duration_s.tolist() == want
+    assert r.finish_s.tolist() == [sum(want[:3]), sum(want)]
+    assert r.tokens_out.tolist() == real.tokens_out.tolist() == [3, 4]
+    assert r.trace.kv_blocks.tolist() == real.trace.kv_blocks.tolist()
+    assert r.peak_kv_tokens == real.peak_kv_tokens == 18  # real tokens, not padded ones
+
+
+def test_padded_when_the_longest_leaves() -> None:
+    """The longest sequence finishes first: the next decodes pad to the next longest."""
+    reqs = [LLMRequest(0.0, 20, 2), LLMRequest(0.0, 8, 4), LLMRequest(0.0, 5, 4)]
+    for fast in (True, False):
+        r = simulate_llm(reqs, Linear(), _policy(chunked_prefill=False, padded=True),
+                         fast_forward=fast, record_iterations=True)
+        assert r.trace is not None
+        assert r.trace.tokens.tolist() == [60, 3, 2, 2]
+        assert r.trace.ctx_sum.tolist() == [60, 3 * 21, 2 * 10, 2 * 11]
+        assert r.trace.pair_sum.tolist() == [3 * 210.0, 63.0, 20.0, 22.0]
+
+
+def test_padded_with_chunked_prefill_is_refused() -> None:
+    with pytest.raises(InputError, match="chunked_prefill=False") as e:
+        _policy(padded=True)
+    assert e.value.place == "padded"
+    with pytest.raises(InputError, match="bool") as e:
+        _policy(chunked_prefill=False, padded=1)
+    assert e.value.place == "padded"
+
+
 def test_preemption_recomputes_and_completes() -> None:
     """4 blocks of 16: two decodes cross into their third block at once; the later one is
     evicted, waits for the other to finish, and is prefilled again over 16 + 17 tokens."""
@@ -200,8 +245,12 @@ def _check(r: LLMServeResult, pol: LLMPolicy) -> None:
     assert (tr.kv_blocks <= pol.kv_capacity_blocks).all()
     assert r.peak_kv_blocks <= pol.kv_capacity_blocks
     assert (tr.seqs <= pol.max_seqs).all()
-    decode_only = (tr.prefill_tokens == 0) & (tr.tokens <= pol.max_seqs)
-    assert ((tr.tokens <= pol.max_batch_tokens) | decode_only).all()
+    if pol.padded:  # n sequences padded to the longest, of at most the budget
+        assert (tr.tokens % tr.seqs == 0).all()
+        assert (tr.tokens // tr.seqs <= pol.max_batch_tokens).all()
+    else:
+        decode_only = (tr.prefill_tokens == 0) & (tr.tokens <= pol.max_seqs)
+        assert ((tr.tokens <= pol.max_batch_tokens) | decode_only).all()
     done = r.completed_mask
     assert np.array_equal(r.tokens_out[done], r.output_tokens[done])
     assert int(tr.emitted.sum()) == int(r.output_tokens[done].sum())
@@ -226,32 +275,40 @@ workloads = st.lists(
 
 @settings(max_examples=120, deadline=None)
 @given(workloads, st.integers(1, 6), st.integers(1, 128), st.sampled_from([1, 4, 16]),
-       st.integers(1, 12), st.booleans(), st.sampled_from([0.0, 0.3]),
-       st.floats(1e-6, 1e-4), st.floats(0.0, 1e-6))
+       st.integers(1, 12), st.sampled_from(["chunked", "whole", "padded"]),
+       st.sampled_from([0.0, 0.3]), st.floats(1e-6, 1e-4), st.floats(0.0, 1e-6))
 def test_invariants(work: list[tuple[float, int, int]], max_seqs: int, budget: int,
-                    block: int, blocks: int, chunked: bool, jitter: float, per_token: float,
+                    block: int, blocks: int, mode: str, jitter: float, per_token: float,
                     per_ctx: float) -> None:
+    """Also: the fast path (a loop, or ``iteration_s_many``) equals one iteration at a time,
+    padded batches included."""
     t = np.cumsum([w[0] for w in work])
     reqs = [LLMRequest(float(a), p, o) for a, (_, p, o) in zip(t, work, strict=True)]
     pol = LLMPolicy(kv_capacity_tokens=block * blocks, max_seqs=max_seqs,
-                    max_batch_tokens=budget, chunked_prefill=chunked, block_tokens=block)
+                    max_batch_tokens=budget, chunked_prefill=mode == "chunked",
+                    block_tokens=block, padded=mode == "padded")
     step = Linear(1e-4, per_token, per_ctx, 1e-9, 1e-6)
     r = simulate_llm(reqs, step, pol, jitter_sigma=jitter, record_iterations=True)
     _check(r, pol)
-    slow = simulate_llm(reqs, step, pol, jitter_sigma=jitter, fast_forward=False)
-    many = simulate_llm(reqs, LinearMany(*step.k), pol, jitter_sigma=jitter)
+    slow = simulate_llm(reqs, step, pol, jitter_sigma=jitter, fast_forward=False,
+                        record_iterations=True)
+    many = simulate_llm(reqs, LinearMany(*step.k), pol, jitter_sigma=jitter,
+                        record_iterations=True)
     for other in (slow, many):
         for name in ("admitted_s", "first_token_s", "finish_s", "preempted", "tokens_out"):
             assert np.array_equal(getattr(r, name), getattr(other, name), equal_nan=True)
         assert other.iterations == r.iterations and other.peak_kv_tokens == r.peak_kv_tokens
+        assert other.busy_s == r.busy_s and other.trace is not None
+        for col in ("tokens", "ctx_sum", "pair_sum", "duration_s"):
+            assert np.array_equal(getattr(r.trace, col), getattr(other.trace, col))
 
 
 def test_invariants_under_load() -> None:
     """A longer run where the fast path and preemptions both happen."""
     reqs = poisson_llm_requests(400.0, 300, "lognormal:64,0.8", "lognormal:48,0.8", seed=5)
-    for chunked in (False, True):
+    for chunked, padded in ((False, False), (True, False), (False, True)):
         pol = LLMPolicy(kv_capacity_tokens=1024, max_seqs=16, max_batch_tokens=512,
-                        chunked_prefill=chunked)
+                        chunked_prefill=chunked, padded=padded)
         r = simulate_llm(reqs, Linear(1e-3, 1e-5, 1e-7), pol, record_iterations=True)
         _check(r, pol)
         assert r.preemptions > 0
@@ -260,12 +317,13 @@ def test_invariants_under_load() -> None:
         assert r.busy_s == slow.busy_s
 
 
-@pytest.mark.parametrize("chunked", [False, True])
+@pytest.mark.parametrize(("chunked", "padded"), [(False, False), (True, False), (False, True)])
 @pytest.mark.parametrize("jitter", [0.0, 0.2])
-def test_fast_path_matches_one_at_a_time(chunked: bool, jitter: float,
+def test_fast_path_matches_one_at_a_time(chunked: bool, padded: bool, jitter: float,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Long decodes between sparse arrivals, in a cache that runs out: the runs advanced in
-    one step (a scalar loop, or ``iteration_s_many``) give every iteration, bit for bit."""
+    one step (a scalar loop, or ``iteration_s_many``) give every iteration, bit for bit,
+    padded batches included."""
     from placewise.serve import llm
 
     used: list[str] = []
@@ -276,7 +334,8 @@ def test_fast_path_matches_one_at_a_time(chunked: bool, jitter: float,
             _f(self, *a)  # type: ignore[operator]
         monkeypatch.setattr(llm._Sim, name, spy)
     reqs = [LLMRequest(0.05 * i, 20 + 37 * i, 300 + 90 * i) for i in range(6)]
-    pol = _policy(kv_capacity_tokens=1600, max_batch_tokens=1024, chunked_prefill=chunked)
+    pol = _policy(kv_capacity_tokens=1600, max_batch_tokens=1024, chunked_prefill=chunked,
+                  padded=padded)
     step = Linear(1e-3, 1e-5, 1e-7)
     runs = [simulate_llm(reqs, s, pol, fast_forward=f, jitter_sigma=jitter, seed=3,
                          record_iterations=True)
@@ -287,7 +346,8 @@ def test_fast_path_matches_one_at_a_time(chunked: bool, jitter: float,
         for name in ("first_token_s", "finish_s", "preempted", "tokens_out"):
             assert np.array_equal(getattr(runs[0], name), getattr(other, name))
         assert runs[0].trace is not None and other.trace is not None
-        for col in ("start_s", "duration_s", "tokens", "ctx_sum", "kv_blocks", "emitted"):
+        for col in ("start_s", "duration_s", "tokens", "prefill_tokens", "ctx_sum",
+                    "pair_sum", "kv_blocks", "emitted"):
             assert np.array_equal(getattr(runs[0].trace, col), getattr(other.trace, col))
         assert (runs[0].busy_s, runs[0].peak_kv_tokens, runs[0].peak_kv_blocks) == (
             other.busy_s, other.peak_kv_tokens, other.peak_kv_blocks)

@@ -48,6 +48,14 @@ output tokens and requests per second over the span (first arrival to last finis
 at a TTFT and TPOT objective, iterations, preemptions, rejections, the peak KV cache in use
 (``record_iterations``: every iteration's batch as well).
 
+**Padding** (``LLMPolicy(padded=True)``, with ``chunked_prefill=False``): an engine with one
+dense cache tensor per batch (onnxruntime, ``placewise.serve.llm_real``) computes more than
+the real batch. A prefill of ``n`` prompts of which the longest is ``W`` tokens runs ``n W``
+tokens (left padding) over ``n W`` of context and ``n W (W + 1) / 2`` pairs; a decode of
+``n`` sequences whose longest past is ``P`` reads ``n (P + 1)`` of context (and as many
+pairs). Such iterations cost ``step.iteration_s`` at those figures (``seqs`` unchanged);
+admission, the token budget, blocks and preemption still count real tokens.
+
 **Not modelled**: prefix caching, speculative decoding, swapping to host memory, vLLM's
 free-block watermark, priorities other than arrival order, tokenisation, detokenisation
 and networking; sampling costs what ``seqs`` costs in the step time. A request's output
@@ -118,7 +126,10 @@ class LLMPolicy:
     blocks of ``block_tokens``; at most ``max_seqs`` sequences and ``max_batch_tokens`` new
     tokens in an iteration (a batch of decodes only may exceed the latter, up to
     ``max_seqs``); Sarathi's ``chunked_prefill`` or vLLM v0's prefill-first iterations;
-    ``preemption`` by recomputation."""
+    ``preemption`` by recomputation. ``padded``: the engine pads every batch to its longest
+    sequence, as a runtime with one dense cache tensor per batch does (vLLM's paged
+    attention does not): iterations are priced at the padded batch, scheduled on the real
+    one (module docstring); not modelled with ``chunked_prefill``."""
 
     kv_capacity_tokens: int
     max_seqs: int = 256
@@ -126,6 +137,7 @@ class LLMPolicy:
     chunked_prefill: bool = True
     block_tokens: int = 16
     preemption: Literal["recompute"] = "recompute"
+    padded: bool = False
 
     def __post_init__(self) -> None:
         for name in ("kv_capacity_tokens", "max_seqs", "max_batch_tokens", "block_tokens"):
@@ -138,6 +150,12 @@ class LLMPolicy:
         if self.preemption != "recompute":
             raise InputError(f"only 'recompute' is modelled, got {self.preemption!r}",
                              place="preemption")
+        if not isinstance(self.padded, bool):
+            raise InputError(f"must be a bool, got {self.padded!r}", place="padded")
+        if self.padded and self.chunked_prefill:
+            raise InputError("padding is modelled for whole prefills only (a padded batch of "
+                             "decodes and prefill chunks is not): give chunked_prefill=False",
+                             place="padded")
 
     @property
     def kv_capacity_blocks(self) -> int:
@@ -148,7 +166,9 @@ class LLMPolicy:
 class LLMIterations:
     """Every iteration of a run, in order: start and duration, new tokens (of which
     prefill), sequences, the step time's ``ctx_sum`` and ``pair_sum``, KV blocks in use
-    during it, output tokens it produced."""
+    during it, output tokens it produced. Under a ``padded`` policy, ``tokens``,
+    ``prefill_tokens``, ``ctx_sum`` and ``pair_sum`` are the padded figures the step time was
+    asked about (what the engine computes), not the real ones."""
 
     start_s: np.ndarray
     duration_s: np.ndarray
@@ -409,7 +429,10 @@ class _Sim:
     tokens before the ``D``-th decode iteration (``D`` counts iterations that advanced the
     decodes), so the decodes' ``ctx_sum`` is ``sum_b + n_dec * (D + 1)``, one needs a new
     block when ``(b[r] + D) % block_tokens == 0`` (``res`` counts the decodes by
-    ``b % block_tokens``) and finishes when ``D`` reaches ``fin[r]``.
+    ``b % block_tokens``) and finishes when ``D`` reaches ``fin[r]``. The longest past among
+    the decodes is ``top_b + D`` (``top_b``: the largest ``b``, ``None`` until recomputed
+    after the largest left), so a padded decode's ``ctx_sum`` is that of the real decodes
+    plus ``n_dec * top_b - sum_b``, constant while the batch is.
     """
 
     def __init__(self, arrival: list[float], prompt: list[int], output: list[int],
@@ -434,6 +457,7 @@ class _Sim:
         self.heap: list[tuple[int, int]] = []
         self.res = [0] * self.B
         self.n_dec = self.sum_b = self.D = 0
+        self.top_b: int | None = 0
         self.admitted_s = [math.nan] * n
         self.first_s = [math.nan] * n
         self.finish_s = [math.nan] * n
@@ -519,6 +543,8 @@ class _Sim:
             self.sum_b -= b
             self.res[b % B] -= 1
             self.fin[r] = -1
+            if b == self.top_b:
+                self.top_b = None
             self.L[r] = cached + 1  # the prompt and every token produced
         self.preempted[r] += 1
         self.waiting.appendleft(r)
@@ -604,7 +630,10 @@ class _Sim:
             ctx += d + c
             pair += c * d + c * (c + 1) // 2
             cached += d
-        t = self._time(tokens, ctx, pair, N + len(chunks))
+        # what the step is asked about: the real batch, or the padded one the engine computes
+        tok, ctx_p, pair_p = (self._padded(chunks, N, ctx) if self.policy.padded
+                              else (tokens, ctx, pair))
+        t = self._time(tok, ctx_p, pair_p, N + len(chunks))
         start, in_use = self.now, self.total - self.free
         self.now += t
         self.busy += t
@@ -623,8 +652,28 @@ class _Sim:
                 self._prefilled(r)
         self._finish_decodes()
         if self.trace is not None:
-            self.trace.add(start, t, tokens, tokens - N, N + len(chunks), ctx, float(pair),
+            self.trace.add(start, t, tok, tok - N, N + len(chunks), ctx_p, float(pair_p),
                            in_use, emitted)
+
+    def _padded(self, chunks: Sequence[tuple[int, int, int]], N: int, ctx: int
+                ) -> tuple[int, int, int]:
+        """What a padded engine computes for an iteration of real decode context ``ctx``
+        (module docstring): ``tokens, ctx_sum, pair_sum``. Padded policies prefill whole, so
+        the iteration is prefill-only (``chunks`` of whole prompts) or decode-only."""
+        if chunks:
+            n, w = len(chunks), max(c for _, _, c in chunks)
+            return n * w, n * w, n * w * (w + 1) // 2
+        c = ctx + self._pad()
+        return N, c, c
+
+    def _pad(self) -> int:
+        """The decodes' padded ``ctx_sum`` minus their real one (0 unless ``padded``)."""
+        if not (self.policy.padded and self.n_dec):
+            return 0
+        if self.top_b is None:
+            b, fin = self.b, self.fin
+            self.top_b = max(b[r] for r in self.running if fin[r] != -1)
+        return self.n_dec * self.top_b - self.sum_b
 
     def _prefilled(self, r: int) -> None:
         """``r`` has completed its prefill and produced a token: decode or finish."""
@@ -645,6 +694,8 @@ class _Sim:
         self.n_dec += 1
         self.sum_b += b
         self.res[b % self.B] += 1
+        if self.n_dec == 1 or (self.top_b is not None and b > self.top_b):
+            self.top_b = b
         self.fin[r] = self.prompt[r] + self.output[r] - 1 - b
         heapq.heappush(self.heap, (self.fin[r], r))
 
@@ -660,6 +711,8 @@ class _Sim:
             self.sum_b -= b
             self.res[b % self.B] -= 1
             fin[r] = -1
+            if b == self.top_b:
+                self.top_b = None
             del self.running[r]
             self.finish_s[r] = self.now
             self.produced[r] = b + D - self.prompt[r] + 1
@@ -691,7 +744,7 @@ class _Sim:
         if self.waiting or self.next_in >= len(self.incoming):
             return k
         N = self.n_dec
-        c0 = self.sum_b + N * (self.D + 1)
+        c0 = self.sum_b + N * (self.D + 1) + self._pad()
         t0 = self.step.iteration_s(N, c0, float(c0), N)
         if not 0 < t0 < math.inf:
             return k
@@ -702,16 +755,17 @@ class _Sim:
         N, B, res, total = self.n_dec, self.B, self.res, self.total
         t_next = math.inf if self.waiting else self._next_arrival()
         c = self.sum_b + N * (self.D + 1)
+        pad = self._pad()
         trace = self.trace
         for j in range(k):
-            t = self._time(N, c, c, N)
+            t = self._time(N, c + pad, c + pad, N)
             start = self.now
             self.now = start + t
             self.busy += t
             self.iterations += 1
             self.D += 1
             if trace is not None:
-                trace.add(start, t, N, 0, N, c, float(c), total - self.free, N)
+                trace.add(start, t, N, 0, N, c + pad, float(c + pad), total - self.free, N)
             if j + 1 == k or t_next <= self.now:
                 break
             nd = res[-self.D % B]
@@ -733,7 +787,8 @@ class _Sim:
         used = self.total - self.free - need + np.cumsum(needs)
         k = int(np.searchsorted(used, self.total, side="right"))  # >= 1: needs[0] is free
         ctx = c0 + N * np.arange(k, dtype=np.int64)
-        times = self._times(N, ctx)
+        priced = ctx + self._pad()
+        times = self._times(N, priced)
         ends = np.cumsum(np.concatenate(([self.now], times)))
         m = min(k, int(np.searchsorted(ends[:k], t_next, side="left")))
         if self.sigma:
@@ -747,8 +802,8 @@ class _Sim:
         self.peak_blocks = max(self.peak_blocks, int(used[m - 1]))
         if self.trace is not None:
             full = np.full(m, N)
-            self.trace.extend(ends[:m], times[:m], full, np.zeros(m), full, ctx[:m],
-                              ctx[:m].astype(float), used[:m], full)
+            self.trace.extend(ends[:m], times[:m], full, np.zeros(m), full, priced[:m],
+                              priced[:m].astype(float), used[:m], full)
         self._finish_decodes()
 
     def _times(self, N: int, ctx: np.ndarray) -> np.ndarray:

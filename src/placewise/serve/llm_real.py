@@ -18,6 +18,10 @@ the largest need; requests rejected at arrival never run and do not count). Unde
 policy the simulator would never preempt either, and free blocks never hold an admission back
 (the running sequences and those admitted hold at most their needs, at most ``max_seqs`` of
 them): only the token budget and ``max_seqs`` do. Chunked prefill is refused as well.
+``policy.padded`` is ignored: this engine always pads (below), whatever the policy says, and
+its records carry both the real and the padded figures, so one policy may serve here and in
+``simulate_llm`` alike; ``LLMPolicy(padded=True)`` makes the simulator price what this engine
+computes.
 
 **Execution.** Time is the ``clock``'s, from the run's start (after ``warmup`` untimed
 prefill-and-decode rounds); when nothing runs or waits, the server sleeps until about 0.2 ms
@@ -39,7 +43,9 @@ padded to ``L`` computes ``n * L`` tokens; a decode over a cache padded to ``P``
 ``n * (P + 1)`` of context), KV blocks in use, output tokens, the seconds of the run call
 (``run_s``) and of the cache rebuild (``rebuild_s``). ``fit_from_real`` fits the simulator's
 step model (``placewise.llm.steps.fit_step``) to them, so the simulator can run on the step
-time measured from this very engine.
+time measured from this very engine; under ``LLMPolicy(padded=True)`` the simulator asks it
+about the padded figures these records show (the same, iteration by iteration, when the
+decisions are the same).
 
 The ``LLMServeResult`` is filled as the simulator fills it (admission, first token and
 finish relative to the run's start; ``preempted`` all zero; the iterations as its
@@ -133,8 +139,9 @@ def fit_from_real(records: RealIterations, *, padded: bool = True) -> MeasuredSt
     out). ``padded=True`` (the default) fits on what the model computed: a prefill's
     ``tokens = seqs * longest prompt``, ``ctx_sum`` likewise and ``pair_sum = seqs * L (L +
     1) / 2``; a decode's ``ctx_sum = pair_sum = seqs * (padded past + 1)``. ``padded=False``
-    fits on the real batch (what ``simulate_llm`` will ask about), so that padding's cost is
-    averaged into the coefficients instead."""
+    fits on the real batch (what ``simulate_llm`` asks about unless its policy is
+    ``padded``), so that padding's cost is averaged into the coefficients instead: simulate
+    a ``padded=True`` fit with ``LLMPolicy(padded=True)``."""
     return fit_step(records.samples(padded=padded))
 
 
@@ -464,7 +471,8 @@ def serve_llm_real(requests: Sequence[LLMRequest], path: str | os.PathLike[str],
                    keep_tokens: bool = False) -> tuple[LLMServeResult, RealIterations]:
     """Serve ``requests`` (``arrival_s`` from the run's start) open loop on the decoder file
     at ``path`` (one onnxruntime CPU session, ``threads`` intra-op threads) under ``policy``
-    (``chunked_prefill=False``; one that could preempt is refused: module docstring).
+    (``chunked_prefill=False``; one that could preempt is refused; ``padded`` is ignored, as
+    the engine always pads: module docstring).
 
     Each request's prompt is ``prompts[i]`` (its ``prompt_tokens`` ids) or drawn uniformly
     from ``seed``; it gets ``output_tokens`` greedy tokens (no end-of-sequence stop).
