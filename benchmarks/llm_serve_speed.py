@@ -54,11 +54,28 @@ CASES = (  # (rate per s, chunked, fast_forward, vectorised step)
 )
 
 
+def cost_model_step() -> tuple[Any, LLMPolicy]:
+    """Llama-2-7B on the a100-pcie-server preset: the searched policy's step (the cost
+    model's layer costs, ``llm.plan.serving_step``) and its server (the most sequences of
+    2,048 tokens whose cache keeps every layer on the GPU)."""
+    from placewise.cost.load import load_cost_model
+    from placewise.hardware.load import load_machine
+    from placewise.llm.plan import serving_step
+    from placewise.llm.spec import load_spec
+
+    m = load_machine("a100-pcie-server")
+    step, pr = serving_step(load_spec("llama-2-7b"), m, load_cost_model(m, None),
+                            max_seqs=None, context=2048)
+    return step, LLMPolicy(kv_capacity_tokens=pr.batch * 2048, max_seqs=pr.batch)
+
+
 def _case(reqs: list[LLMRequest], rate: float, chunked: bool, fast: bool, many: bool,
-          repeats: int) -> dict[str, Any]:
+          repeats: int, cost_model: bool = False) -> dict[str, Any]:
     pol = LLMPolicy(kv_capacity_tokens=131072, max_seqs=256,
                     max_batch_tokens=2048 if chunked else 8192, chunked_prefill=chunked)
-    step = LinearStepMany() if many else LinearStep()
+    step: Any = LinearStepMany() if many else LinearStep()
+    if cost_model:
+        step, pol = cost_model_step()
     times = []
     r = None
     for _ in range(repeats):
@@ -69,6 +86,7 @@ def _case(reqs: list[LLMRequest], rate: float, chunked: bool, fast: bool, many: 
     med = statistics.median(times)
     s = r.summary()
     return {"requests": len(reqs), "rate_per_s": rate, "chunked_prefill": chunked,
+            "step": "cost model (llama-2-7b, a100-pcie-server)" if cost_model else "linear",
             "fast_forward": fast, "iteration_s_many": many, "median_s": med,
             "spread": (max(times) - min(times)) / med, "times_s": times,
             "iterations": r.iterations, "iterations_per_s": r.iterations / med,
@@ -79,12 +97,12 @@ def _case(reqs: list[LLMRequest], rate: float, chunked: bool, fast: bool, many: 
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    out = ["| rate /s | prefill | fast | many | median s | spread | iterations | it/s | "
+    out = ["| step | rate /s | prefill | fast | many | median s | spread | iterations | it/s | "
            "preempt | rejected | TTFT p50 ms | TPOT p50 ms | out tok/s |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         out.append(
-            f"| {r['rate_per_s']:g} | {'chunked' if r['chunked_prefill'] else 'first'} | "
+            f"| {r['step']} | {r['rate_per_s']:g} | {'chunked' if r['chunked_prefill'] else 'first'} | "
             f"{'y' if r['fast_forward'] else 'n'} | {'y' if r['iteration_s_many'] else 'n'} | "
             f"{r['median_s']:.2f} | {r['spread']:.0%} | {r['iterations']} | "
             f"{r['iterations_per_s']:.0f} | {r['preemptions']} | {r['rejected']} | "
@@ -106,6 +124,10 @@ def main() -> None:
         rows.append(_case(reqs, rate, chunked, fast, many, a.repeats))
         print(f"rate {rate:g} chunked {chunked} fast {fast} many {many}: "
               f"{rows[-1]['median_s']:.2f} s", file=sys.stderr, flush=True)
+    reqs = poisson_llm_requests(8.0, a.requests, "lognormal:512,1.0", "lognormal:128,1.0",
+                                seed=1)
+    rows.append(_case(reqs, 8.0, True, True, True, a.repeats, cost_model=True))
+    print(f"cost-model step: {rows[-1]['median_s']:.2f} s", file=sys.stderr, flush=True)
     result = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
               "machine": platform.processor() or platform.machine(),
               "cpus": os.cpu_count(), "python": platform.python_version(),

@@ -250,3 +250,28 @@ def test_llm_plan_refuses_bad_input(args: list[str], problem: str) -> None:
     assert r.returncode == 2
     assert problem in r.stderr and "Traceback" not in r.stderr
     assert r.stdout == ""
+
+
+def test_scalar_and_array_step_formulas_agree() -> None:
+    """``llm.cost.Ops``: one formula evaluated on numbers (the simulator's scalar calls) and
+    on arrays (its fast path, the search) gives the same seconds."""
+    import numpy as np
+
+    m = load_machine("a100-pcie-server")
+    cm, mem = load_cost_model(m, None), memories(m)
+    spec = load_spec("llama-2-13b")
+    accel, host = DeviceStep.fit(spec, cm, mem.accel), DeviceStep.fit(spec, cm, mem.host)
+    rng = np.random.default_rng(3)
+    tokens = rng.integers(1, 40000, 300)
+    seqs = np.minimum(tokens, rng.integers(0, 64, 300))
+    ctx = tokens * rng.integers(1, 3000, 300)
+    pair = ctx * rng.uniform(0.5, 2.0, 300)
+    for counts in [(40, 0, 0, 0, 0), (10, 5, 5, 5, 15), (0, 0, 0, 0, 40), (0, 40, 0, 0, 0)]:
+        step = OffloadStep(spec, mem, accel, host, counts)
+        many = step.iteration_s_many(tokens, ctx, pair, seqs)
+        one = [step.iteration_s(int(t), int(c), float(p), int(s))
+               for t, c, p, s in zip(tokens, ctx, pair, seqs, strict=True)]
+        assert many == pytest.approx(one, rel=1e-12)
+    assert accel.layer.time_s(tokens, ctx, pair, seqs) == pytest.approx(
+        [accel.layer.time_s(int(t), int(c), float(p), int(s))
+         for t, c, p, s in zip(tokens, ctx, pair, seqs, strict=True)], rel=1e-12)

@@ -30,6 +30,9 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from placewise.cost.model import CostModel
 from placewise.cost.roofline import partition_overhead
@@ -39,8 +42,8 @@ from placewise.llm.graph import step_graph
 from placewise.llm.spec import DecoderSpec
 from placewise.units import DType
 
-__all__ = ["DeviceStep", "LayerCost", "check_against_graph", "compute_dtype", "layer_cost",
-           "pairs"]
+__all__ = ["DeviceStep", "LayerCost", "Ops", "check_against_graph", "compute_dtype",
+           "layer_cost", "pairs"]
 
 #: rows of the linear-part ladder (doubling; beyond the last rung the time is extrapolated
 #: along the last segment)
@@ -54,10 +57,40 @@ def pairs(new: int, past: int) -> float:
     return new * (past + (new + 1) / 2)
 
 
-def _interp(xs: tuple[int, ...], ys: tuple[float, ...], x: float) -> float:
+def _interp_scalar(xs: tuple[int, ...], ys: tuple[float, ...], x: float) -> float:
     i = min(max(bisect_left(xs, x), 1), len(xs) - 1)
     x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
     return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+def _interp_array(xs: tuple[int, ...], ys: tuple[float, ...], x: Any) -> Any:
+    slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+    x = np.asarray(x)
+    return np.where(x > xs[-1], ys[-1] + slope * (x - xs[-1]), np.interp(x, xs, ys))
+
+
+def _where(c: Any, a: Any, b: Any) -> Any:
+    return a if c else b
+
+
+@dataclass(frozen=True, slots=True)
+class Ops:
+    """The arithmetic the step formulas use, for Python numbers (the simulator's scalar
+    calls: no numpy overhead) or for arrays (searches, the simulator's fast path): one
+    formula, two kinds of operand."""
+
+    maximum: Any
+    where: Any
+    interp: Any
+
+    @staticmethod
+    def of(*values: Any) -> Ops:
+        scalar = all(isinstance(v, int | float) for v in values)
+        return _SCALAR if scalar else _ARRAY
+
+
+_SCALAR = Ops(max, _where, _interp_scalar)
+_ARRAY = Ops(np.maximum, np.where, _interp_array)
 
 
 def _graph_cost(graph: Graph, model: CostModel, device: str, dtype: DType, *,
@@ -85,12 +118,13 @@ class LayerCost:
     pair_s: float
     attn_floor_s: float  # the smallest attention (one token over one): the kernel's floor
 
-    def time_s(self, tokens: float, ctx_sum: float, pair_sum: float, seqs: int) -> float:
-        """Seconds of this layer in an iteration (``llm.steps`` names the arguments)."""
-        attn = max(self.attn_floor_s, self.attn_fixed_s + max(self.ctx_s * ctx_sum,
-                                                              self.pair_s * pair_sum)) \
-            if seqs else 0.0
-        return _interp(self.ladder, self.linear_s, tokens) + attn
+    def time_s(self, tokens: Any, ctx_sum: Any, pair_sum: Any, seqs: Any) -> Any:
+        """Seconds of this layer in an iteration (``llm.steps`` names the arguments);
+        numbers or arrays alike."""
+        op = Ops.of(tokens, ctx_sum, pair_sum, seqs)
+        attn = op.maximum(self.attn_floor_s, self.attn_fixed_s + op.maximum(
+            self.ctx_s * ctx_sum, self.pair_s * pair_sum))
+        return op.interp(self.ladder, self.linear_s, tokens) + op.where(seqs > 0, attn, 0.0)
 
 
 def compute_dtype(spec: DecoderSpec, model: CostModel, device: str) -> DType:
@@ -146,14 +180,14 @@ class DeviceStep:
         return cls(spec, layer_cost(spec, model, device), _head_cost(spec, model, device),
                    over)
 
-    def head_time_s(self, seqs: int) -> float:
+    def head_time_s(self, seqs: Any) -> Any:
         """Seconds of the final norm and LM head over ``seqs`` sequences' last tokens."""
-        return _interp(self.layer.ladder, self.head_s, max(1, seqs))
+        op = Ops.of(seqs)
+        return op.interp(self.layer.ladder, self.head_s, op.maximum(1, seqs))
 
     def iteration_s(self, tokens: int, ctx_sum: int, pair_sum: float, seqs: int) -> float:
-        return (self.overhead_s + self.spec.layers * self.layer.time_s(tokens, ctx_sum,
-                                                                        pair_sum, seqs)
-                + self.head_time_s(seqs))
+        return float(self.overhead_s + self.spec.layers * self.layer.time_s(
+            tokens, ctx_sum, pair_sum, seqs) + self.head_time_s(seqs))
 
 
 def check_against_graph(step: DeviceStep, model: CostModel, *, batch: int, new: int,

@@ -46,12 +46,13 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from placewise.cost.model import CostModel
 from placewise.hardware.spec import Device, Machine, MemoryTier
-from placewise.llm.cost import DeviceStep, pairs
+from placewise.llm.cost import DeviceStep, Ops, pairs
 from placewise.llm.spec import DecoderSpec
 
 __all__ = [
@@ -189,15 +190,22 @@ class OffloadStep:
         key = (tokens, ctx_sum, pair_sum, seqs)
         hit = self._cache.get(key)
         if hit is None:
-            arr = class_terms(self.spec, self.mem, self.accel, self.host,
-                              np.asarray([self.counts]), key)
-            hit = {k: float(v[0]) for k, v in arr.items()}
+            hit = {k: float(v) for k, v in class_terms(self.spec, self.mem, self.accel,
+                                                       self.host, self.counts, key).items()}
             if len(self._cache) < 4096:
                 self._cache[key] = hit
         return hit
 
     def iteration_s(self, tokens: int, ctx_sum: int, pair_sum: float, seqs: int) -> float:
         return sum(self.terms(tokens, ctx_sum, pair_sum, seqs).values())
+
+    def iteration_s_many(self, tokens: np.ndarray, ctx_sum: np.ndarray, pair_sum: np.ndarray,
+                         seqs: np.ndarray) -> np.ndarray:
+        """``iteration_s`` of many iterations at once (the serving simulator's fast path)."""
+        args = (np.asarray(tokens), np.asarray(ctx_sum), np.asarray(pair_sum), np.asarray(seqs))
+        terms = class_terms(self.spec, self.mem, self.accel, self.host, self.counts, args)
+        return np.asarray(sum(np.broadcast_to(v, args[0].shape) for v in terms.values()),
+                          dtype=float)
 
 
 # ---- memory and search ----------------------------------------------------------------------
@@ -287,36 +295,39 @@ def search_policy(spec: DecoderSpec, model: CostModel, mem: Memories, shape: Sha
     if not len(cand):
         return Search(None, len(n), tuple(ruled))
     terms = class_terms(spec, mem, accel, host, cand, shape.decode())
-    t = sum(terms.values())
+    t = np.asarray(sum(terms.values()), dtype=float)
     off = cand[:, 1:].sum(axis=1)
     best = cand[np.lexsort((off, np.round(t, 12)))[0]]
     return Search(_policy(spec, mem, shape, best, "searched"), len(n), tuple(ruled))
 
 
 def class_terms(spec: DecoderSpec, mem: Memories, accel: DeviceStep, host: DeviceStep | None,
-                n: np.ndarray, args: tuple[int, int, float, int]) -> dict[str, np.ndarray]:
-    """The terms of one iteration (``OffloadStep.terms``) for every row of counts ``n``
-    ([k, 5], ``CLASSES`` order) at once."""
+                n: Any, args: tuple[Any, Any, Any, Any]) -> dict[str, Any]:
+    """The terms of one iteration (``OffloadStep.terms``) for counts ``n``: a row of five
+    numbers (``CLASSES`` order) with ``args`` numbers or arrays of iterations, or an array
+    [k, 5] of compositions at once (``llm.cost.Ops``: one formula for both)."""
     tokens, ctx_sum, _, seqs = args
-    res, w, kv, both, nh = (n[:, i] for i in range(5))
+    op = Ops.of(*args, *(n if isinstance(n, tuple) else (n,)))
+    res, w, kv, both, nh = n if isinstance(n, tuple) else (n[:, i] for i in range(5))
     n_a = res + w + kv + both
     c_a = accel.layer.time_s(*args)
     bw = mem.slow.bandwidth_bytes_per_s if mem.slow else float("inf")
     io_w = spec.layer_weight_bytes() / bw
     io_kv = spec.kv_bytes_per_token_layer() * ctx_sum / bw
+    zero = 0.0 * n_a
     out = {"compute": n_a * c_a,
-           "stream": (w * max(0.0, io_w - c_a) + kv * max(0.0, io_kv - c_a)
-                      + both * max(0.0, io_w + io_kv - c_a)),
-           "host_compute": np.zeros(len(n)), "handoff": np.zeros(len(n)),
+           "stream": (w * op.maximum(0.0, io_w - c_a) + kv * op.maximum(0.0, io_kv - c_a)
+                      + both * op.maximum(0.0, io_w + io_kv - c_a)),
+           "host_compute": zero, "handoff": zero,
            "launch": (n_a > 0) * accel.overhead_s,
-           "head": np.where(n_a > 0, accel.head_time_s(seqs), 0.0)}
+           "head": op.where(n_a > 0, accel.head_time_s(seqs), 0.0)}
     if host is not None:
         out["host_compute"] = nh * host.layer.time_s(*args)
         out["launch"] = out["launch"] + (nh > 0) * host.overhead_s
         out["handoff"] = ((n_a > 0) & (nh > 0)) * (
             2 * spec.dtype.nbytes(tokens * spec.hidden) / mem.link_bytes_per_s)
-        out["head"] = np.where(n_a > 0, out["head"], host.head_time_s(seqs))
-    return {k: np.asarray(v, dtype=float) for k, v in out.items()}
+        out["head"] = op.where(n_a > 0, out["head"], host.head_time_s(seqs))
+    return out
 
 
 def llamacpp_policy(spec: DecoderSpec, mem: Memories, shape: Shape) -> Policy | None:
