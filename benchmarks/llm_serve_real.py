@@ -6,7 +6,8 @@
    fitted to four measured cells (batch {1, 8} x context {64, 640}: ``llm.validate``).
 2. Capacity: the simulation of 2,000 requests all arriving at once (requests/s served).
 3. ``--requests`` Poisson requests at 60% of it (prompts uniform 64-512 tokens, outputs
-   uniform 16-128), vLLM-v0 prefill-first iterations of up to 8 sequences: simulated, then
+   uniform 16-128), vLLM-v0 prefill-first iterations of up to 8 sequences, priced padded
+   to the longest sequence as the real engine runs them (``LLMPolicy.padded``): simulated, then
    served for real ``--repeats`` times on core 1 (``serve.llm_real``), each run compared
    with the simulation: TTFT, TPOT and end-to-end p50 and p99, and the real iterations'
    time split into terms (``serve.llm_real.iteration_terms``).
@@ -36,7 +37,7 @@ from placewise.serve.llm_real import iteration_terms, serve_llm_real
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "placewise-bench"
 POLICY = LLMPolicy(kv_capacity_tokens=8 * 640, max_seqs=8, max_batch_tokens=4096,
-                   chunked_prefill=False)
+                   chunked_prefill=False, padded=True)
 PROMPT, OUTPUT = "uniform:64-512", "uniform:16-128"
 
 

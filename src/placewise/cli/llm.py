@@ -218,8 +218,9 @@ def llm_serve(
                                     max_seqs=max_seqs, context=context, accel=accel)
         info["step"] = {"source": f"cost model on {machine.name}", "policy": to_json(priced)}
         max_seqs = priced.batch
+    # the real engine pads every batch to its longest sequence: its simulation prices that
     policy = LLMPolicy(kv_capacity_tokens=max_seqs * context, max_seqs=max_seqs,
-                       max_batch_tokens=max_batch_tokens, chunked_prefill=chunked)
+                       max_batch_tokens=max_batch_tokens, chunked_prefill=chunked, padded=real)
     info["policy"] = to_json(policy)
     with _progress("simulating"):
         res = simulate_llm(reqs, step, policy, seed=seed)
