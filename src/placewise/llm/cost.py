@@ -128,11 +128,16 @@ class LayerCost:
 
 
 def compute_dtype(spec: DecoderSpec, model: CostModel, device: str) -> DType:
-    """The dtype ``device`` computes ``spec`` in: the model's own, else fp32 (a CPU without
-    fp16 arithmetic; the cost model then reads its float tensors at fp32 width, which a
-    runtime converting fp16 weights in registers does not: pessimistic up to 2x there)."""
-    dev = model.machine.device(device)
-    return spec.dtype if spec.dtype in dev.dtypes else DType.FP32
+    """The dtype ``device`` computes ``spec`` in: the model's own; else the other 16-bit
+    float (a bf16 model cast to fp16 on a device without bf16, as runtimes do); else fp32
+    (a CPU without 16-bit arithmetic: the cost model then reads its float tensors at fp32
+    width, which a runtime converting 16-bit weights in registers does not -- pessimistic
+    up to 2x there)."""
+    have = model.machine.device(device).dtypes
+    for dt in (spec.dtype, DType.FP16, DType.BF16):
+        if dt in have and (dt is spec.dtype or spec.dtype.bits == 16):
+            return dt
+    return DType.FP32
 
 
 def layer_cost(spec: DecoderSpec, model: CostModel, device: str) -> LayerCost:
