@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from placewise.cost.model import CostModel
+from placewise.errors import MemoryInfeasible
 from placewise.hardware.spec import Machine
 from placewise.llm.cost import DeviceStep, pairs
 from placewise.llm.offload import (
@@ -143,8 +144,6 @@ def serving_step(spec: DecoderSpec, machine: Machine, model: CostModel, *,
     ``StepTime``, with the policy priced (its ``counts`` and, in ``prefill_s``, a
     ``context``-token prefill). ``max_seqs=None``: the largest power of two up to 256 whose
     policy keeps every layer resident (else 1). ``Infeasible`` when nothing fits."""
-    from placewise.errors import MemoryInfeasible
-
     mem = memories(machine, accel)
     fitted = (DeviceStep.fit(spec, model, mem.accel),
               DeviceStep.fit(spec, model, mem.host) if mem.host else None)

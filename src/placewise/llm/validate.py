@@ -25,10 +25,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from placewise.graph.load import load_model
 from placewise.llm.cost import pairs
 from placewise.llm.real import DecodeTiming, measure_decode
 from placewise.llm.spec import spec_from_graph, state_pairs
 from placewise.llm.steps import MeasuredStep, StepSample, fit_step
+from placewise.planning import build_problem
+from placewise.schedule.evaluate import evaluate
+from placewise.search.baselines import single_placement
+from placewise.search.space import SearchSpace
 
 __all__ = ["CellResult", "LocalCheck", "corners", "grid_cells", "predict_graph",
            "validate_local"]
@@ -55,12 +60,6 @@ def _shapes(graph: Any, batch: int, new: int, past: int) -> dict[str, list[int]]
 def predict_graph(path: str, machine: Any, cost_model: Any, device: str, *, batch: int,
                   new: int, past: int, graph: Any = None) -> tuple[float, dict[str, float]]:
     """(seconds, seconds by term) of one step of the decoder at ``path`` on ``device``."""
-    from placewise.graph.load import load_model  # the ONNX reader: onnx loads with it
-    from placewise.planning import build_problem
-    from placewise.schedule.evaluate import evaluate
-    from placewise.search.baselines import single_placement
-    from placewise.search.space import SearchSpace
-
     graph = graph if graph is not None else load_model(path)
     problem = build_problem(path, machine, shapes=_shapes(graph, batch, new, past),
                             cost_model=cost_model)
@@ -130,8 +129,6 @@ def validate_local(path: str | os.PathLike[str], machine: Any, cost_model: Any, 
                    fit_cells: Sequence[tuple[int, int]] | None = None,
                    progress: Callable[[str, float], None] | None = None) -> LocalCheck:
     """Measure and predict every cell (module docstring)."""
-    from placewise.graph.load import load_model  # the ONNX reader: onnx loads with it
-
     p = os.fspath(path)
     graph = load_model(p)
     spec = spec_from_graph(graph, file=p)
