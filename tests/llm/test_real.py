@@ -193,7 +193,7 @@ def test_measure_decode_samples_each_context(small_file: Path) -> None:
 
 def test_bad_paths_and_inputs_are_input_errors(tmp_path: Path, small_file: Path) -> None:
     missing = tmp_path / "missing.onnx"
-    with pytest.raises(InputError, match=f"{missing}: no such file"):
+    with pytest.raises(InputError, match=f"{missing}: cannot read: no such file"):
         DecodeSession(missing)
     with pytest.raises(InputError, match="not a regular file"):
         DecodeSession(tmp_path)

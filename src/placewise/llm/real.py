@@ -35,10 +35,9 @@ them: ``DecodeSession`` and ``measure_decode`` run an exported file with onnxrun
 from __future__ import annotations
 
 import os
-import stat
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -47,7 +46,8 @@ from typing import Any
 import numpy as np
 
 from placewise.errors import InputError, ModelFormatError, UnsupportedError
-from placewise.io import atomic_writer, check_output_path, quiet
+from placewise.graph.onnx_import import MAX_ONNX_BYTES
+from placewise.io import atomic_writer, check_output_path, quiet, read_file_bytes
 
 __all__ = [
     "BENCH_CONFIG",
@@ -252,17 +252,6 @@ def export_decoder(config: Mapping[str, Any], path: str | os.PathLike[str], *,
 # --- running (onnxruntime) ----------------------------------------------------------------
 
 
-def _check_file(file: str) -> None:
-    try:
-        st = os.stat(file)
-    except FileNotFoundError:
-        raise InputError("no such file", file=file) from None
-    except OSError as exc:
-        raise InputError(f"cannot read it: {exc.strerror or exc}", file=file) from None
-    if not stat.S_ISREG(st.st_mode):
-        raise InputError("not a regular file (an ONNX decoder file was expected)", file=file)
-
-
 def _positive(name: str, value: object, *, zero: bool = False) -> int:
     low = 0 if zero else 1
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
@@ -325,13 +314,13 @@ class DecodeSession:
         from placewise.onnxrt import new_session, session_options
 
         file = os.fspath(path)
-        _check_file(file)
+        data = read_file_bytes(file, what="ONNX decoder", limit_bytes=MAX_ONNX_BYTES)
         opts = session_options()
         if threads is not None:
             opts.intra_op_num_threads = _positive("threads", threads)
             opts.inter_op_num_threads = 1
         try:
-            self.session = new_session(file, opts)
+            self.session = new_session(data, opts)
         except Exception as exc:
             raise ModelFormatError(f"onnxruntime cannot load it: {exc}", file=file) from None
         self.file = file
@@ -370,12 +359,13 @@ class DecodeSession:
                              file=self.file, place=place)
         return np.ascontiguousarray(a, dtype=np.int64)
 
-    def _run(self, ids: np.ndarray, past: Sequence[Any]) -> np.ndarray:
-        batch, new = ids.shape
-        total = self._past_tokens + new
-        mask = np.ones((batch, total), dtype=np.int64)
-        pos = np.ascontiguousarray(np.broadcast_to(
-            np.arange(self._past_tokens, total, dtype=np.int64), (batch, new)))
+    def run_bound(self, ids: np.ndarray, mask: np.ndarray, pos: np.ndarray,
+                  past: Sequence[Any], clock: Callable[[], float] = time.perf_counter
+                  ) -> tuple[list[Any], float]:
+        """One call of the file with the cache ``past`` (onnxruntime values) bound as its
+        past inputs and every output left where onnxruntime put it: (the outputs as
+        onnxruntime values, logits first, then the presents; seconds of the call by
+        ``clock``). The one way the decoder runs (``serve.llm_real`` batches with it)."""
         binding = self.session.io_binding()
         binding.bind_cpu_input("input_ids", ids)
         binding.bind_cpu_input("attention_mask", mask)
@@ -384,10 +374,18 @@ class DecodeSession:
             binding.bind_ortvalue_input(name, value)
         for name in self._outputs:
             binding.bind_output(name, "cpu")
-        start = time.perf_counter()
+        start = clock()
         self.session.run_with_iobinding(binding)
-        elapsed = time.perf_counter() - start
-        values = binding.get_outputs()
+        elapsed = clock() - start
+        return binding.get_outputs(), elapsed
+
+    def _run(self, ids: np.ndarray, past: Sequence[Any]) -> np.ndarray:
+        batch, new = ids.shape
+        total = self._past_tokens + new
+        mask = np.ones((batch, total), dtype=np.int64)
+        pos = np.ascontiguousarray(np.broadcast_to(
+            np.arange(self._past_tokens, total, dtype=np.int64), (batch, new)))
+        values, elapsed = self.run_bound(ids, mask, pos, past)
         self._cache = tuple(values[1:])
         self._past_tokens = total
         self._last_s = elapsed

@@ -247,18 +247,7 @@ class _Engine:
     def run(self, ids: np.ndarray, mask: np.ndarray, pos: np.ndarray, past: Sequence[Any]
             ) -> tuple[np.ndarray, tuple[Any, ...], float]:
         """Greedy next ids [batch], the presents, the run call's seconds."""
-        binding = self.dec.session.io_binding()
-        binding.bind_cpu_input("input_ids", ids)
-        binding.bind_cpu_input("attention_mask", mask)
-        binding.bind_cpu_input("position_ids", pos)
-        for name, value in zip(self.past, past, strict=True):
-            binding.bind_ortvalue_input(name, value)
-        for name in self.outputs:
-            binding.bind_output(name, "cpu")
-        start = self.clock()
-        self.dec.session.run_with_iobinding(binding)
-        run_s = self.clock() - start
-        values = binding.get_outputs()
+        values, run_s = self.dec.run_bound(ids, mask, pos, past, self.clock)
         logits = values[0].numpy()
         return logits[:, -1].argmax(-1).astype(np.int64), tuple(values[1:]), run_s
 
