@@ -109,3 +109,30 @@ def test_serve_real_beside_the_simulation(decoder: Path, tmp_path: Path) -> None
     parts = t["predicted"] + t["padding"] + t["step_model"] + t["rebuild"] + t["bookkeeping"]
     assert parts == pytest.approx(t["measured"])
     assert t["padding"] >= 0 and t["rebuild"] >= 0
+
+
+def test_a_plan_set_over_context_for_each_phase(decoder: Path, tmp_path: Path) -> None:
+    """``plan --envelope`` of a decoder: ``--phase decode`` sizes the cache by the seq axis
+    (one new token over seq - 1 cached), ``--phase prefill`` the prompt."""
+    sets = {}
+    for phase in ("decode", "prefill"):
+        out = tmp_path / f"{phase}.json"
+        r = run_cli(["plan", str(decoder), "--hw", "jetson-agx-orin", "--envelope",
+                     "batch=1,4", "--envelope", "seq=16,64", "--phase", phase,
+                     "--out", str(out)])
+        assert r.returncode == 0, r.stderr
+        sets[phase] = {(b["batch"], b["upper"]["seq"]): b for b in
+                       json.loads(out.read_text())["buckets"]}
+    dec = sets["decode"][(4, 64)]["shapes"]
+    assert dec["input_ids"] == [4, 1] and dec["attention_mask"] == [4, 64]
+    assert dec["past_key_values.1.value"] == [4, 2, 63, 16]
+    pre = sets["prefill"][(4, 64)]["shapes"]
+    assert pre["input_ids"] == [4, 64] and pre["past_key_values.0.key"] == [4, 2, 0, 16]
+    # a prompt of 64 costs more than one token over 63 cached
+    assert sets["prefill"][(4, 64)]["predicted_latency_s"] > \
+        sets["decode"][(4, 64)]["predicted_latency_s"]
+    for args, problem in [([], "give --phase prefill or decode"),
+                          (["--phase", "sideways"], "unknown phase 'sideways'")]:
+        r = run_cli(["plan", str(decoder), "--hw", "jetson-agx-orin", "--envelope", "seq=16",
+                     *args, "--out", str(tmp_path / "x.json")])
+        assert r.returncode == 2 and problem in r.stderr, r.stderr

@@ -389,6 +389,7 @@ def plan(
     envelope: Annotated[list[str] | None, typer.Option("--envelope", help="AXIS=VALUES (batch or seq; 1,2,4 or 32..512:pow2 or 8..64:+8), repeatable: write a plan set for this shape envelope (--time-limit is then per grid point)")] = None,
     mix: Annotated[Path | None, typer.Option("--mix", help="With --envelope: the shape mix the buckets are chosen for (JSON/YAML list of {batch, seq, weight}, or a SHAPES.jsonl trace); default uniform over the grid")] = None,
     bucket_cost: Annotated[list[str] | None, typer.Option("--bucket-cost", help="With --envelope: KEY=VALUE[,KEY=VALUE], a price of more buckets: horizon_requests (requests before replanning, default 1000000), compile_s_per_bucket (1.0), memory_s_per_gib (1e-05 s per request per extra GiB)")] = None,
+    phase: Annotated[str | None, typer.Option("--phase", help="With --envelope and a decoder LLM (.onnx with past_key_values inputs): prefill (seq = prompt tokens) or decode (seq = context after the step)")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Search placements and write a plan (with --envelope: a plan set; with --model
@@ -404,11 +405,12 @@ def plan(
                        batch=batch,
                        shape=shape, objective=objective, strategy=strategy,
                        time_limit=time_limit, calibration=calibration, seed=seed,
-                       precision=precision, as_json=as_json)
+                       precision=precision, as_json=as_json, phase=phase)
         return
-    if mix is not None or bucket_cost:
-        raise InputError("--mix and --bucket-cost choose a plan set's buckets: give "
-                         "--envelope too", place="--mix" if mix is not None else "--bucket-cost")
+    given = [f for f, v in (("--mix", mix), ("--bucket-cost", bucket_cost), ("--phase", phase)) if v]
+    if given:
+        raise InputError("--mix, --bucket-cost and --phase shape a plan set: give --envelope "
+                         "too", place=given[0])
     from placewise.plan import save_plan
     from placewise.plan_sources import sources_json
     from placewise.planning import plan_model

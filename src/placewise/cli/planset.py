@@ -45,8 +45,10 @@ def plan_envelope(model: str, hw: str, out_file: Path, *, envelope: list[str],
                    mix: Path | None, costs: list[str] | None, batch: int | None,
                    shape: list[str] | None,
                    objective: str, strategy: str, time_limit: float | None,
-                   calibration: Path | None, seed: int, precision: str, as_json: bool) -> None:
-    """``plan --envelope``: a plan set (``placewise.adapt.planset``)."""
+                   calibration: Path | None, seed: int, precision: str, as_json: bool,
+                   phase: str | None = None) -> None:
+    """``plan --envelope``: a plan set (``placewise.adapt.planset``); ``phase``: a decoder
+    LLM's step the seq axis sizes."""
     from placewise.adapt.planset import build_plan_set, load_mix, parse_envelope, save_plan_set
 
     env = parse_envelope(envelope)
@@ -70,7 +72,7 @@ def plan_envelope(model: str, hw: str, out_file: Path, *, envelope: list[str],
     got_mix = load_mix(mix) if mix is not None else None
     machine = resolve_machine(hw)
     with _progress("planning the envelope") as cb:
-        ps = build_plan_set(model, machine, env, got_mix, calibration=calibration,
+        ps = build_plan_set(model, machine, env, got_mix, calibration=calibration, phase=phase,
                             objective=objective, strategy=strategy, precision=precision,
                             time_limit_s=time_limit, seed=seed, costs=choice_costs,
                             progress=cb, hw=hw)

@@ -39,6 +39,7 @@ __all__ = [
     "resolve_spec",
     "spec_from_graph",
     "state_pairs",
+    "step_shapes",
 ]
 
 _HF_DTYPES = {"float16": DType.FP16, "bfloat16": DType.BF16, "float32": DType.FP32}
@@ -232,6 +233,17 @@ def state_pairs(graph: Graph) -> list[StatePair]:
         if m and (int(m[1]), m[2]) in pres:
             out.append(StatePair(int(m[1]), m[2], i, pres[(int(m[1]), m[2])]))
     return sorted(out, key=lambda p: (p.layer, p.which))
+
+
+def step_shapes(graph: Graph, batch: int, new: int, past: int) -> dict[str, list[int]]:
+    """The input shapes of one step of the decoder ``graph`` (optimum's names): ``batch``
+    sequences bringing ``new`` tokens over ``past`` cached ones."""
+    shapes = {"input_ids": [batch, new], "attention_mask": [batch, past + new],
+              "position_ids": [batch, new]}
+    for p in state_pairs(graph):
+        t = graph.tensor(p.past)
+        shapes[p.past] = [batch, int(t.shape[1]), past, int(t.shape[3])]
+    return {k: v for k, v in shapes.items() if k in graph.inputs}
 
 
 def spec_from_graph(graph: Graph, *, file: str = "") -> DecoderSpec:

@@ -28,7 +28,7 @@ from typing import Any
 from placewise.graph.load import load_model
 from placewise.llm.cost import pairs
 from placewise.llm.real import DecodeTiming, measure_decode
-from placewise.llm.spec import spec_from_graph, state_pairs
+from placewise.llm.spec import spec_from_graph, step_shapes
 from placewise.llm.steps import MeasuredStep, StepSample, fit_step
 from placewise.planning import build_problem
 from placewise.schedule.evaluate import evaluate
@@ -48,20 +48,11 @@ def corners(cells: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
     return tuple(sorted({(b, c) for b in (bs[0], bs[-1]) for c in (cs[0], cs[-1])}))
 
 
-def _shapes(graph: Any, batch: int, new: int, past: int) -> dict[str, list[int]]:
-    shapes = {"input_ids": [batch, new], "attention_mask": [batch, past + new],
-              "position_ids": [batch, new]}
-    for p in state_pairs(graph):
-        t = graph.tensor(p.past)
-        shapes[p.past] = [batch, int(t.shape[1]), past, int(t.shape[3])]
-    return {k: v for k, v in shapes.items() if k in graph.inputs}
-
-
 def predict_graph(path: str, machine: Any, cost_model: Any, device: str, *, batch: int,
                   new: int, past: int, graph: Any = None) -> tuple[float, dict[str, float]]:
     """(seconds, seconds by term) of one step of the decoder at ``path`` on ``device``."""
     graph = graph if graph is not None else load_model(path)
-    problem = build_problem(path, machine, shapes=_shapes(graph, batch, new, past),
+    problem = build_problem(path, machine, shapes=step_shapes(graph, batch, new, past),
                             cost_model=cost_model)
     placement, _ = single_placement(SearchSpace(problem), device)
     ev = evaluate(problem, placement)

@@ -32,6 +32,7 @@ from placewise.cost.load import load_cost_model
 from placewise.errors import Infeasible, InputError
 from placewise.graph.load import load_model
 from placewise.hardware.spec import Machine
+from placewise.llm.spec import state_pairs, step_shapes
 from placewise.plan import Plan
 from placewise.plan_sources import sources_json
 from placewise.planning import build_problem, plan_model
@@ -49,9 +50,14 @@ Progress = Callable[[str, float], None]
 Binding = tuple[str, dict[str, list[int]] | None, int | None]
 
 
-def _binder(model: str, axes: Sequence[str]) -> Callable[[Mapping[str, int]], Binding]:
+def _binder(model: str, axes: Sequence[str], phase: str | None = None
+            ) -> Callable[[Mapping[str, int]], Binding]:
     """point -> (model ref, input shapes, batch) binding the envelope's axes to the model
-    (module docstring); ``InputError`` for an axis the model does not have."""
+    (module docstring); ``InputError`` for an axis the model does not have. ``phase``: the
+    step of a decoder LLM the plans are for (``_decoder_binder``)."""
+    if phase is not None or (model.endswith(".onnx") and "seq" in axes
+                             and state_pairs(load_model(model))):
+        return _decoder_binder(model, phase)
     if model.startswith("zoo:"):
         if "seq" in axes and seq_ref(model, 1) is None:
             raise InputError("the model has no 'seq' option: the envelope's seq axis does "
@@ -110,6 +116,33 @@ def _onnx_binder(model: str, axes: Sequence[str]) -> Callable[[Mapping[str, int]
 
     return onnx
 
+def _decoder_binder(model: str, phase: str | None
+                    ) -> Callable[[Mapping[str, int]], Binding]:
+    """A decoder LLM's step (``past_key_values`` inputs, ``llm.spec.state_pairs``) has two
+    lengths; ``phase`` says which one the seq axis is: ``prefill`` (a prompt of seq tokens
+    over an empty cache) or ``decode`` (one token over a cache of seq - 1: the context after
+    the step is seq)."""
+    if phase not in PHASES:
+        raise InputError((f"unknown phase {phase!r}: " if phase else "") + "a decoder's step "
+                         f"has a prompt and a cache length: give --phase "
+                         f"{' or '.join(PHASES)}", file=model, place="--phase")
+    g = load_model(model)
+    if not state_pairs(g):
+        raise InputError("--phase applies to a decoder with past_key_values inputs",
+                         file=model, place="--phase")
+
+    def decoder(pt: Mapping[str, int]) -> Binding:
+        batch, seq = pt.get("batch", 1), pt.get("seq", 1)
+        new, past = (seq, 0) if phase == "prefill" else (1, seq - 1)
+        return model, step_shapes(g, batch, new, past), pt.get("batch")
+
+    return decoder
+
+
+#: the steps of a decoder LLM a plan set can be built for (``--phase``)
+PHASES = ("prefill", "decode")
+
+
 # ---- building -------------------------------------------------------------------------------
 def _plan_point(ref: str, shapes: Mapping[str, list[int]] | None, batch: int | None,
                 machine: Machine, cost_model: Any, *, objective: str, strategy: str,
@@ -136,20 +169,22 @@ def build_plan_set(model: str, machine: Machine, envelope: Mapping[str, Sequence
                    strategy: str = "auto", precision: str = "KEEP",
                    time_limit_s: float | None = None, seed: int = 0,
                    costs: ChoiceCosts | None = None,
-                   progress: Progress | None = None, hw: str | None = None) -> PlanSet:
+                   progress: Progress | None = None, hw: str | None = None,
+                   phase: str | None = None) -> PlanSet:
     """Plan ``model`` on ``machine`` for every grid point of ``envelope`` (a mapping or
     ``--envelope`` items) and choose the buckets (module docstring). ``time_limit_s``: each
     grid point's planning limit (default: the ``plan`` command's default for its size);
     ``mix``: the shape mix (default uniform over the grid); ``progress(label, fraction)``;
     ``hw``: the ``--hw`` reference ``machine`` was loaded from (each plan records a spec
-    file's path, and the calibration's, ``placewise.plan_sources``).
+    file's path, and the calibration's, ``placewise.plan_sources``); ``phase``: for a
+    decoder LLM, the step the seq axis sizes (``prefill`` or ``decode``).
     ``InputError`` for an envelope or mix the model cannot take; ``Infeasible`` naming the
     grid point that does not fit."""
     t0 = time.perf_counter()
     env = parse_envelope(envelope) if not isinstance(envelope, Mapping) else \
         parse_envelope([f"{a}={','.join(map(str, v))}" for a, v in envelope.items()])
     axes = tuple(env)
-    bind = _binder(model, axes)
+    bind = _binder(model, axes, phase)
     probs = grid_probabilities(mix, axes, env)
     if calibration is not None and not Path(calibration).is_file():
         raise InputError("no such file", file=str(calibration), place="--calibration")
