@@ -353,13 +353,16 @@ def _render_run(data: dict[str, Any], check: Any) -> None:
     out.print(f"[bold]{data['model']}[/bold] on {data['device']} ({data['threads']} threads)")
     rows = []
     for c in data["cells"]:
+        terms = sorted(c["graph_decode_terms_s"], key=lambda kv: -kv[1])[:2]
+        total = sum(v for _, v in c["graph_decode_terms_s"]) or 1.0
         rows.append([c["batch"], c["context"], format_seconds(c["prefill_s"]),
                      format_seconds(c["graph_prefill_s"]), format_seconds(c["fit_prefill_s"]),
                      format_seconds(c["decode_s"]), format_seconds(c["graph_decode_s"]),
+                     ", ".join(f"{k} {v / total:.0%}" for k, v in terms),
                      format_seconds(c["fit_decode_s"]), "fit" if c["fitted_here"] else ""])
     out.print(_table("measured against predicted", [
         "batch", "context", "prefill", "graph", "step fit", "decode/token", "graph",
-        "step fit", ""], rows))
+        "graph's terms", "step fit", ""], rows))
     for phase in ("prefill", "decode"):
         for which in ("graph", "fit"):
             e = check.errors(phase, which)
