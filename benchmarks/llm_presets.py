@@ -58,7 +58,7 @@ def _resident_step(model: str, hw: str) -> OffloadStep:
     mem = memories(m)
     return OffloadStep(spec, mem, DeviceStep.fit(spec, cm, mem.accel),
                        DeviceStep.fit(spec, cm, mem.host) if mem.host else None,
-                       (spec.layers, 0, 0, 0, 0))
+                       (spec.layers, 0, 0, 0, 0, 0))
 
 
 def published_rows() -> list[dict[str, object]]:
@@ -101,7 +101,7 @@ def _classes(c: dict[str, int] | None) -> str:
     if c is None:
         return "no fit"
     short = {"resident": "res", "weights_slow": "w-slow", "cache_slow": "kv-slow",
-             "both_slow": "both", "host": "host"}
+             "both_slow": "both", "host": "host", "host_attention": "host-attn"}
     return " ".join(f"{short[k]} {v}" for k, v in c.items() if v)
 
 

@@ -20,7 +20,7 @@ def test_serve_on_a_preset_picks_the_batch_that_keeps_layers_resident() -> None:
     d = _json(["llm", "serve", "llama-2-7b", "--hw", "a100-pcie-server", "--rate", "4",
                "--requests", "300", "--json"])
     p, pol = d["policy"], d["step"]["policy"]
-    assert pol["counts"] == [32, 0, 0, 0, 0]
+    assert pol["counts"] == [32, 0, 0, 0, 0, 0]
     assert p["max_seqs"] == pol["batch"] and p["kv_capacity_tokens"] == pol["batch"] * 2048
     # the next batch up would not keep every layer's cache on the 80 GB card
     assert (2 * pol["batch"] * 2048 * 524288 + 13.5e9) > 0.9 * 80e9

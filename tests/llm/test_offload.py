@@ -105,7 +105,7 @@ def test_fitted_step_matches_the_whole_graph(hw: str, dev: str) -> None:
 
 # ---- offloading ----------------------------------------------------------------------------
 
-_SMALL = DecoderSpec("small", layers=5, hidden=1024, heads=8, kv_heads=8, head_dim=128,
+_SMALL = DecoderSpec("small", layers=4, hidden=1024, heads=8, kv_heads=8, head_dim=128,
                      ffn=4096, vocab=32000)
 
 
@@ -130,21 +130,21 @@ def _brute(spec: DecoderSpec, hw_machine: object, shape: Shape) -> tuple[float, 
     wl, kvl = spec.layer_weight_bytes(), spec.kv_bytes_per_token_layer() * shape.batch * \
         shape.context
     best: tuple[float, tuple[int, ...]] = (math.inf, ())
-    for split in itertools.product(range(spec.layers + 1), repeat=5):
+    for split in itertools.product(range(spec.layers + 1), repeat=6):
         if sum(split) != spec.layers:
             continue
-        res, w, kv, both, h = split
-        n_a = res + w + kv + both
+        res, w, kv, both, h, ha = split
+        n_a = res + w + kv + both + ha
         used: dict[str, int] = {}
-        fast = (res + kv) * wl + (res + w) * kvl + (2 * wl if w + both else 0) + \
+        fast = (res + kv + ha) * wl + (res + w) * kvl + (2 * wl if w + both else 0) + \
             (2 * kvl if kv + both else 0)
         if n_a:
             fast += spec.outer_weight_bytes() + workspace_bytes(spec, shape.batch, shape.batch)
         used[mem.fast.name] = fast
         assert mem.slow is not None and mem.host_pool is not None
         used[mem.slow.name] = used.get(mem.slow.name, 0) + (w + both) * wl + (kv + both) * kvl
-        hb = h * (wl + kvl) + (0 if n_a else spec.outer_weight_bytes()) + \
-            (workspace_bytes(spec, shape.batch, shape.batch) if h else 0)
+        hb = h * (wl + kvl) + ha * kvl + (0 if n_a else spec.outer_weight_bytes()) + \
+            (workspace_bytes(spec, shape.batch, shape.batch) if h + ha else 0)
         used[mem.host_pool.name] = used.get(mem.host_pool.name, 0) + hb
         caps = {p.name: p.capacity_bytes * USABLE_FRACTION
                 for p in (mem.fast, mem.slow, mem.host_pool)}
@@ -204,7 +204,7 @@ def test_unified_memory_offloads_nothing_and_discrete_gpus_do() -> None:
     assert a100.slow is not None and a100.slow.bandwidth_bytes_per_s == 32e9  # PCIe 4 x16
     s = search_policy(load_spec("mistral-7b"), load_cost_model(load_machine("jetson-agx-orin"),
                                                                 None), orin, Shape(1, 4096))
-    assert s.best is not None and s.best.counts[1:4] == (0, 0, 0)
+    assert s.best is not None and s.best.counts[1:4] == (0, 0, 0)  # nothing slower to stream
 
 
 def test_terms_add_up_and_streaming_shows_only_beyond_compute() -> None:
@@ -213,8 +213,8 @@ def test_terms_add_up_and_streaming_shows_only_beyond_compute() -> None:
     spec = load_spec("llama-2-7b")
     accel, host = DeviceStep.fit(spec, cm, mem.accel), DeviceStep.fit(spec, cm, mem.host)
     shape = Shape(1, 1024)
-    one = OffloadStep(spec, mem, accel, host, (31, 1, 0, 0, 0)).terms(*shape.decode())
-    res = OffloadStep(spec, mem, accel, host, (32, 0, 0, 0, 0)).terms(*shape.decode())
+    one = OffloadStep(spec, mem, accel, host, (31, 1, 0, 0, 0, 0)).terms(*shape.decode())
+    res = OffloadStep(spec, mem, accel, host, (32, 0, 0, 0, 0, 0)).terms(*shape.decode())
     io = spec.layer_weight_bytes() / 32e9  # one layer's weights over PCIe
     c = accel.layer.time_s(*shape.decode())
     assert one["stream"] == pytest.approx(io - c)
@@ -234,7 +234,7 @@ def test_llm_plan_json_reports_policies_and_baselines() -> None:
     p = json.loads(r.stdout)
     assert [c["batch"] for c in p["cells"]] == [1, 32]
     one, many = p["cells"]
-    assert one["searched"]["counts"] == [40, 0, 0, 0, 0] == one["resident"]["counts"]
+    assert one["searched"]["counts"] == [40, 0, 0, 0, 0, 0] == one["resident"]["counts"]
     assert many["resident"] is None  # 32 x 4096 tokens of cache do not fit 80 GB
     assert many["searched"]["tokens_per_s"] >= many["llamacpp"]["tokens_per_s"]
     assert sum(many["searched"]["counts"]) == 40
@@ -266,7 +266,8 @@ def test_scalar_and_array_step_formulas_agree() -> None:
     seqs = np.minimum(tokens, rng.integers(0, 64, 300))
     ctx = tokens * rng.integers(1, 3000, 300)
     pair = ctx * rng.uniform(0.5, 2.0, 300)
-    for counts in [(40, 0, 0, 0, 0), (10, 5, 5, 5, 15), (0, 0, 0, 0, 40), (0, 40, 0, 0, 0)]:
+    for counts in [(40, 0, 0, 0, 0, 0), (10, 5, 5, 5, 10, 5), (0, 0, 0, 0, 40, 0),
+                   (0, 40, 0, 0, 0, 0), (0, 0, 0, 0, 0, 40)]:
         step = OffloadStep(spec, mem, accel, host, counts)
         many = step.iteration_s_many(tokens, ctx, pair, seqs)
         one = [step.iteration_s(int(t), int(c), float(p), int(s))
@@ -275,3 +276,43 @@ def test_scalar_and_array_step_formulas_agree() -> None:
     assert accel.layer.time_s(tokens, ctx, pair, seqs) == pytest.approx(
         [accel.layer.time_s(int(t), int(c), float(p), int(s))
          for t, c, p, s in zip(tokens, ctx, pair, seqs, strict=True)], rel=1e-12)
+
+
+def test_host_attention_moves_the_step_tensors_not_the_cache() -> None:
+    """FlexGen's class: the accelerator keeps the weights, the host keeps the cache and
+    computes the attention; only queries, new keys and values and the output cross."""
+    m = load_machine("a100-pcie-server")
+    cm, mem = load_cost_model(m, None), memories(m)
+    spec = load_spec("llama-2-7b")
+    accel, host = DeviceStep.fit(spec, cm, mem.accel), DeviceStep.fit(spec, cm, mem.host)
+    shape = Shape(8, 32768)
+    args = shape.decode()
+    t = OffloadStep(spec, mem, accel, host, (0, 0, 0, 0, 0, 32)).terms(*args)
+    assert t["compute"] == pytest.approx(32 * accel.layer.linear_time_s(8))
+    assert t["host_compute"] == pytest.approx(32 * host.layer.attention_time_s(*args[1:]))
+    crossing = spec.dtype.nbytes(8 * (2 * 32 + 2 * 32) * 128) / 32e9 + 2 * 5e-6
+    assert t["handoff"] == pytest.approx(32 * crossing)
+    assert t["stream"] == 0.0
+    pools = dict(_policy_bytes(spec, mem, shape, (0, 0, 0, 0, 0, 32)))
+    kv = spec.kv_bytes_per_token_layer() * 8 * 32768
+    assert pools[mem.host_pool.name] >= 32 * kv  # the cache in host memory
+    assert pools[mem.fast.name] < 32 * spec.layer_weight_bytes() + 2 * kv
+
+
+def _policy_bytes(spec: DecoderSpec, mem: object, shape: Shape,
+                  counts: tuple[int, ...]) -> tuple[tuple[str, int], ...]:
+    import numpy as np
+
+    from placewise.llm.offload import _policy
+
+    return _policy(spec, mem, shape, np.asarray(counts), "x").bytes_by_pool  # type: ignore[arg-type]
+
+
+def test_a_deep_model_searches_without_host_attention_and_says_so() -> None:
+    deep = DecoderSpec("deep", layers=60, hidden=256, heads=4, kv_heads=4, head_dim=64,
+                       ffn=1024, vocab=1000)
+    m = load_machine("a100-pcie-server")
+    found = search_policy(deep, load_cost_model(m, None), memories(m), Shape(1, 512))
+    assert "host_attention left out" in found.note
+    assert found.best is not None and found.best.count("host_attention") == 0
+    assert found.tried == math.comb(60 + 4, 4)

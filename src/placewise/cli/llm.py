@@ -76,7 +76,7 @@ def llm_plan(
 def _policy_text(r: dict[str, Any] | None) -> str:
     if r is None:
         return "does not fit"
-    names = ("res", "w-slow", "kv-slow", "both-slow", "host")
+    names = ("res", "w-slow", "kv-slow", "both-slow", "host", "host-attn")
     parts = [f"{n} {c}" for n, c in zip(names, r["counts"], strict=True) if c]
     return " ".join(parts)
 

@@ -121,10 +121,18 @@ class LayerCost:
     def time_s(self, tokens: Any, ctx_sum: Any, pair_sum: Any, seqs: Any) -> Any:
         """Seconds of this layer in an iteration (``llm.steps`` names the arguments);
         numbers or arrays alike."""
-        op = Ops.of(tokens, ctx_sum, pair_sum, seqs)
+        return self.linear_time_s(tokens) + self.attention_time_s(ctx_sum, pair_sum, seqs)
+
+    def linear_time_s(self, tokens: Any) -> Any:
+        """The layer without its attention (projections, MLP, norms) over ``tokens`` rows."""
+        return Ops.of(tokens).interp(self.ladder, self.linear_s, tokens)
+
+    def attention_time_s(self, ctx_sum: Any, pair_sum: Any, seqs: Any) -> Any:
+        """The layer's attention over the iteration's cache (0 without sequences)."""
+        op = Ops.of(ctx_sum, pair_sum, seqs)
         attn = op.maximum(self.attn_floor_s, self.attn_fixed_s + op.maximum(
             self.ctx_s * ctx_sum, self.pair_s * pair_sum))
-        return op.interp(self.ladder, self.linear_s, tokens) + op.where(seqs > 0, attn, 0.0)
+        return op.where(seqs > 0, attn, 0.0)
 
 
 def compute_dtype(spec: DecoderSpec, model: CostModel, device: str) -> DType:

@@ -18,8 +18,12 @@ so nothing is offloaded, only moved to another compute device. The host ``H`` is
 | ``cache_slow`` | A | fast | slow (read each step) |
 | ``both_slow`` | A | slow | slow |
 | ``host`` | H | H's memory | H's memory |
+| ``host_attention`` | A, its attention on H | fast | H's memory |
 
-``host`` layers run first and the accelerator's after (llama.cpp's ``--n-gpu-layers`` keeps
+``host_attention`` is FlexGen's answer to a cache too large for the accelerator: the cache
+stays in host memory and the host computes the layer's attention next to it, so only the
+step's queries, new keys and values and the attention output cross the link (a few KB
+per token) instead of the cache. ``host`` layers run first and the accelerator's after (llama.cpp's ``--n-gpu-layers`` keeps
 the *last* layers on the GPU). The embedding, final norm and LM head stay on the device that
 runs the last layer.
 
@@ -27,24 +31,30 @@ runs the last layer.
 (``llm.cost.LayerCost``); a streamed layer's bytes cross the slow path during the previous
 layer's compute (one-layer lookahead, two buffers, as FlexGen overlaps), so only
 ``max(0, io - c_A)`` shows; host layers cost ``c_H``; the activations cross between them
-twice; each device that runs layers pays one engine launch. It is an actual schedule of the
-layers on the accelerator, the host and the slow path, with the overlap exact for layers that
-are alike; not modelled: a prefetch deeper than one layer, attention computed on the CPU next
-to an offloaded cache (FlexGen's option), and contention of the slow path with other traffic.
+twice; a ``host_attention`` layer costs the accelerator's part without attention, the
+host's attention over the cache, and its tensors' two crossings (link bandwidth and
+latency), in sequence; each device that runs layers pays one engine launch. It is an
+actual schedule of the layers on the accelerator, the host and the slow path, with the
+overlap exact for layers that are alike; not modelled: a prefetch deeper than one layer,
+host attention overlapped with the accelerator's other layers (FlexGen pipelines it), and
+contention of the slow path with other traffic.
 
 **Memory.** ``usable_fraction`` (0.9, as vLLM's ``gpu_memory_utilization``) of each memory;
 on ``A`` also two layer buffers when anything streams and the step's activations
 (``workspace_bytes``).
 
-**Search.** ``search_policy`` enumerates every composition of the layers into the five
-classes (C(L+4, 4): 135,751 for 40 layers), vectorised, drops those that do not fit (the
-reason kept in the count), and returns the fastest: exact over this space.
+**Search.** ``search_policy`` enumerates every composition of the layers into the six
+classes (C(L+5, 5): 1,221,759 for 40 layers), vectorised, drops those that do not fit (the
+reason kept in the count), and returns the fastest: exact over this space. Past
+``MAX_COMPOSITIONS`` (more than 47 layers) ``host_attention`` is left out of the search,
+and the result says so.
 ``llamacpp_policy`` is "as many layers as fit" on ``A`` with their cache, the rest on ``H``.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,7 +76,10 @@ __all__ = [
     "search_policy",
 ]
 
-CLASSES = ("resident", "weights_slow", "cache_slow", "both_slow", "host")
+CLASSES = ("resident", "weights_slow", "cache_slow", "both_slow", "host", "host_attention")
+#: the most compositions a search enumerates at once (C(L+5, 5) rows of six counts)
+MAX_COMPOSITIONS = 2_000_000
+Counts = tuple[int, ...]  # layers per class, ``CLASSES`` order
 USABLE_FRACTION = 0.9
 
 
@@ -101,6 +114,7 @@ class Memories:
     slow: Pool | None  # None: nothing slower to offload to (unified memory, or no host)
     host_pool: Pool | None  # where host layers keep their data
     link_bytes_per_s: float  # activations between host and accelerator
+    link_latency_s: float = 0.0
 
 
 def _pool_id(t: MemoryTier, dev: Device) -> str:
@@ -120,25 +134,26 @@ def memories(machine: Machine, accel: str | None = None, host: str | None = None
     fast = Pool(_pool_id(main, a), main.capacity_bytes, main.bandwidth_bytes_per_s)
     cands: list[Pool] = [Pool(_pool_id(t, a), t.capacity_bytes, t.bandwidth_bytes_per_s)
                          for t in a.memory[1:]]
-    host_pool, link_bw = None, float("inf")
+    host_pool, link_bw, link_lat = None, float("inf"), 0.0
     if host is not None:
         h = machine.device(host)
         route = machine.route(host, accel)
         link_bw = min((lk.bandwidth_bytes_per_s for lk in route), default=float("inf"))
+        link_lat = sum(lk.latency_s for lk in route)
         hm = h.main_memory
         host_pool = Pool(_pool_id(hm, h), hm.capacity_bytes, hm.bandwidth_bytes_per_s)
         cands.append(Pool(host_pool.name, hm.capacity_bytes,
                           min(link_bw, hm.bandwidth_bytes_per_s)))
     cands = [p for p in cands if p.name != fast.name]
     slow = max(cands, key=lambda p: (p.bandwidth_bytes_per_s, p.capacity_bytes), default=None)
-    return Memories(accel, host, fast, slow, host_pool, link_bw)
+    return Memories(accel, host, fast, slow, host_pool, link_bw, link_lat)
 
 
 @dataclass(frozen=True, slots=True)
 class Policy:
     """Layers per class (``CLASSES`` order) for ``shape``, with the bytes each pool holds."""
 
-    counts: tuple[int, int, int, int, int]
+    counts: Counts
     shape: Shape
     bytes_by_pool: tuple[tuple[str, int], ...] = ()
     name: str = ""
@@ -150,8 +165,8 @@ class Policy:
         """The class of each layer in order: host layers first, then the accelerator's with
         its slow layers spread evenly among the resident ones."""
         host = ["host"] * self.count("host")
-        slow = [c for c in CLASSES[1:4] for _ in range(self.count(c))]
-        n_a = sum(self.counts[:4])
+        slow = [c for c in (*CLASSES[1:4], CLASSES[5]) for _ in range(self.count(c))]
+        n_a = sum(self.counts[:4]) + self.count("host_attention")
         order = ["resident"] * n_a
         for i, c in enumerate(slow):  # evenly spaced slots, from the last layer back
             order[n_a - 1 - (i * n_a) // max(1, len(slow))] = c
@@ -179,7 +194,7 @@ class OffloadStep:
     mem: Memories
     accel: DeviceStep
     host: DeviceStep | None
-    counts: tuple[int, int, int, int, int]
+    counts: Counts
     _cache: dict[tuple[int, int, float, int], dict[str, float]] = field(
         default_factory=dict, repr=False, compare=False)
 
@@ -212,20 +227,20 @@ class OffloadStep:
 
 def _pool_bytes(spec: DecoderSpec, mem: Memories, shape: Shape, n: np.ndarray
                 ) -> dict[str, np.ndarray]:
-    """Bytes each pool holds for every row of counts ``n`` ([k, 5], ``CLASSES`` order)."""
+    """Bytes each pool holds for every row of counts ``n`` ([k, 6], ``CLASSES`` order)."""
     wl = spec.layer_weight_bytes()
     kvl = spec.kv_bytes_per_token_layer() * shape.batch * shape.context
     outer, work = spec.outer_weight_bytes(), workspace_bytes(spec, shape.batch, shape.batch)
-    res, w, kv, both, host = (n[:, i].astype(np.int64) for i in range(5))
-    on_a = (res + w + kv + both) > 0
-    fast = ((res + kv) * wl + (res + w) * kvl + on_a * (outer + work)
+    res, w, kv, both, host, ha = (n[:, i].astype(np.int64) for i in range(6))
+    on_a = (res + w + kv + both + ha) > 0
+    fast = ((res + kv + ha) * wl + (res + w) * kvl + on_a * (outer + work)
             + ((w + both) > 0) * 2 * wl + ((kv + both) > 0) * 2 * kvl)
     out: dict[str, np.ndarray] = {mem.fast.name: fast}
     if mem.slow is not None:
         slow = (w + both) * wl + (kv + both) * kvl
         out[mem.slow.name] = out.get(mem.slow.name, 0) + slow
     if mem.host_pool is not None:
-        h = host * (wl + kvl) + (~on_a) * outer + (host > 0) * work
+        h = host * (wl + kvl) + ha * kvl + (~on_a) * outer + ((host + ha) > 0) * work
         out[mem.host_pool.name] = out.get(mem.host_pool.name, 0) + h
     return out
 
@@ -235,13 +250,16 @@ def _capacities(mem: Memories) -> dict[str, int]:
     return {p.name: int(p.capacity_bytes * USABLE_FRACTION) for p in pools}
 
 
-def _compositions(layers: int) -> np.ndarray:
-    """Every way to split ``layers`` into the five classes ([k, 5])."""
-    rows = []
-    for bars in itertools.combinations(range(layers + 4), 4):
-        edges = (-1, *bars, layers + 4)
-        rows.append([edges[i + 1] - edges[i] - 1 for i in range(5)])
-    return np.asarray(rows, dtype=np.int64)
+def _compositions(layers: int, classes: int = len(CLASSES)) -> np.ndarray:
+    """Every way to split ``layers`` into ``classes`` classes ([k, classes]); the classes
+    left out (past the first ``classes``) get zero columns."""
+    bars = np.asarray(list(itertools.combinations(range(layers + classes - 1), classes - 1)),
+                      dtype=np.int64).reshape(-1, classes - 1)
+    edges = np.concatenate([np.full((len(bars), 1), -1), bars,
+                            np.full((len(bars), 1), layers + classes - 1)], axis=1)
+    rows = np.diff(edges, axis=1) - 1
+    return np.concatenate([rows, np.zeros((len(rows), len(CLASSES) - classes), np.int64)],
+                          axis=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +270,7 @@ class Search:
     best: Policy | None
     tried: int
     infeasible_by_pool: tuple[tuple[str, int], ...]
+    note: str = ""
 
 
 def _steps(spec: DecoderSpec, model: CostModel, mem: Memories) -> tuple[DeviceStep,
@@ -271,7 +290,7 @@ def offload_step(spec: DecoderSpec, model: CostModel, mem: Memories, policy: Pol
 def _policy(spec: DecoderSpec, mem: Memories, shape: Shape, row: np.ndarray, name: str
             ) -> Policy:
     pools = _pool_bytes(spec, mem, shape, row[None, :])
-    return Policy(tuple(int(x) for x in row), shape,  # type: ignore[arg-type]
+    return Policy(tuple(int(x) for x in row), shape,
                   tuple((k, int(v[0])) for k, v in pools.items()), name)
 
 
@@ -279,11 +298,14 @@ def search_policy(spec: DecoderSpec, model: CostModel, mem: Memories, shape: Sha
                   fitted: tuple[DeviceStep, DeviceStep | None] | None = None) -> Search:
     """The fastest policy for decode at ``shape`` among every composition that fits."""
     accel, host = fitted or _steps(spec, model, mem)
-    n = _compositions(spec.layers)
+    full = math.comb(spec.layers + len(CLASSES) - 1, len(CLASSES) - 1) <= MAX_COMPOSITIONS
+    n = _compositions(spec.layers, len(CLASSES) if full else len(CLASSES) - 1)
+    note = "" if full else (f"{spec.layers} layers: host_attention left out of the search "
+                            f"(more than {MAX_COMPOSITIONS:,} compositions)")
     if mem.slow is None:
         n = n[(n[:, 1] + n[:, 2] + n[:, 3]) == 0]
     if host is None:
-        n = n[n[:, 4] == 0]
+        n = n[(n[:, 4] + n[:, 5]) == 0]
     ok = np.ones(len(n), dtype=bool)
     ruled: list[tuple[str, int]] = []
     caps = _capacities(mem)
@@ -293,12 +315,12 @@ def search_policy(spec: DecoderSpec, model: CostModel, mem: Memories, shape: Sha
         ok &= fits
     cand = n[ok]
     if not len(cand):
-        return Search(None, len(n), tuple(ruled))
+        return Search(None, len(n), tuple(ruled), note)
     terms = class_terms(spec, mem, accel, host, cand, shape.decode())
     t = np.asarray(sum(terms.values()), dtype=float)
     off = cand[:, 1:].sum(axis=1)
     best = cand[np.lexsort((off, np.round(t, 12)))[0]]
-    return Search(_policy(spec, mem, shape, best, "searched"), len(n), tuple(ruled))
+    return Search(_policy(spec, mem, shape, best, "searched"), len(n), tuple(ruled), note)
 
 
 def class_terms(spec: DecoderSpec, mem: Memories, accel: DeviceStep, host: DeviceStep | None,
@@ -306,27 +328,31 @@ def class_terms(spec: DecoderSpec, mem: Memories, accel: DeviceStep, host: Devic
     """The terms of one iteration (``OffloadStep.terms``) for counts ``n``: a row of five
     numbers (``CLASSES`` order) with ``args`` numbers or arrays of iterations, or an array
     [k, 5] of compositions at once (``llm.cost.Ops``: one formula for both)."""
-    tokens, ctx_sum, _, seqs = args
+    tokens, ctx_sum, pair_sum, seqs = args
     op = Ops.of(*args, *(n if isinstance(n, tuple) else (n,)))
-    res, w, kv, both, nh = n if isinstance(n, tuple) else (n[:, i] for i in range(5))
+    res, w, kv, both, nh, ha = n if isinstance(n, tuple) else (n[:, i] for i in range(6))
     n_a = res + w + kv + both
     c_a = accel.layer.time_s(*args)
     bw = mem.slow.bandwidth_bytes_per_s if mem.slow else float("inf")
     io_w = spec.layer_weight_bytes() / bw
     io_kv = spec.kv_bytes_per_token_layer() * ctx_sum / bw
     zero = 0.0 * n_a
-    out = {"compute": n_a * c_a,
+    out = {"compute": n_a * c_a + ha * accel.layer.linear_time_s(tokens),
            "stream": (w * op.maximum(0.0, io_w - c_a) + kv * op.maximum(0.0, io_kv - c_a)
                       + both * op.maximum(0.0, io_w + io_kv - c_a)),
            "host_compute": zero, "handoff": zero,
-           "launch": (n_a > 0) * accel.overhead_s,
-           "head": op.where(n_a > 0, accel.head_time_s(seqs), 0.0)}
+           "launch": ((n_a + ha) > 0) * accel.overhead_s,
+           "head": op.where((n_a + ha) > 0, accel.head_time_s(seqs), 0.0)}
     if host is not None:
-        out["host_compute"] = nh * host.layer.time_s(*args)
-        out["launch"] = out["launch"] + (nh > 0) * host.overhead_s
-        out["handoff"] = ((n_a > 0) & (nh > 0)) * (
-            2 * spec.dtype.nbytes(tokens * spec.hidden) / mem.link_bytes_per_s)
-        out["head"] = op.where(n_a > 0, out["head"], host.head_time_s(seqs))
+        # queries out and attention back: heads x head_dim each; new keys and values out
+        qkvo = spec.dtype.nbytes(tokens * (2 * spec.heads + 2 * spec.kv_heads) * spec.head_dim)
+        out["host_compute"] = (nh * host.layer.time_s(*args)
+                               + ha * host.layer.attention_time_s(ctx_sum, pair_sum, seqs))
+        out["launch"] = out["launch"] + ((nh + ha) > 0) * host.overhead_s
+        out["handoff"] = (((n_a + ha) > 0) & (nh > 0)) * (
+            2 * spec.dtype.nbytes(tokens * spec.hidden) / mem.link_bytes_per_s) + ha * (
+            qkvo / mem.link_bytes_per_s + 2 * mem.link_latency_s)
+        out["head"] = op.where((n_a + ha) > 0, out["head"], host.head_time_s(seqs))
     return out
 
 
@@ -335,7 +361,7 @@ def llamacpp_policy(spec: DecoderSpec, mem: Memories, shape: Shape) -> Policy | 
     fit on the accelerator with their cache (and the output layer), the rest computed on the
     host; None when even that does not fit."""
     caps = _capacities(mem)
-    rows = np.asarray([[k, 0, 0, 0, spec.layers - k] for k in range(spec.layers + 1)])
+    rows = np.asarray([[k, 0, 0, 0, spec.layers - k, 0] for k in range(spec.layers + 1)])
     if mem.host is None:
         rows = rows[-1:]
     ok = np.ones(len(rows), dtype=bool)

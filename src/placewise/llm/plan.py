@@ -16,7 +16,7 @@ memory ruled the candidates out.
 ...              contexts=(4096,))
 >>> c = p.cells[0]
 >>> c.searched.counts, c.llamacpp.counts  # 13B fp16 (26 GB) fits an 80 GB A100
-((40, 0, 0, 0, 0), (40, 0, 0, 0, 0))
+((40, 0, 0, 0, 0, 0), (40, 0, 0, 0, 0, 0))
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class PolicyResult:
     name: str
     batch: int  # the shape it was sized and timed for
     context: int
-    counts: tuple[int, int, int, int, int]  # layers per class, ``offload.CLASSES`` order
+    counts: tuple[int, ...]  # layers per class, ``offload.CLASSES`` order
     decode_s: float  # one decode iteration of the batch
     tokens_per_s: float  # batch / decode_s
     terms_s: tuple[tuple[str, float], ...]  # of one decode iteration
@@ -121,8 +121,9 @@ def plan_llm(spec: DecoderSpec, machine: Machine, model: CostModel, *,
         found = search_policy(spec, model, mem, shape, fitted=fitted)
         lc = llamacpp_policy(spec, mem, shape)
         res = _resident(spec, mem, shape)
-        note = (f"context {c} is beyond the {spec.max_positions} positions {spec.name} was "
-                "trained for" if spec.max_positions and c > spec.max_positions else "")
+        beyond = (f"context {c} is beyond the {spec.max_positions} positions {spec.name} "
+                  "was trained for" if spec.max_positions and c > spec.max_positions else "")
+        note = "; ".join(x for x in (beyond, found.note) if x)
         cells.append(PolicyCell(
             b, c, priced(spec, mem, fitted, found.best, prompt) if found.best else None,
             priced(spec, mem, fitted, lc, prompt) if lc else None,
