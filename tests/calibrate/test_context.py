@@ -215,3 +215,19 @@ def test_the_plan_adds_the_request_hand_off(calibrated: Calibration) -> None:
     p2 = build_plan(prob2, evaluate(prob2, Placement.of(
         {v: Assignment("cpu0", DType.FP32) for v in prob2.vertex_names})), model_ref="x")
     assert p2.request is None and p2.predicted_latency_s == p2.makespan_s
+
+
+def test_profiling_one_device_writes_a_calibration_that_loads() -> None:
+    """``profile --device cpu1``: the request's tensors still come from the host, but a
+    link to a device the calibration does not hold is not written (it could not load)."""
+    m = local_machine()
+    src = tiny_source()
+    assert src.graph is not None
+    base = Calibration(machine=m.name, machine_fingerprint=m.fingerprint(),
+                       devices=[device_record(m.device("cpu1"))])
+    cal = profile_in_context(src.graph, src, m, base, devices=["cpu1"], requests=3,
+                             warmup=1, rounds=1)
+    assert {c.device for c in cal.context} == {"cpu1"}
+    assert all({lk.src, lk.dst} <= {"cpu1"} for lk in cal.links)
+    again = Calibration.from_json(cal.to_json(), file="c.json")
+    assert again.context == cal.context

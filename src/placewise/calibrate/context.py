@@ -484,8 +484,13 @@ def _profile_rounds(graph: Graph, source: ModelSource, machine: Machine,
     tags = dict(calibration.tags)
     if skipped:
         tags["context_skipped"] = ", ".join(skipped)
+    # a link is kept only between devices the calibration holds: profiling one device
+    # (``--device cpu1``) still moves the request's tensors from the host, whose record
+    # the calibration does not have
+    held = {d.name for d in calibration.devices}
     links = [fit_link(src_dev, dst_dev, mv)
-             for (src_dev, dst_dev), mv in sorted(pool.moves.items()) if len(mv) >= 2]
+             for (src_dev, dst_dev), mv in sorted(pool.moves.items())
+             if len(mv) >= 2 and {src_dev, dst_dev} <= held]
     upd_cal: dict[str, Any] = {}
     if pool.clients:
         upd_cal["client"] = StepOverhead.of(pool.clients, CLIENT_METHOD)
