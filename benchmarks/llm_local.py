@@ -34,6 +34,15 @@ from placewise.records import to_json
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "placewise-bench"
 
 
+def bench_decoder() -> Path:
+    """The benchmark decoder (``BENCH_CONFIG``), exported once into the cache folder."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    path = CACHE / "llm-bench-decoder.onnx"
+    if not path.is_file():
+        export_decoder(BENCH_CONFIG, path)
+    return path
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--device", default="cpu1")
@@ -42,10 +51,7 @@ def main() -> None:
     ap.add_argument("--contexts", default="128,256,512,1024,2048")
     ap.add_argument("--out", default="benchmarks/results/llm_local.json")
     args = ap.parse_args()
-    CACHE.mkdir(parents=True, exist_ok=True)
-    path = CACHE / "llm-bench-decoder.onnx"
-    if not path.is_file():
-        export_decoder(BENCH_CONFIG, path)
+    path = bench_decoder()
     machine = load_local()
     dev = machine.device(args.device)
     if dev.cores:

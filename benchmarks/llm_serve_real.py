@@ -29,13 +29,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from placewise.cost.load import load_cost_model
 from placewise.hardware.probe import load_local
-from placewise.llm.real import BENCH_CONFIG, export_decoder
 from placewise.llm.validate import validate_local
 from placewise.records import to_json
 from placewise.serve.llm import LLMPolicy, LLMRequest, poisson_llm_requests, simulate_llm
 from placewise.serve.llm_real import iteration_terms, serve_llm_real
 
-CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "placewise-bench"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from llm_local import bench_decoder
+
 POLICY = LLMPolicy(kv_capacity_tokens=8 * 640, max_seqs=8, max_batch_tokens=4096,
                    chunked_prefill=False, padded=True)
 PROMPT, OUTPUT = "uniform:64-512", "uniform:16-128"
@@ -56,10 +57,7 @@ def main() -> None:
     ap.add_argument("--load", type=float, default=0.6)
     ap.add_argument("--out", default="benchmarks/results/llm_serve_real.json")
     args = ap.parse_args()
-    CACHE.mkdir(parents=True, exist_ok=True)
-    path = CACHE / "llm-bench-decoder.onnx"
-    if not path.is_file():
-        export_decoder(BENCH_CONFIG, path)
+    path = bench_decoder()
     machine = load_local()
     os.sched_setaffinity(0, {1})
     check = validate_local(path, machine, load_cost_model(machine, None), device="cpu1",
