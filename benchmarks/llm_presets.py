@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from placewise.cost.load import load_cost_model
 from placewise.hardware.load import load_machine
-from placewise.llm.cost import DeviceStep, pairs
-from placewise.llm.offload import OffloadStep, memories
+from placewise.llm.cost import pairs
+from placewise.llm.offload import OffloadStep, fit_steps, memories
 from placewise.llm.plan import plan_llm
 from placewise.llm.spec import load_spec
 from placewise.records import to_json
@@ -56,9 +56,7 @@ def _resident_step(model: str, hw: str) -> OffloadStep:
     spec, m = load_spec(model), load_machine(hw)
     cm = load_cost_model(m, None)
     mem = memories(m)
-    return OffloadStep(spec, mem, DeviceStep.fit(spec, cm, mem.accel),
-                       DeviceStep.fit(spec, cm, mem.host) if mem.host else None,
-                       (spec.layers, 0, 0, 0, 0, 0))
+    return OffloadStep(spec, mem, *fit_steps(spec, cm, mem), (spec.layers, 0, 0, 0, 0, 0))
 
 
 def published_rows() -> list[dict[str, object]]:

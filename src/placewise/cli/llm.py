@@ -134,27 +134,33 @@ def _requests(rate: float | None, requests: int, prompt: str, output: str,
 
 def load_step_file(path: Path) -> Any:
     """The measured step model in a file written by ``llm run --out``."""
-    import json
-
     from pydantic import TypeAdapter, ValidationError
 
+    from placewise.io import load_json, place_of
     from placewise.llm.steps import MeasuredStep
 
-    try:
-        data = json.loads(path.read_text())
-    except OSError as e:
-        raise InputError(f"cannot read it ({e.strerror})", file=str(path)) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InputError(f"not JSON ({e})", file=str(path)) from None
+    data = load_json(path, what="step model (llm run --out)")
     if not isinstance(data, dict) or not isinstance(data.get("step"), dict):
         raise InputError("no measured step model (an `llm run --out` file has one under "
                          "'step')", file=str(path), place="step")
     try:
         return TypeAdapter(MeasuredStep).validate_python(data["step"])
     except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise InputError(err["msg"], file=str(path), place=f"step.{where}") from None
+        raise InputError(e.errors()[0]["msg"], file=str(path),
+                         place=place_of(("step", *e.errors()[0]["loc"]))) from None
+
+
+def _local_device(device: str) -> tuple[Any, int]:
+    """This machine and the threads to run with on its ``device``, the process pinned to
+    the device's cores (``runtime.opexec.pin_process``); exit 2 for a device it lacks."""
+    from placewise.runtime.opexec import pin_process  # loads torch
+
+    machine = resolve_machine("local")
+    if device not in machine.device_names:
+        raise InputError(f"--device {device}: not a device of this machine "
+                         f"({', '.join(machine.device_names)})")
+    cores = machine.device(device).cores
+    return machine, pin_process(cores) if cores else 1
 
 
 @llm_app.command("serve")
@@ -236,22 +242,13 @@ def llm_serve(
 
 def _serve_real(reqs: list[Any], model: str, policy: Any, step: Any, device: str, seed: int,
                 slo: tuple[float, float]) -> dict[str, Any]:
-    import os
-
     from placewise.serve.llm_real import iteration_terms, serve_llm_real
 
     if not model.lower().endswith(".onnx"):
         raise InputError(f"{model}: --real runs an .onnx decoder (`placewise llm export`)")
-    machine = resolve_machine("local")
-    if device not in machine.device_names:
-        raise InputError(f"--device {device}: not a device of this machine "
-                         f"({', '.join(machine.device_names)})")
-    cores = machine.device(device).cores
-    if cores:
-        os.sched_setaffinity(0, set(cores))
+    _, threads = _local_device(device)
     with _progress("serving for real"):
-        res, records = serve_llm_real(reqs, model, policy, threads=max(1, len(cores or [1])),
-                                      seed=seed)
+        res, records = serve_llm_real(reqs, model, policy, threads=threads, seed=seed)
     return {"device": device, "result": res.summary(ttft_slo_s=slo[0], tpot_slo_s=slo[1]),
             "terms_s": iteration_terms(records, step)}
 
@@ -313,7 +310,6 @@ def llm_run(
     """Run the decoder for real on this machine (prefill, then decode with the cache kept
     bound) on the device's cores, and set the prefill and per-token latency beside the
     graph's prediction and the step model fitted to the grid's corners."""
-    import os
 
     from placewise.cost.load import load_cost_model
     from placewise.io import atomic_write_json, check_output_path
@@ -321,23 +317,16 @@ def llm_run(
 
     if out_file is not None:
         check_output_path(out_file, place="--out")
-    machine = resolve_machine("local")
-    if device not in machine.device_names:
-        raise InputError(f"--device {device}: not a device of this machine "
-                         f"({', '.join(machine.device_names)})")
-    dev = machine.device(device)
     for n, v in (("--new-tokens", new_tokens), ("--repeats", repeats)):
         if v < 1:
             raise InputError(f"{n} {v}: expected >= 1")
+    machine, threads = _local_device(device)
     cm = load_cost_model(machine, calibration)
-    if dev.cores:
-        os.sched_setaffinity(0, set(dev.cores))
     with _progress("measuring") as cb:
         check = validate_local(model, machine, cm, device=device,
                                batches=_ints(batch, "--batch"),
                                contexts=_ints(context, "--context"), new_tokens=new_tokens,
-                               repeats=repeats, threads=max(1, len(dev.cores or [1])),
-                               progress=cb)
+                               repeats=repeats, threads=threads, progress=cb)
     data = to_json(check)
     if out_file is not None:
         atomic_write_json(out_file, data)

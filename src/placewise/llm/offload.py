@@ -23,7 +23,9 @@ so nothing is offloaded, only moved to another compute device. The host ``H`` is
 ``host_attention`` is FlexGen's answer to a cache too large for the accelerator: the cache
 stays in host memory and the host computes the layer's attention next to it, so only the
 step's queries, new keys and values and the attention output cross the link (a few KB
-per token) instead of the cache. ``host`` layers run first and the accelerator's after (llama.cpp's ``--n-gpu-layers`` keeps
+per token) instead of the cache.
+
+``host`` layers run first and the accelerator's after (llama.cpp's ``--n-gpu-layers`` keeps
 the *last* layers on the GPU). The embedding, final norm and LM head stay on the device that
 runs the last layer.
 
@@ -55,7 +57,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -67,10 +69,13 @@ from placewise.llm.spec import DecoderSpec
 
 __all__ = [
     "CLASSES",
+    "Fitted",
     "Memories",
     "OffloadStep",
     "Policy",
     "Shape",
+    "class_terms",
+    "fit_steps",
     "llamacpp_policy",
     "memories",
     "search_policy",
@@ -161,22 +166,6 @@ class Policy:
     def count(self, cls: str) -> int:
         return self.counts[CLASSES.index(cls)]
 
-    def layer_classes(self) -> list[str]:
-        """The class of each layer in order: host layers first, then the accelerator's with
-        its slow layers spread evenly among the resident ones."""
-        host = ["host"] * self.count("host")
-        slow = [c for c in (*CLASSES[1:4], CLASSES[5]) for _ in range(self.count(c))]
-        n_a = sum(self.counts[:4]) + self.count("host_attention")
-        order = ["resident"] * n_a
-        for i, c in enumerate(slow):  # evenly spaced slots, from the last layer back
-            order[n_a - 1 - (i * n_a) // max(1, len(slow))] = c
-        return host + order
-
-    def to_json(self) -> dict[str, object]:
-        return {"name": self.name, "counts": dict(zip(CLASSES, self.counts, strict=True)),
-                "batch": self.shape.batch, "context": self.shape.context,
-                "bytes_by_pool": dict(self.bytes_by_pool)}
-
 
 def workspace_bytes(spec: DecoderSpec, tokens: int, seqs: int) -> int:
     """Activations of one step on the device that computes it: a layer's widest live set
@@ -186,7 +175,7 @@ def workspace_bytes(spec: DecoderSpec, tokens: int, seqs: int) -> int:
     return spec.dtype.nbytes(tokens * width) + 4 * seqs * spec.vocab
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class OffloadStep:
     """A decoder under a policy on a machine: a ``StepTime`` with its terms."""
 
@@ -195,21 +184,14 @@ class OffloadStep:
     accel: DeviceStep
     host: DeviceStep | None
     counts: Counts
-    _cache: dict[tuple[int, int, float, int], dict[str, float]] = field(
-        default_factory=dict, repr=False, compare=False)
 
     def terms(self, tokens: int, ctx_sum: int, pair_sum: float, seqs: int) -> dict[str, float]:
         """Seconds of one iteration, by term: ``compute`` (accelerator), ``host_compute``,
         ``stream`` (slow-path bytes not hidden under compute), ``handoff`` (activations
         between host and accelerator), ``head``, ``launch``."""
-        key = (tokens, ctx_sum, pair_sum, seqs)
-        hit = self._cache.get(key)
-        if hit is None:
-            hit = {k: float(v) for k, v in class_terms(self.spec, self.mem, self.accel,
-                                                       self.host, self.counts, key).items()}
-            if len(self._cache) < 4096:
-                self._cache[key] = hit
-        return hit
+        return {k: float(v) for k, v in class_terms(
+            self.spec, self.mem, self.accel, self.host, self.counts,
+            (tokens, ctx_sum, pair_sum, seqs)).items()}
 
     def iteration_s(self, tokens: int, ctx_sum: int, pair_sum: float, seqs: int) -> float:
         return sum(self.terms(tokens, ctx_sum, pair_sum, seqs).values())
@@ -273,18 +255,15 @@ class Search:
     note: str = ""
 
 
-def _steps(spec: DecoderSpec, model: CostModel, mem: Memories) -> tuple[DeviceStep,
-                                                                          DeviceStep | None]:
+Fitted = tuple[DeviceStep, DeviceStep | None]  # the accelerator's and the host's steps
+
+
+def fit_steps(spec: DecoderSpec, model: CostModel, mem: Memories) -> Fitted:
+    """``spec``'s layer costs on the accelerator and on the host (``DeviceStep.fit``): what
+    every policy of ``mem`` is priced from."""
     accel = DeviceStep.fit(spec, model, mem.accel)
     host = DeviceStep.fit(spec, model, mem.host) if mem.host else None
     return accel, host
-
-
-def offload_step(spec: DecoderSpec, model: CostModel, mem: Memories, policy: Policy,
-                 fitted: tuple[DeviceStep, DeviceStep | None] | None = None) -> OffloadStep:
-    """The ``StepTime`` of ``spec`` under ``policy``."""
-    accel, host = fitted or _steps(spec, model, mem)
-    return OffloadStep(spec, mem, accel, host, policy.counts)
 
 
 def _policy(spec: DecoderSpec, mem: Memories, shape: Shape, row: np.ndarray, name: str
@@ -295,9 +274,9 @@ def _policy(spec: DecoderSpec, mem: Memories, shape: Shape, row: np.ndarray, nam
 
 
 def search_policy(spec: DecoderSpec, model: CostModel, mem: Memories, shape: Shape, *,
-                  fitted: tuple[DeviceStep, DeviceStep | None] | None = None) -> Search:
+                  fitted: Fitted | None = None) -> Search:
     """The fastest policy for decode at ``shape`` among every composition that fits."""
-    accel, host = fitted or _steps(spec, model, mem)
+    accel, host = fitted or fit_steps(spec, model, mem)
     full = math.comb(spec.layers + len(CLASSES) - 1, len(CLASSES) - 1) <= MAX_COMPOSITIONS
     n = _compositions(spec.layers, len(CLASSES) if full else len(CLASSES) - 1)
     note = "" if full else (f"{spec.layers} layers: host_attention left out of the search "
@@ -325,9 +304,9 @@ def search_policy(spec: DecoderSpec, model: CostModel, mem: Memories, shape: Sha
 
 def class_terms(spec: DecoderSpec, mem: Memories, accel: DeviceStep, host: DeviceStep | None,
                 n: Any, args: tuple[Any, Any, Any, Any]) -> dict[str, Any]:
-    """The terms of one iteration (``OffloadStep.terms``) for counts ``n``: a row of five
+    """The terms of one iteration (``OffloadStep.terms``) for counts ``n``: a tuple of six
     numbers (``CLASSES`` order) with ``args`` numbers or arrays of iterations, or an array
-    [k, 5] of compositions at once (``llm.cost.Ops``: one formula for both)."""
+    [k, 6] of compositions at once (``llm.cost.Ops``: one formula for both)."""
     tokens, ctx_sum, pair_sum, seqs = args
     op = Ops.of(*args, *(n if isinstance(n, tuple) else (n,)))
     res, w, kv, both, nh, ha = n if isinstance(n, tuple) else (n[:, i] for i in range(6))

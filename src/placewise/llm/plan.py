@@ -27,13 +27,15 @@ from dataclasses import dataclass
 from placewise.cost.model import CostModel
 from placewise.errors import MemoryInfeasible
 from placewise.hardware.spec import Machine
-from placewise.llm.cost import DeviceStep, pairs
+from placewise.llm.cost import pairs
 from placewise.llm.offload import (
     CLASSES,
+    Fitted,
     Memories,
     OffloadStep,
     Policy,
     Shape,
+    fit_steps,
     llamacpp_policy,
     memories,
     search_policy,
@@ -87,8 +89,8 @@ class LLMPlan:
     cells: tuple[PolicyCell, ...]
 
 
-def priced(spec: DecoderSpec, mem: Memories, fitted: tuple[DeviceStep, DeviceStep | None],
-           policy: Policy, prompt: int) -> PolicyResult:
+def priced(spec: DecoderSpec, mem: Memories, fitted: Fitted, policy: Policy,
+           prompt: int) -> PolicyResult:
     """``policy`` with its decode and prefill times (``OffloadStep``)."""
     step = OffloadStep(spec, mem, fitted[0], fitted[1], policy.counts)
     terms = step.terms(*policy.shape.decode())
@@ -112,8 +114,7 @@ def plan_llm(spec: DecoderSpec, machine: Machine, model: CostModel, *,
              progress: Callable[[str, float], None] | None = None) -> LLMPlan:
     """Search and price the policies of ``spec`` on ``machine`` (module docstring)."""
     mem = memories(machine, accel)
-    fitted = (DeviceStep.fit(spec, model, mem.accel),
-              DeviceStep.fit(spec, model, mem.host) if mem.host else None)
+    fitted = fit_steps(spec, model, mem)
     cells = []
     grid = [(b, c) for c in contexts for b in batches]
     for i, (b, c) in enumerate(grid):
@@ -146,15 +147,10 @@ def serving_step(spec: DecoderSpec, machine: Machine, model: CostModel, *,
     ``context``-token prefill). ``max_seqs=None``: the largest power of two up to 256 whose
     policy keeps every layer resident (else 1). ``Infeasible`` when nothing fits."""
     mem = memories(machine, accel)
-    fitted = (DeviceStep.fit(spec, model, mem.accel),
-              DeviceStep.fit(spec, model, mem.host) if mem.host else None)
+    fitted = fit_steps(spec, model, mem)
     if max_seqs is None:
-        for n in (256, 128, 64, 32, 16, 8, 4, 2, 1):
-            best = search_policy(spec, model, mem, Shape(n, context), fitted=fitted).best
-            if n == 1 or (best is not None and best.count("resident") == spec.layers):
-                max_seqs = n
-                break
-    assert max_seqs is not None
+        max_seqs = next((n for n in (256, 128, 64, 32, 16, 8, 4, 2)
+                         if _resident(spec, mem, Shape(n, context)) is not None), 1)
     shape = Shape(max_seqs, context)
     found = search_policy(spec, model, mem, shape, fitted=fitted)
     if found.best is None:

@@ -17,7 +17,6 @@ past and present key/value tensors (``spec_from_graph``: the cache is the graph'
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Mapping
@@ -28,6 +27,7 @@ from typing import Any
 
 from placewise.errors import InputError
 from placewise.graph.ir import Graph, Role
+from placewise.io import load_json, parse_json
 from placewise.units import DType
 
 __all__ = [
@@ -184,18 +184,16 @@ def load_spec(ref: str) -> DecoderSpec:
     suffix stores the weights at llama.cpp ``Q4_0``'s 4.5 bits (``llama-2-7b@q4``)."""
     base, _, quant = ref.partition("@")
     if base in list_specs():
-        text = (resources.files("placewise.llm") / "models" / f"{base}.json").read_text()
         file, name = f"placewise/llm/models/{base}.json", base
+        cfg = parse_json((resources.files("placewise.llm") / "models" / f"{base}.json")
+                         .read_text(), file=file)
     else:
         path = Path(base)
-        if not path.is_file():
+        if not path.exists():
             raise InputError(f"{base}: not a shipped decoder config ({', '.join(list_specs())})"
                              " nor a config.json file")
-        text, file, name = path.read_text(errors="replace"), str(path), path.parent.name
-    try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(f"{file}: line {e.lineno}: not JSON ({e.msg})") from None
+        file, name = str(path), path.parent.name
+        cfg = load_json(path, what="decoder config")
     spec = from_hf_config(cfg, name=name, file=file)
     if quant:
         bits = {"q4": 4.5, "q8": 8.5, "fp16": 16.0}.get(quant)

@@ -22,6 +22,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from placewise.errors import InputError
+from placewise.records import dataclass_record
 
 __all__ = ["FEATURES", "MeasuredStep", "StepSample", "StepTime", "fit_step"]
 
@@ -53,6 +54,7 @@ class StepSample:
                 float(self.seqs)]
 
 
+@dataclass_record
 @dataclass(frozen=True, slots=True)
 class MeasuredStep:
     """A ``StepTime`` fitted to iterations measured on the target (``fit_step``): seconds

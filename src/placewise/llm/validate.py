@@ -20,12 +20,12 @@ Two predictions stand beside each:
 from __future__ import annotations
 
 import os
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from placewise.graph.load import load_model
+from placewise.hardware.stats import stat_of
 from placewise.llm.cost import pairs
 from placewise.llm.real import DecodeTiming, measure_decode
 from placewise.llm.spec import spec_from_graph, step_shapes
@@ -103,10 +103,7 @@ class LocalCheck:
 
 
 def _spread(xs: Sequence[float]) -> float:
-    if len(xs) < 3:
-        return 0.0
-    q = statistics.quantiles(xs, n=10)
-    return (q[-1] - q[0]) / statistics.median(xs)
+    return stat_of(xs, "").spread
 
 
 def _decode_samples(t: DecodeTiming) -> list[float]:

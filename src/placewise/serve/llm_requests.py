@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from placewise.errors import InputError
+from placewise.io import read_text
 from placewise.serve.arrivals import TRACE_MAX_BYTES, poisson_arrivals
 
 __all__ = ["LLMRequest", "draw_lengths", "load_llm_trace", "poisson_llm_requests"]
@@ -119,7 +120,8 @@ def load_llm_trace(path: str | os.PathLike[str]) -> list[LLMRequest]:
     ``InputError`` naming the file, the line and the problem.
     """
     p = os.fspath(path)
-    text = _read_text(p)
+    # a byte-order mark (CSV files saved by Windows tools) is not part of the header
+    text = read_text(p, what="LLM trace", limit_bytes=TRACE_MAX_BYTES).removeprefix("\ufeff")
     rows = _jsonl_rows(text, p) if text.lstrip()[:1] == "{" else _csv_rows(text, p)
     out: list[LLMRequest] = []
     first: dt.datetime | None = None
@@ -136,19 +138,6 @@ def load_llm_trace(path: str | os.PathLike[str]) -> list[LLMRequest]:
     if not out:
         raise InputError("the trace holds no requests", file=p)
     return out
-
-
-def _read_text(p: str) -> str:
-    try:
-        size = os.path.getsize(p)
-        if size > TRACE_MAX_BYTES:
-            raise InputError(f"the trace is {size} bytes, more than {TRACE_MAX_BYTES}", file=p)
-        with open(p, encoding="utf-8-sig") as fh:
-            return fh.read()
-    except OSError as exc:
-        raise InputError(f"cannot read the trace: {exc.strerror or exc}", file=p) from None
-    except UnicodeDecodeError:
-        raise InputError("the trace is not UTF-8 text", file=p) from None
 
 
 def _jsonl_rows(text: str, p: str) -> Iterator[tuple[int, dict[str, Any]]]:
