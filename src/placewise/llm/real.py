@@ -359,6 +359,14 @@ class DecodeSession:
                              file=self.file, place=place)
         return np.ascontiguousarray(a, dtype=np.int64)
 
+    def empty_cache(self, batch: int) -> list[Any]:
+        """A cache of no tokens for ``batch`` sequences, as the past inputs take it."""
+        import onnxruntime as ort
+
+        lay = self.layout
+        empty = np.zeros((batch, lay.kv_heads, 0, lay.head_dim), dtype=lay.dtype)
+        return [ort.OrtValue.ortvalue_from_numpy(empty) for _ in self._past]
+
     def run_bound(self, ids: np.ndarray, mask: np.ndarray, pos: np.ndarray,
                   past: Sequence[Any], clock: Callable[[], float] = time.perf_counter
                   ) -> tuple[list[Any], float]:
@@ -395,14 +403,9 @@ class DecodeSession:
     def prefill(self, input_ids: Any) -> np.ndarray:
         """Run the prompt ``input_ids`` [batch, tokens] over an empty cache; return the
         logits [batch, tokens, vocab] and keep the presents bound for ``step``."""
-        import onnxruntime as ort
-
         ids = self._ids(input_ids, "input_ids")
-        lay = self.layout
-        empty = np.zeros((ids.shape[0], lay.kv_heads, 0, lay.head_dim), dtype=lay.dtype)
-        past = [ort.OrtValue.ortvalue_from_numpy(empty) for _ in self._past]
         self._cache, self._past_tokens, self._step_s = (), 0, []
-        logits = self._run(ids, past)
+        logits = self._run(ids, self.empty_cache(ids.shape[0]))
         self._batch = ids.shape[0]
         self.prefill_s = self._last_s
         return logits

@@ -64,7 +64,7 @@ from typing import Any
 import numpy as np
 
 from placewise.errors import InputError
-from placewise.llm.real import DecodeSession, input_names, output_names
+from placewise.llm.real import DecodeSession
 from placewise.llm.steps import MeasuredStep, StepSample, StepTime, fit_step
 from placewise.serve.llm import (
     LLMIterations,
@@ -235,14 +235,7 @@ class _Engine:
         self.ort = ort
         self.dec = DecodeSession(path, threads=threads)
         self.lay = self.dec.layout
-        self.past = input_names(self.lay.layers)[3:]
-        self.outputs = output_names(self.lay.layers)
         self.clock = clock
-
-    def empty(self, batch: int) -> list[Any]:
-        lay = self.lay
-        a = np.zeros((batch, lay.kv_heads, 0, lay.head_dim), dtype=lay.dtype)
-        return [self.ort.OrtValue.ortvalue_from_numpy(a) for _ in self.past]
 
     def run(self, ids: np.ndarray, mask: np.ndarray, pos: np.ndarray, past: Sequence[Any]
             ) -> tuple[np.ndarray, tuple[Any, ...], float]:
@@ -262,7 +255,7 @@ class _Engine:
             ids[i, width - len(p):] = p
             mask[i, width - len(p):] = 1
             pos[i, width - len(p):] = np.arange(len(p))
-        first, presents, run_s = self.run(ids, mask, pos, self.empty(n))
+        first, presents, run_s = self.run(ids, mask, pos, self.dec.empty_cache(n))
         return first, presents, run_s, width
 
     def warm(self, prompt: np.ndarray) -> None:
@@ -436,7 +429,7 @@ class _Server:
         width = max(s.ctx for s in members)
         lay = self.engine.lay
         shape = (len(members), lay.kv_heads, width, lay.head_dim)
-        new = [np.zeros(shape, dtype=lay.dtype) for _ in self.engine.past]
+        new = [np.zeros(shape, dtype=lay.dtype) for _ in range(2 * lay.layers)]
         host: dict[int, list[np.ndarray]] = {}
         for i, s in enumerate(members):
             src = self.cache if s.src is None else s.src
