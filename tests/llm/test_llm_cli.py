@@ -27,6 +27,9 @@ def test_serve_on_a_preset_picks_the_batch_that_keeps_layers_resident() -> None:
     r = d["result"]
     assert r["completed"] + r["rejected"] == r["submitted"] == 300
     assert r["ttft"]["n"] == r["completed"] and r["ttft"]["p50_s"] <= r["ttft"]["p99_s"]
+    lo, hi = r["tpot"]["interval_s"]["p50"]
+    assert lo <= r["tpot"]["p50_s"] <= hi
+    assert r["e2e"]["interval_s"]["p99"][1] is None  # 300 samples cannot bound a p99 above
     assert 0 < r["goodput_rps"] <= r["requests_per_s"]
 
 

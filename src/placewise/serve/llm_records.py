@@ -5,12 +5,14 @@ to one."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
 from placewise.errors import InputError
+from placewise.serve.sim import quantile_ci
 
 __all__ = ["LLMIterations", "LLMPolicy", "LLMServeResult"]
 
@@ -77,10 +79,15 @@ class LLMIterations:
 
 
 def _tails(x: np.ndarray) -> dict[str, Any]:
-    if not len(x):
-        return {"n": 0, "p50_s": None, "p90_s": None, "p99_s": None}
-    q = np.quantile(x, [0.5, 0.9, 0.99])
-    return {"n": len(x), "p50_s": float(q[0]), "p90_s": float(q[1]), "p99_s": float(q[2])}
+    """p50, p90 and p99 of ``x`` with their ~95% intervals (``serve.sim.quantile_ci``, as
+    every serving report gives them: ``None`` for an end the samples cannot bound, as the
+    top of a p99 of fewer than 100)."""
+    out: dict[str, Any] = {"n": len(x), "interval_s": {}}
+    for name, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
+        mid, lo, hi = quantile_ci(x, q) if len(x) else (math.nan,) * 3
+        out[f"{name}_s"] = float(mid) if len(x) else None
+        out["interval_s"][name] = [v if math.isfinite(v) else None for v in (lo, hi)]
+    return out
 
 
 @dataclass(frozen=True, slots=True)
